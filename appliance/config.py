@@ -1,0 +1,284 @@
+"""Typed settings, read from YAML and validated in one place.
+
+Every section is a frozen dataclass.  ``parse_config`` walks the YAML mapping
+against the dataclass fields, so an unknown key, a wrong type or an out-of-range
+value is reported with its full key path (``playback.devcie: unknown key (did
+you mean device?)``).  Range limits live next to the field as metadata.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+DEFAULT_CONFIG_PATH = Path("/etc/ttsd/config.yaml")
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be used; the message names the key path."""
+
+
+def _rng(lo: float | None = None, hi: float | None = None) -> dict[str, Any]:
+    return {"range": (lo, hi)}
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    socket: str | None = None
+    """Socket path; None: /run/ttsd/ttsd.sock as root, else $XDG_RUNTIME_DIR/ttsd/ttsd.sock."""
+    socket_mode: int = field(default=0o660, metadata=_rng(0, 0o777))
+    allowed_uids: tuple[int, ...] = ()
+    """Extra uids allowed to connect (the daemon's own uid and root always are)."""
+    allowed_gids: tuple[int, ...] = ()
+    """Extra gids allowed to connect (members of the socket's group always are)."""
+    max_message_bytes: int = field(default=65536, metadata=_rng(1024, 16 * 1024 * 1024))
+    max_text_chars: int = field(default=20000, metadata=_rng(1, 1_000_000))
+    max_connections: int = field(default=256, metadata=_rng(1, 100_000))
+    max_connections_per_uid: int = field(default=64, metadata=_rng(1, 100_000))
+    max_inflight_per_connection: int = field(default=16, metadata=_rng(1, 10_000))
+    max_output_buffer_bytes: int = field(default=2 * 1024 * 1024, metadata=_rng(65536, 1 << 30))
+    client_too_slow_s: float = field(default=30.0, metadata=_rng(0.1, 3600))
+    shutdown_timeout_s: float = field(default=5.0, metadata=_rng(0, 600))
+
+
+@dataclass(frozen=True)
+class VoicesConfig:
+    default: str = "en_US-joe-medium"
+    voices_dir: str | None = None
+    cache_dir: str | None = None
+    """Split models are cached here; None = $XDG_CACHE_HOME/ttsd (or /var/cache/ttsd as root)."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    backend: Literal["auto", "tensorrt", "onnx-cpu"] = "auto"
+    workers: int = field(default=1, metadata=_rng(1, 64))
+    """Inference worker threads."""
+    intra_op_threads: int = field(default=0, metadata=_rng(0, 256))
+    """ONNX Runtime threads per worker; 0 = the CPUs this process may use, split over workers."""
+    context_frames: int = field(default=16, metadata=_rng(0, 128))
+    max_phonemes: int = field(default=400, metadata=_rng(16, 4096))
+    """Longest clause (phoneme ids) sent to the encoder in one piece."""
+
+
+@dataclass(frozen=True)
+class StreamingConfig:
+    default_mode: Literal["dialog", "reading", "sentence"] = "dialog"
+    clause_chars: int = field(default=160, metadata=_rng(20, 5000))
+    """Sentences longer than this are split into clauses at , ; : and dashes."""
+    first_clause_chars: int = field(default=80, metadata=_rng(10, 5000))
+    """The first clause of a request is kept this short: its encoder time is the TTFP."""
+    join_fade_ms: float = field(default=4.0, metadata=_rng(0, 50))
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    watermark_ms: float = field(default=400.0, metadata=_rng(0, 10000))
+    admission_backlog_ms: float = field(default=1000.0, metadata=_rng(0, 600000))
+    admission_window_s: float = field(default=10.0, metadata=_rng(0, 3600))
+
+
+@dataclass(frozen=True)
+class PlaybackConfig:
+    enabled: bool = True
+    device: str | int | None = None
+    sample_rate: int | None = field(default=None, metadata=_rng(8000, 192000))
+    latency: str | float = "low"
+    blocksize: int = field(default=0, metadata=_rng(0, 65536))
+    realtime_priority: int = field(default=10, metadata=_rng(0, 99))
+
+
+@dataclass(frozen=True)
+class TuningConfig:
+    cpus: Literal["all", "gpu-node"] = "all"
+    """CPUs whose governor is set: every online CPU, or the online CPUs of the GPU's NUMA node."""
+    governor: bool = True
+    energy_performance_preference: bool = False
+    """Also set the Intel/AMD EPP hint to ``performance`` where the driver offers it."""
+    gpu_clocks: bool = True
+    gpu_clock_mhz: int | None = field(default=None, metadata=_rng(1, 100000))
+    """Locked GPU clock; None = the highest supported graphics clock."""
+    memory_clock_mhz: int | None = field(default=None, metadata=_rng(1, 100000))
+    """Locked memory clock; None = memory clocks are left alone."""
+    persistence_mode: bool = True
+    irq_affinity: bool = True
+    numa_bind: bool = False
+    """``ttsd serve`` binds itself to the GPU's NUMA node before any thread starts."""
+    numa_mempolicy: Literal["preferred", "bind", "none"] = "preferred"
+    """Memory policy of that binding: ``bind`` fails allocations when the node is full."""
+    state_file: str = "/run/ttsd/tuning.json"
+    """Originals are saved here (inside ``root``) before anything changes."""
+    gpu_index: int = field(default=0, metadata=_rng(0, 64))
+    root: str = "/"
+    """Prefix of every sysfs/procfs/state path; tests point it at a fake tree."""
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    device_index: int = field(default=0, metadata=_rng(0, 64))
+    precision: Literal["fp16", "fp32"] = "fp16"
+    watchdog: bool = True
+    watchdog_interval_ms: float = field(default=500.0, metadata=_rng(10, 60000))
+    recovery_healthy_s: float = field(default=60.0, metadata=_rng(0, 86400))
+    min_snr_db: float = field(default=25.0, metadata=_rng(0, 200))
+    engine_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    voices: VoicesConfig = field(default_factory=VoicesConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    streaming: StreamingConfig = field(default_factory=StreamingConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    playback: PlaybackConfig = field(default_factory=PlaybackConfig)
+    tuning: TuningConfig = field(default_factory=TuningConfig)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+
+# Keys that can change while the daemon runs (SIGHUP); everything else needs a restart.
+LIVE_KEYS: frozenset[str] = frozenset(
+    {
+        "server.max_text_chars",
+        "server.max_connections",
+        "server.max_connections_per_uid",
+        "server.max_inflight_per_connection",
+        "server.max_output_buffer_bytes",
+        "server.client_too_slow_s",
+        "server.shutdown_timeout_s",
+        "scheduler.watermark_ms",
+        "scheduler.admission_backlog_ms",
+        "scheduler.admission_window_s",
+        "logging.level",
+    }
+)
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _convert(path: str, tp: Any, value: Any) -> Any:
+    """Check ``value`` against the annotation ``tp``; return it (tuples from lists)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for arm in typing.get_args(tp):
+            try:
+                return _convert(path, arm, value)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(
+                f"{path}: must be one of {', '.join(map(str, choices))}, got {value!r}"
+            )
+        return value
+    if origin is tuple:
+        (item_tp, _ellipsis) = typing.get_args(tp)
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{path}: expected a list, got {value!r}")
+        return tuple(_convert(f"{path}[{i}]", item_tp, v) for i, v in enumerate(value))
+    if tp is type(None):
+        if value is not None:
+            raise ConfigError(f"{path}: expected null, got {value!r}")
+        return None
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{path}: must be finite, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _build(path, tp, value)
+    raise ConfigError(f"{path}: unsupported type {_type_name(tp)}")  # pragma: no cover
+
+
+def _build(prefix: str, cls: type[Any], data: Any) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or '<top>'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"{path}: unknown key{hint}")
+        converted = _convert(path, hints[key], value)
+        lo, hi = fields[key].metadata.get("range", (None, None))
+        if isinstance(converted, int | float) and not isinstance(converted, bool):
+            if (lo is not None and converted < lo) or (hi is not None and converted > hi):
+                raise ConfigError(f"{path}: {converted!r} is out of range [{lo}, {hi}]")
+        kwargs[key] = converted
+    return cls(**kwargs)
+
+
+def parse_config(data: Any) -> Config:
+    """Validate a mapping (as loaded from YAML) into a :class:`Config`."""
+    result: Config = _build("", Config, data)
+    return result
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Read and validate a YAML file.  ``None``: the system file if present, else defaults."""
+    if path is None:
+        if not DEFAULT_CONFIG_PATH.exists():
+            return Config()
+        path = DEFAULT_CONFIG_PATH
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    return parse_config(data)
+
+
+def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"server.max_text_chars": 20000, ...}`` for diffing two configs."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            out.update(flatten(value, key + "."))
+        else:
+            out[key] = value
+    return out

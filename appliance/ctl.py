@@ -1,0 +1,102 @@
+"""``ttsctl``: talk to a running ttsd from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from appliance.client import Client, TtsdError
+
+
+def _text(arg: str) -> str:
+    return sys.stdin.read() if arg == "-" else arg
+
+
+def _print(obj: dict[str, Any]) -> None:
+    print(json.dumps({k: v for k, v in obj.items() if k not in ("id",)}, indent=2, default=str))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ttsctl", description="Client for the ttsd daemon")
+    parser.add_argument("--socket", help="daemon socket (default: $TTSD_SOCKET, per-user, /run)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("synth", help="synthesize TEXT (or - for stdin) to a WAV file")
+    p.add_argument("text")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--voice")
+    p.add_argument("--speaker")
+    p.add_argument("--speed", type=float)
+    p.add_argument("--volume", type=float)
+    p.add_argument("--sample-rate", type=int)
+    p.add_argument("--mode", choices=["dialog", "reading", "sentence"])
+    p = sub.add_parser("say", help="speak TEXT (or -) on the daemon's speaker")
+    p.add_argument("text")
+    p.add_argument(
+        "--priority",
+        choices=["important", "message", "text", "notification", "progress"],
+        default="message",
+    )
+    p.add_argument("--voice")
+    p.add_argument("--wait", action="store_true", help="return when the speech has ended")
+    for name in ("info", "stats", "health", "ping", "stop"):
+        sub.add_parser(name)
+    args = parser.parse_args(argv)
+    try:
+        with Client(args.socket) as client:
+            if args.cmd == "synth":
+                opts: dict[str, Any] = {}
+                for key in ("voice", "speed", "volume", "mode"):
+                    if getattr(args, key) is not None:
+                        opts[key] = getattr(args, key)
+                if args.speaker is not None:
+                    opts["speaker"] = int(args.speaker) if args.speaker.isdigit() else args.speaker
+                if args.sample_rate is not None:
+                    opts["sample_rate"] = args.sample_rate
+                result = client.synthesize_all(_text(args.text), **opts)
+                result.write_wav(args.output)
+                st = result.stats
+                print(
+                    f"{args.output}: {st.get('audio_ms')} ms of audio at {result.sample_rate} Hz,"
+                    f" first packet after {st.get('ttfp_ms')} ms"
+                )
+                return 0
+            if args.cmd == "say":
+                return _say(client, args)
+            if args.cmd == "ping":
+                ok = client.ping()
+                print("pong" if ok else "no answer")
+                return 0 if ok else 1
+            _print(client.request(args.cmd))
+            return 0
+    except TtsdError as exc:
+        print(f"ttsctl: {exc}", file=sys.stderr)
+        return 1
+
+
+def _say(client: Client, args: argparse.Namespace) -> int:
+    rid = client.next_id()
+    msg: dict[str, Any] = {
+        "op": "speak",
+        "id": rid,
+        "text": _text(args.text),
+        "priority": args.priority,
+    }
+    if args.voice:
+        msg["voice"] = args.voice
+    client.send(msg)
+    for ev in client.events(rid):
+        kind = ev.get("event")
+        if kind == "queued" and not args.wait:
+            print(f"queued at position {ev.get('position')}")
+            return 0
+        if kind == "started":
+            print(f"speaking (first sound after {ev.get('latency_ms')} ms)")
+        if kind == "end":
+            print("cancelled" if ev.get("cancelled") else "done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Inference backends: one interface; ONNX Runtime (CPU), TensorRT (GPU), a failover pool."""

@@ -1,0 +1,120 @@
+"""ONNX Runtime CPU backend: always loaded, always warm, the failover target."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnxruntime as ort
+
+from appliance.engine.base import BackendError, Encoded, FloatArray, IntArray, Scales, VoiceModel
+
+if TYPE_CHECKING:
+    from appliance.voices import CutNames
+
+
+def _session(path: Path, threads: int) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, threads)
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Worker threads spin-wait by default; on a small box that steals the core
+    # from the other worker and from the event loop.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+class OnnxVoiceModel(VoiceModel):
+    backend_name = "onnx-cpu"
+
+    def __init__(
+        self,
+        model_path: Path,
+        encoder: ort.InferenceSession | None,
+        decoder: ort.InferenceSession | None,
+        cut: CutNames | None,
+        threads: int,
+    ) -> None:
+        self._model_path = model_path
+        self._threads = threads
+        self._fused: ort.InferenceSession | None = None
+        self._fused_lock = threading.Lock()
+        self._encoder = encoder
+        self._decoder = decoder
+        self._cut = cut
+
+    @classmethod
+    def load(
+        cls,
+        model_path: Path,
+        encoder_path: Path | None,
+        decoder_path: Path | None,
+        cut: CutNames | None,
+        threads: int,
+    ) -> OnnxVoiceModel:
+        if encoder_path is None or decoder_path is None or cut is None:
+            model = cls(model_path, None, None, None, threads)
+            model._fused_session()
+            return model
+        encoder, decoder = _session(encoder_path, threads), _session(decoder_path, threads)
+        return cls(model_path, encoder, decoder, cut, threads)
+
+    def _fused_session(self) -> ort.InferenceSession:
+        # The fused graph is only needed for voices that cannot stream and for
+        # reference checks; loading it lazily keeps ~65 MB out of a streaming daemon.
+        with self._fused_lock:
+            if self._fused is None:
+                self._fused = _session(self._model_path, self._threads)
+            return self._fused
+
+    @property
+    def can_stream(self) -> bool:
+        return self._encoder is not None
+
+    def _feeds(self, ids: IntArray, scales: Scales, speaker: int | None) -> dict[str, np.ndarray]:
+        feeds: dict[str, np.ndarray] = {
+            "input": ids.reshape(1, -1).astype(np.int64, copy=False),
+            "input_lengths": np.array([ids.shape[-1]], dtype=np.int64),
+            "scales": scales.as_array(),
+        }
+        if speaker is not None:
+            feeds["sid"] = np.array([speaker], dtype=np.int64)
+        return feeds
+
+    def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        if self._encoder is None or self._cut is None:
+            raise BackendError("this voice has no verified encoder/decoder split")
+        try:
+            outs = self._encoder.run(None, self._feeds(ids, scales, speaker))
+        except Exception as exc:  # onnxruntime raises its own, unexported exception types
+            raise BackendError(f"encoder failed: {exc}") from exc
+        z = np.ascontiguousarray(outs[0], dtype=np.float32)
+        durations = np.asarray(outs[1], dtype=np.float32).reshape(-1)
+        g = np.asarray(outs[2], dtype=np.float32) if len(outs) > 2 else None
+        return Encoded(z=z, durations=durations, g=g)
+
+    def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
+        if self._decoder is None or self._cut is None:
+            raise BackendError("this voice has no verified encoder/decoder split")
+        feeds = {self._cut.z: z}
+        if self._cut.g is not None and g is not None:
+            feeds[self._cut.g] = g
+        try:
+            out = self._decoder.run(None, feeds)[0]
+        except Exception as exc:  # see encode
+            raise BackendError(f"decoder failed: {exc}") from exc
+        return np.asarray(out, dtype=np.float32).reshape(-1)
+
+    def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
+        session = self._fused_session()
+        feeds = self._feeds(ids, scales, speaker)
+        if "sid" not in {i.name for i in session.get_inputs()}:
+            feeds.pop("sid", None)
+        try:
+            out = session.run(None, feeds)[0]
+        except Exception as exc:  # see encode
+            raise BackendError(f"model failed: {exc}") from exc
+        return np.asarray(out, dtype=np.float32).reshape(-1)

@@ -1,0 +1,378 @@
+"""Protocol v1: message types, validation and the msgpack codec.
+
+The wire is a stream of msgpack maps.  Client → server: ``{"op", "id", ...}``;
+server → client: ``{"id", "event", ...}``.  One small dataclass per message,
+each with ``from_dict`` (requests: all validation lives there) and
+``to_dict``.  Audio stays a msgpack ``bin`` field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+
+
+class ErrorCode:
+    BAD_REQUEST = "bad_request"
+    UNKNOWN_OP = "unknown_op"
+    EMPTY_TEXT = "empty_text"
+    TEXT_TOO_LONG = "text_too_long"
+    UNSUPPORTED_TEXT = "unsupported_text"
+    UNKNOWN_VOICE = "unknown_voice"
+    DUPLICATE_ID = "duplicate_id"
+    BUSY = "busy"
+    NO_AUDIO_DEVICE = "no_audio_device"
+    FRAME_TOO_LARGE = "frame_too_large"
+    UNAUTHORIZED = "unauthorized"
+    CLIENT_TOO_SLOW = "client_too_slow"
+    TOO_MANY_CONNECTIONS = "too_many_connections"
+    TOO_MANY_CONNECTIONS_FOR_USER = "too_many_connections_for_user"
+    TOO_MANY_REQUESTS = "too_many_requests"
+    SHUTTING_DOWN = "shutting_down"
+    INTERNAL = "internal"
+
+
+class ProtocolError(Exception):
+    """A request that cannot be served; becomes an ``error`` event."""
+
+    def __init__(self, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.extra = extra
+
+
+FORMATS = ("s16le", "f32le")
+MODES = ("dialog", "reading", "sentence")
+PRIORITIES = ("important", "message", "text", "notification", "progress")
+
+
+# ---------------------------------------------------------------- field checks
+
+
+def _req_id(d: dict[str, Any]) -> int:
+    rid = d.get("id")
+    if isinstance(rid, bool) or not isinstance(rid, int):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "'id' must be an integer")
+    if not -(2**63) <= rid < 2**64:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "'id' out of range")
+    return rid
+
+
+def _opt_str(d: dict[str, Any], key: str, max_len: int = 256) -> str | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be a string")
+    if len(v) > max_len:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' is too long")
+    return v
+
+
+def _opt_num(d: dict[str, Any], key: str, lo: float, hi: float) -> float | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be a number")
+    f = float(v)
+    if not math.isfinite(f) or not lo <= f <= hi:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be between {lo} and {hi}")
+    return f
+
+
+def _opt_int(d: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be an integer")
+    if not lo <= v <= hi:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be between {lo} and {hi}")
+    return v
+
+
+def _opt_choice(d: dict[str, Any], key: str, choices: tuple[str, ...]) -> str | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if v not in choices:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be one of {', '.join(choices)}")
+    assert isinstance(v, str)
+    return v
+
+
+def _opt_bool(d: dict[str, Any], key: str) -> bool | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, bool):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be true or false")
+    return v
+
+
+# ---------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class SimpleRequest:
+    """``info``, ``stats``, ``health``, ``warmup``, ``ping``, ``stop``: just an op and an id."""
+
+    op: str
+    id: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "id": self.id}
+
+
+@dataclass(frozen=True)
+class SynthesizeRequest:
+    OP: ClassVar[str] = "synthesize"
+
+    id: int
+    text: str
+    voice: str | None = None
+    speaker: str | int | None = None
+    format: str = "s16le"
+    sample_rate: int | None = None
+    speed: float | None = None
+    noise_scale: float | None = None
+    noise_w: float | None = None
+    volume: float = 1.0
+    mode: str | None = None
+    realtime: bool = True
+    # speak only
+    priority: str = "message"
+    op: str = "synthesize"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], op: str = "synthesize") -> SynthesizeRequest:
+        rid = _req_id(d)
+        text = d.get("text")
+        if not isinstance(text, str):
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "'text' is required and must be a string")
+        speaker = d.get("speaker")
+        if speaker is not None:
+            if isinstance(speaker, bool) or not isinstance(speaker, str | int):
+                raise ProtocolError(ErrorCode.BAD_REQUEST, "'speaker' must be a name or a number")
+            if isinstance(speaker, str) and len(speaker) > 256:
+                raise ProtocolError(ErrorCode.BAD_REQUEST, "'speaker' is too long")
+        fmt = _opt_choice(d, "format", FORMATS) if op == "synthesize" else None
+        if op == "speak" and "format" in d:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "'format' is not a field of speak")
+        return cls(
+            id=rid,
+            text=text,
+            voice=_opt_str(d, "voice"),
+            speaker=speaker,
+            format=fmt or "s16le",
+            sample_rate=_opt_int(d, "sample_rate", 8000, 192000),
+            speed=_opt_num(d, "speed", 0.5, 2.0),
+            noise_scale=_opt_num(d, "noise_scale", 0.0, 2.0),
+            noise_w=_opt_num(d, "noise_w", 0.0, 2.0),
+            volume=v if (v := _opt_num(d, "volume", 0.0, 2.0)) is not None else 1.0,
+            mode=_opt_choice(d, "mode", MODES),
+            realtime=r if (r := _opt_bool(d, "realtime")) is not None else True,
+            priority=(_opt_choice(d, "priority", PRIORITIES) or "message")
+            if op == "speak"
+            else "message",
+            op=op,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"op": self.op, "id": self.id, "text": self.text}
+        for key in ("voice", "speaker", "sample_rate", "speed", "noise_scale", "noise_w", "mode"):
+            value = getattr(self, key)
+            if value is not None:
+                d[key] = value
+        if self.op == "synthesize":
+            d["format"] = self.format
+        else:
+            d["priority"] = self.priority
+        if self.volume != 1.0:
+            d["volume"] = self.volume
+        if not self.realtime:
+            d["realtime"] = False
+        return d
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    OP: ClassVar[str] = "cancel"
+
+    id: int
+    target: int
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CancelRequest:
+        rid = _req_id(d)
+        target = d.get("target")
+        if isinstance(target, bool) or not isinstance(target, int):
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "'target' must be an integer id")
+        return cls(id=rid, target=target)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": "cancel", "id": self.id, "target": self.target}
+
+
+Request = SimpleRequest | SynthesizeRequest | CancelRequest
+
+SIMPLE_OPS = frozenset({"info", "stats", "health", "warmup", "ping", "stop"})
+
+
+def parse_request(msg: Any) -> Request:
+    """Validate one decoded client message.  Raises :class:`ProtocolError`."""
+    if not isinstance(msg, dict):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "a message must be a map")
+    op = msg.get("op")
+    if not isinstance(op, str):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "'op' is required and must be a string")
+    if op in ("synthesize", "speak"):
+        return SynthesizeRequest.from_dict(msg, op)
+    if op == "cancel":
+        return CancelRequest.from_dict(msg)
+    if op in SIMPLE_OPS:
+        return SimpleRequest(op=op, id=_req_id(msg))
+    # Validate the id first so the error can carry it back.
+    _req_id(msg)
+    raise ProtocolError(ErrorCode.UNKNOWN_OP, f"unknown op {op[:64]!r}")
+
+
+def request_id_of(msg: Any) -> int | None:
+    """The id of a (possibly invalid) message, if it has a usable one."""
+    if isinstance(msg, dict):
+        rid = msg.get("id")
+        if isinstance(rid, int) and not isinstance(rid, bool) and -(2**63) <= rid < 2**64:
+            return rid
+    return None
+
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class StartEvent:
+    id: int
+    sample_rate: int
+    format: str
+    voice: str
+    channels: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "event": "start",
+            "sample_rate": self.sample_rate,
+            "format": self.format,
+            "channels": self.channels,
+            "voice": self.voice,
+        }
+
+
+@dataclass(frozen=True)
+class ChunkEvent:
+    id: int
+    seq: int
+    audio: bytes
+    offset_ms: float
+    duration_ms: float
+    text_span: tuple[int, int]
+    sentence_end: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "event": "chunk",
+            "seq": self.seq,
+            "audio": self.audio,
+            "offset_ms": round(self.offset_ms, 3),
+            "duration_ms": round(self.duration_ms, 3),
+            "text_span": list(self.text_span),
+            "sentence_end": self.sentence_end,
+        }
+
+
+@dataclass(frozen=True)
+class EndEvent:
+    id: int
+    cancelled: bool
+    stats: dict[str, Any] = field(default_factory=dict)
+    interrupted: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "id": self.id,
+            "event": "end",
+            "cancelled": self.cancelled,
+            "stats": self.stats,
+        }
+        if self.interrupted is not None:
+            d["interrupted"] = self.interrupted
+        return d
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    id: int | None
+    code: str
+    message: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "id": self.id,
+            "event": "error",
+            "code": self.code,
+            "message": self.message,
+        }
+        d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_exc(cls, rid: int | None, exc: ProtocolError) -> ErrorEvent:
+        return cls(rid, exc.code, exc.message, dict(exc.extra))
+
+
+@dataclass(frozen=True)
+class SimpleEvent:
+    """``ok``, ``pong``, ``cancelled``, ``queued``, ``started``, ``info``, ``stats``, ``health``."""
+
+    id: int | None
+    event: str
+    body: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.id, "event": self.event}
+        d.update(self.body)
+        return d
+
+
+Event = StartEvent | ChunkEvent | EndEvent | ErrorEvent | SimpleEvent
+
+
+# ---------------------------------------------------------------- codec
+
+
+def pack(message: dict[str, Any]) -> bytes:
+    out: bytes = msgpack.packb(message, use_bin_type=True)
+    return out
+
+
+def make_unpacker(max_message_bytes: int) -> msgpack.Unpacker:
+    """A streaming decoder that refuses single objects over the cap.
+
+    ``max_buffer_size`` bounds what one message may occupy; raw bytes must be
+    valid UTF-8 (``raw=False``), so invalid text raises instead of reaching us.
+    """
+    return msgpack.Unpacker(
+        raw=False,
+        max_buffer_size=max_message_bytes,
+        strict_map_key=False,
+        use_list=True,
+    )

@@ -1,0 +1,125 @@
+"""Everything the server serves from: voices on their backends, the scheduler, metrics.
+
+``Runtime.load`` does all the slow I/O (voice discovery, cutting, session
+creation, warm-up) before the socket accepts anyone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from appliance.config import Config
+from appliance.engine.base import Scales
+from appliance.engine.select import load_voice_model
+from appliance.frontend import FrontendLimits
+from appliance.metrics import Metrics
+from appliance.phonemize import Phonemizer
+from appliance.scheduler import Scheduler
+from appliance.streaming import VoiceRuntime, decode_span
+from appliance.voices import Voice, default_cache_dir, discover, load_voice
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    config: Config
+    voices: dict[str, VoiceRuntime]
+    voice_meta: dict[str, Voice]
+    default_voice: str
+    scheduler: Scheduler
+    metrics: Metrics
+    backend_status: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, cfg: Config) -> Runtime:
+        cache = Path(cfg.voices.cache_dir) if cfg.voices.cache_dir else default_cache_dir()
+        found = discover(cfg.voices.voices_dir)
+        if cfg.voices.default not in found:
+            raise ValueError(
+                f"default voice {cfg.voices.default!r} not found (have: {', '.join(sorted(found))})"
+            )
+        voices: dict[str, VoiceRuntime] = {}
+        metas: dict[str, Voice] = {}
+        status: dict[str, Any] = {}
+        for name, path in found.items():
+            t0 = time.monotonic()
+            voice = load_voice(name, path, cache)
+            model, status = load_voice_model(voice, cfg)
+            info = voice.info
+            voices[name] = VoiceRuntime(
+                name=name,
+                language=info.language,
+                sample_rate=info.sample_rate,
+                hop=info.hop_length,
+                phonemizer=Phonemizer(info),
+                model=model,
+                can_stream=voice.split_ok,
+                defaults=Scales(info.noise_scale, info.length_scale, info.noise_w),
+                default_speaker=0 if info.num_speakers > 1 else None,
+            )
+            metas[name] = voice
+            log.info(
+                "voice %s loaded in %.0f ms (%s, %s)",
+                name,
+                (time.monotonic() - t0) * 1000,
+                status.get("backend", "?"),
+                "streaming" if voice.split_ok else f"whole-sentence: {voice.split_note}",
+            )
+        scheduler = Scheduler(cfg.engine.workers)
+        rt = cls(cfg, voices, metas, cfg.voices.default, scheduler, Metrics(), status)
+        rt.warm_up()
+        scheduler.start()
+        return rt
+
+    def frontend_limits(self) -> FrontendLimits:
+        c = self.config
+        return FrontendLimits(
+            max_chars=c.server.max_text_chars,
+            clause_chars=c.streaming.clause_chars,
+            first_clause_chars=min(c.streaming.clause_chars, c.streaming.first_clause_chars),
+        )
+
+    def warm_up(self) -> None:
+        """Run every voice once so the first client does not pay for lazy initialisation."""
+        for v in self.voices.values():
+            t0 = time.monotonic()
+            ids = v.phonemizer.ids("Ready.")
+            if v.can_stream:
+                enc = v.model.encode(ids, v.defaults, v.default_speaker)
+                for width in (8, 16, 32):
+                    decode_span(v.model, enc, 0, min(enc.frames, width), 16, v.hop)
+            else:
+                v.model.fused(ids, v.defaults, v.default_speaker)
+            log.debug("warm-up of %s: %.0f ms", v.name, (time.monotonic() - t0) * 1000)
+
+    def info(self) -> dict[str, Any]:
+        c = self.config
+        voices = []
+        for meta in self.voice_meta.values():
+            d = meta.info.describe()
+            d["streaming"] = meta.split_ok
+            if not meta.split_ok:
+                d["note"] = meta.split_note
+            voices.append(d)
+        return {
+            "protocol": 1,
+            "backend": self.backend_status.get("backend", "onnx-cpu"),
+            "voices": voices,
+            "default_voice": self.default_voice,
+            "formats": ["s16le", "f32le"],
+            "limits": {
+                "max_text_chars": c.server.max_text_chars,
+                "max_message_bytes": c.server.max_message_bytes,
+                "max_inflight_per_connection": c.server.max_inflight_per_connection,
+            },
+        }
+
+    def close(self) -> None:
+        self.scheduler.stop()
+        for v in self.voices.values():
+            v.model.close()

@@ -1,0 +1,633 @@
+"""The asyncio Unix-socket server: lifecycle, peer check, one handler per connection.
+
+Lifecycle phases: ``start`` (bind or adopt an activated socket), ``serve``,
+``shutdown`` (close the listener, let in-flight requests finish up to a
+timeout, end the rest with an error event, remove the socket file we made).
+
+Each connection is one :class:`Connection` whose ``handle`` reads frames and
+dispatches; every request runs as its own task, kept in a set with a
+done-callback.  A bad frame is an error event, not the end of the
+connection; only bytes that cannot be decoded as msgpack close it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import functools
+import logging
+import os
+import pwd
+import socket
+import stat
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from appliance.engine.base import FloatArray, Scales
+from appliance.frontend import Clause, prepare
+from appliance.protocol import (
+    CancelRequest,
+    ChunkEvent,
+    EndEvent,
+    ErrorCode,
+    ErrorEvent,
+    ProtocolError,
+    SimpleEvent,
+    SimpleRequest,
+    StartEvent,
+    SynthesizeRequest,
+    make_unpacker,
+    pack,
+    parse_request,
+    request_id_of,
+)
+from appliance.runtime import Runtime
+from appliance.streaming import (
+    JobSettings,
+    JobStats,
+    OutputFormatter,
+    SynthesisJob,
+    VoiceRuntime,
+)
+
+log = logging.getLogger(__name__)
+reqlog = logging.getLogger("ttsd.request")
+
+_READ_SIZE = 65536
+
+
+class ClientTooSlow(Exception):
+    """The client did not read its output within the configured time."""
+
+
+def default_socket_path() -> Path:
+    if os.geteuid() == 0:
+        return Path("/run/ttsd/ttsd.sock")
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/ttsd-{os.getuid()}"
+    return Path(runtime_dir) / "ttsd" / "ttsd.sock"
+
+
+@dataclass(frozen=True)
+class Peer:
+    pid: int
+    uid: int
+    gid: int
+
+
+def peer_of(sock: socket.socket) -> Peer | None:
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid, uid, gid = struct.unpack("3i", raw)
+    return Peer(pid, uid, gid)
+
+
+def _user_groups(uid: int, gid: int) -> set[int]:
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return {gid}
+    return set(os.getgrouplist(name, gid))
+
+
+@dataclass
+class RequestState:
+    id: int
+    op: str
+    task: asyncio.Task[None] | None = None
+    job_task: asyncio.Task[None] | None = None
+    job: SynthesisJob | None = None
+    cancel_reason: str | None = None
+    started: bool = False
+
+    def cancel(self, reason: str) -> None:
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        if self.job_task is not None and not self.job_task.done():
+            self.job_task.cancel()
+
+
+class Server:
+    def __init__(
+        self,
+        runtime: Runtime,
+        socket_path: Path,
+        activated: socket.socket | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.socket_path = socket_path
+        self._activated = activated
+        self._server: asyncio.AbstractServer | None = None
+        self._socket_gid: int | None = None
+        self.connections: set[Connection] = set()
+        self._conn_tasks: set[asyncio.Task[None]] = set()
+        self._per_uid: dict[int, int] = {}
+        self._stop = asyncio.Event()
+        self.stopping = False
+        self._conn_seq = 0
+        self.on_request_done: list[Callable[[], None]] = []
+
+    # ------------------------------------------------------------ start-up
+
+    async def start(self) -> None:
+        cfg = self.runtime.config.server
+        if self._activated is not None:
+            sock = self._activated
+            sock.setblocking(False)
+            self._server = await asyncio.start_unix_server(self._accept, sock=sock)
+            with contextlib.suppress(OSError):
+                self._socket_gid = os.fstat(sock.fileno()).st_gid
+                name = sock.getsockname()
+                if isinstance(name, str) and name:
+                    self._socket_gid = os.stat(name).st_gid
+            log.info("serving on an activated socket")
+            return
+        path = self.socket_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._remove_stale(path)
+        # Created owner-only, then opened up to the configured mode: no window
+        # in which the socket is reachable by anyone else.
+        old = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(
+                self._accept, path=str(path), limit=_READ_SIZE
+            )
+        finally:
+            os.umask(old)
+        os.chmod(path, cfg.socket_mode)
+        self._socket_gid = os.stat(path).st_gid
+        log.info("listening on %s (mode %o)", path, cfg.socket_mode)
+
+    @staticmethod
+    def _remove_stale(path: Path) -> None:
+        """Replace a socket file left by a crash; refuse to steal a live daemon's socket."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise OSError(errno.EEXIST, f"{path} exists and is not a socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.settimeout(1.0)
+            probe.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            log.warning("removing stale socket %s", path)
+            path.unlink(missing_ok=True)
+            return
+        except OSError as exc:
+            log.warning("cannot probe %s (%s); replacing it", path, exc)
+            path.unlink(missing_ok=True)
+            return
+        finally:
+            probe.close()
+        raise OSError(errno.EADDRINUSE, f"another daemon is serving on {path}")
+
+    # ------------------------------------------------------------ serve
+
+    async def serve(self) -> None:
+        await self._stop.wait()
+        await self.shutdown()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._conn_seq += 1
+        conn = Connection(self, reader, writer, self._conn_seq)
+        task = asyncio.current_task()
+        assert task is not None
+        self._conn_tasks.add(task)
+        task.add_done_callback(self._conn_tasks.discard)
+        await conn.handle()
+
+    async def authorize(self, peer: Peer | None) -> str | None:
+        """None if the peer may connect, else the reason it may not."""
+        if peer is None:
+            return "peer credentials unavailable"
+        cfg = self.runtime.config.server
+        if peer.uid in (0, os.getuid()) or peer.uid in cfg.allowed_uids:
+            return None
+        if peer.gid in cfg.allowed_gids or peer.gid == self._socket_gid:
+            return None
+        loop = asyncio.get_running_loop()
+        groups = await loop.run_in_executor(None, _user_groups, peer.uid, peer.gid)
+        if self._socket_gid in groups or groups & set(cfg.allowed_gids):
+            return None
+        return f"uid {peer.uid} is not allowed"
+
+    # ------------------------------------------------------------ shutdown
+
+    async def shutdown(self) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        log.info("shutting down: closing listener")
+        if self._server is not None:
+            self._server.close()
+        timeout = self.runtime.config.server.shutdown_timeout_s
+        inflight = [r.task for c in self.connections for r in c.requests.values() if r.task]
+        if inflight:
+            log.info("waiting up to %.1f s for %d in-flight requests", timeout, len(inflight))
+            _done, pending = await asyncio.wait(inflight, timeout=timeout)
+            if pending:
+                log.warning("ending %d requests that did not finish in time", len(pending))
+                for c in list(self.connections):
+                    for r in list(c.requests.values()):
+                        r.cancel("shutdown")
+                await asyncio.wait(pending, timeout=2.0)
+        for c in list(self.connections):
+            c.close()
+        if self._conn_tasks:
+            await asyncio.wait(list(self._conn_tasks), timeout=2.0)
+        if self._activated is None:
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
+        log.info("shutdown complete")
+
+    # ------------------------------------------------------------ views
+
+    def live_streams(self) -> list[dict[str, Any]]:
+        out = []
+        for c in self.connections:
+            for r in c.requests.values():
+                if r.job is not None:
+                    out.append(
+                        {
+                            "connection": c.number,
+                            "id": r.id,
+                            "buffer_ms": round(r.job.buffer_s() * 1000, 1),
+                        }
+                    )
+        return out
+
+
+class Connection:
+    def __init__(
+        self,
+        server: Server,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        number: int,
+    ) -> None:
+        self.server = server
+        self.runtime = server.runtime
+        self.cfg = server.runtime.config
+        self.reader = reader
+        self.writer = writer
+        self.number = number
+        self.requests: dict[int, RequestState] = {}
+        self.peer: Peer | None = None
+        self._closed = False
+        transport = writer.transport
+        # Back-pressure: above this many buffered bytes, drain() waits for the client.
+        transport.set_write_buffer_limits(high=self.cfg.server.max_output_buffer_bytes)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------ the handler
+
+    async def handle(self) -> None:
+        srv = self.server
+        sock = self.writer.get_extra_info("socket")
+        self.peer = peer_of(sock) if sock is not None else None
+        reason = await srv.authorize(self.peer)
+        if reason is not None:
+            log.warning("refused connection: %s", reason)
+            await self._send_now(ErrorEvent(None, ErrorCode.UNAUTHORIZED, reason).to_dict())
+            self.close()
+            return
+        limits = self.cfg.server
+        uid = self.peer.uid if self.peer else -1
+        if len(srv.connections) >= limits.max_connections:
+            await self._send_now(
+                ErrorEvent(
+                    None, ErrorCode.TOO_MANY_CONNECTIONS, "connection limit reached"
+                ).to_dict()
+            )
+            self.close()
+            return
+        if srv._per_uid.get(uid, 0) >= limits.max_connections_per_uid:
+            await self._send_now(
+                ErrorEvent(
+                    None,
+                    ErrorCode.TOO_MANY_CONNECTIONS_FOR_USER,
+                    f"uid {uid} has too many connections",
+                ).to_dict()
+            )
+            self.close()
+            return
+        srv.connections.add(self)
+        srv._per_uid[uid] = srv._per_uid.get(uid, 0) + 1
+        try:
+            await self._read_loop()
+        finally:
+            srv.connections.discard(self)
+            srv._per_uid[uid] -= 1
+            if srv._per_uid[uid] <= 0:
+                del srv._per_uid[uid]
+            for r in list(self.requests.values()):
+                r.cancel("disconnect")
+            tasks = [r.task for r in self.requests.values() if r.task is not None]
+            if tasks:
+                await asyncio.wait(tasks, timeout=5.0)
+            self.close()
+
+    async def _read_loop(self) -> None:
+        unpacker = make_unpacker(self.cfg.server.max_message_bytes)
+        while True:
+            try:
+                data = await self.reader.read(_READ_SIZE)
+            except (ConnectionError, OSError):
+                return
+            if not data:
+                return
+            try:
+                unpacker.feed(data)
+            except msgpack.BufferFull:
+                await self._send_now(
+                    ErrorEvent(
+                        None,
+                        ErrorCode.FRAME_TOO_LARGE,
+                        f"a message may be at most {self.cfg.server.max_message_bytes} bytes",
+                    ).to_dict()
+                )
+                return
+            while True:
+                try:
+                    msg = next(unpacker)
+                except StopIteration:
+                    break
+                except msgpack.BufferFull:
+                    await self._send_now(
+                        ErrorEvent(None, ErrorCode.FRAME_TOO_LARGE, "message too large").to_dict()
+                    )
+                    return
+                except (ValueError, TypeError, OverflowError, msgpack.UnpackException) as exc:
+                    # The byte stream cannot be resynchronised: say why, then close.
+                    await self._send_now(
+                        ErrorEvent(
+                            None, ErrorCode.BAD_REQUEST, f"malformed msgpack ({type(exc).__name__})"
+                        ).to_dict()
+                    )
+                    return
+                self._dispatch(msg)
+
+    def _dispatch(self, msg: Any) -> None:
+        t_request = time.monotonic()
+        try:
+            req = parse_request(msg)
+        except ProtocolError as exc:
+            self._error_soon(request_id_of(msg), exc)
+            return
+        if isinstance(req, CancelRequest):
+            self._cancel(req)
+            return
+        if req.id in self.requests:
+            self._error_soon(
+                req.id, ProtocolError(ErrorCode.DUPLICATE_ID, f"id {req.id} is already in flight")
+            )
+            return
+        if self.server.stopping:
+            self._error_soon(req.id, ProtocolError(ErrorCode.SHUTTING_DOWN, "shutting down"))
+            return
+        if len(self.requests) >= self.cfg.server.max_inflight_per_connection:
+            self._error_soon(
+                req.id,
+                ProtocolError(
+                    ErrorCode.TOO_MANY_REQUESTS,
+                    f"at most {self.cfg.server.max_inflight_per_connection} requests in flight",
+                ),
+            )
+            return
+        state = RequestState(req.id, req.op)
+        self.requests[req.id] = state
+        coro = (
+            self._synthesize(req, state, t_request)
+            if isinstance(req, SynthesizeRequest)
+            else self._simple(req)
+        )
+        task = asyncio.create_task(coro)
+        state.task = task
+        task.add_done_callback(functools.partial(self._request_finished, req.id))
+
+    def _request_finished(self, rid: int, _task: asyncio.Task[None]) -> None:
+        self.requests.pop(rid, None)
+        for cb in self.server.on_request_done:
+            cb()
+
+    def _error_soon(self, rid: int | None, exc: ProtocolError) -> None:
+        self.runtime.metrics.error(exc.code)
+        msg = ErrorEvent.from_exc(rid, exc).to_dict()
+        self._write(msg)
+
+    # ------------------------------------------------------------ output
+
+    def _write(self, msg: dict[str, Any]) -> None:
+        if self._closed or self.writer.is_closing():
+            return
+        self.writer.write(pack(msg))
+
+    async def _send_now(self, msg: dict[str, Any]) -> None:
+        """Write and drain briefly (used just before closing)."""
+        self._write(msg)
+        with contextlib.suppress(ConnectionError, OSError, asyncio.TimeoutError):
+            await asyncio.wait_for(self.writer.drain(), timeout=1.0)
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        """Write with back-pressure: waits while the client's buffer is full."""
+        if self._closed or self.writer.is_closing():
+            raise ConnectionResetError("connection closed")
+        self.writer.write(pack(msg))
+        try:
+            await asyncio.wait_for(self.writer.drain(), timeout=self.cfg.server.client_too_slow_s)
+        except TimeoutError as exc:
+            raise ClientTooSlow() from exc
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+    # ------------------------------------------------------------ ops
+
+    def _cancel(self, req: CancelRequest) -> None:
+        target = self.requests.get(req.target)
+        if target is None or target.op not in ("synthesize", "speak"):
+            self._error_soon(
+                req.id,
+                ProtocolError(ErrorCode.BAD_REQUEST, f"no request {req.target} in flight"),
+            )
+            return
+        target.cancel("cancel")
+        self._write(SimpleEvent(req.id, "cancelled", {"target": req.target}).to_dict())
+
+    async def _simple(self, req: SimpleRequest) -> None:
+        rt = self.runtime
+        op = req.op
+        try:
+            if op == "ping":
+                await self.send(SimpleEvent(req.id, "pong").to_dict())
+            elif op == "info":
+                await self.send(SimpleEvent(req.id, "info", rt.info()).to_dict())
+            elif op == "stats":
+                await self.send(SimpleEvent(req.id, "stats", self._stats()).to_dict())
+            elif op == "health":
+                await self.send(SimpleEvent(req.id, "health", self._health()).to_dict())
+            elif op == "warmup":
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(None, rt.warm_up)
+                await self.send(SimpleEvent(req.id, "ok").to_dict())
+            elif op == "stop":
+                await self.send(SimpleEvent(req.id, "ok").to_dict())
+        except (ClientTooSlow, ConnectionError, OSError):
+            return
+
+    def _stats(self) -> dict[str, Any]:
+        rt = self.runtime
+        snap = rt.metrics.snapshot()
+        snap["queue_depth"] = rt.scheduler.depth()
+        snap["workers"] = rt.scheduler.workers
+        snap["connections"] = len(self.server.connections)
+        snap["streams"] = self.server.live_streams()
+        snap["backend"] = rt.backend_status
+        return snap
+
+    def _health(self) -> dict[str, Any]:
+        rt = self.runtime
+        age = rt.scheduler.heartbeat_age()
+        status = "ok"
+        if rt.backend_status.get("status") == "degraded":
+            status = "degraded"
+        if age > 10.0:
+            status = "failing"
+        return {
+            "status": status,
+            "backend": rt.backend_status.get("backend", "onnx-cpu"),
+            "gpu": rt.backend_status.get("gpu"),
+            "queue_depth": rt.scheduler.depth(),
+            "uptime_s": round(rt.metrics.uptime_s(), 1),
+            "worker_heartbeat_age_s": round(age, 2),
+        }
+
+    def _resolve_voice(self, req: SynthesizeRequest) -> tuple[VoiceRuntime, int | None]:
+        rt = self.runtime
+        name = req.voice or rt.default_voice
+        voice = rt.voices.get(name)
+        if voice is None:
+            raise ProtocolError(ErrorCode.UNKNOWN_VOICE, f"no voice named {name[:64]!r}")
+        info = rt.voice_meta[name].info
+        try:
+            sid = info.speaker_id(req.speaker)
+        except KeyError:
+            raise ProtocolError(
+                ErrorCode.BAD_REQUEST, f"voice {name} has no speaker {str(req.speaker)[:64]!r}"
+            ) from None
+        return voice, sid
+
+    async def _synthesize(self, req: SynthesizeRequest, state: RequestState, t0: float) -> None:
+        rt = self.runtime
+        outcome = "error"
+        stats: dict[str, Any] = {}
+        try:
+            if req.op == "speak":
+                raise ProtocolError(ErrorCode.NO_AUDIO_DEVICE, "playback is not available")
+            voice, sid = self._resolve_voice(req)
+            loop = asyncio.get_running_loop()
+            clauses: list[Clause] = await loop.run_in_executor(
+                None, prepare, req.text, voice.language, rt.frontend_limits()
+            )
+            t_frontend = time.monotonic()
+            d = voice.defaults
+            scales = Scales(
+                d.noise_scale if req.noise_scale is None else req.noise_scale,
+                d.length_scale / req.speed if req.speed else d.length_scale,
+                d.noise_w if req.noise_w is None else req.noise_w,
+            )
+            cfg = self.cfg
+            settings = JobSettings(
+                scales=scales,
+                speaker=sid,
+                mode=req.mode or cfg.streaming.default_mode,
+                realtime=req.realtime,
+                context=cfg.engine.context_frames,
+                watermark_s=cfg.scheduler.watermark_ms / 1000.0,
+                join_fade_ms=cfg.streaming.join_fade_ms,
+            )
+            out_rate = req.sample_rate or voice.sample_rate
+            formatter = OutputFormatter(voice.sample_rate, out_rate, req.format, req.volume)
+            jstats = JobStats(t_request=t0, frontend_ms=(t_frontend - t0) * 1000)
+            job = SynthesisJob(req.id, voice, clauses, settings, rt.scheduler, formatter, jstats)
+            state.job = job
+            if state.cancel_reason is not None:
+                raise asyncio.CancelledError()
+            await self.send(StartEvent(req.id, out_rate, req.format, voice.name).to_dict())
+            state.started = True
+
+            async def emit(event: ChunkEvent, _samples: FloatArray) -> None:
+                await self.send(event.to_dict())
+
+            state.job_task = asyncio.create_task(job.run(emit))
+            try:
+                await state.job_task
+            except asyncio.CancelledError:
+                if state.cancel_reason is None:
+                    raise
+            stats = jstats.to_dict()
+            if state.cancel_reason in ("shutdown",):
+                raise ProtocolError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
+            cancelled = state.cancel_reason is not None
+            outcome = "cancelled" if cancelled else "end"
+            rt.metrics.request_done(stats, cancelled)
+            if state.cancel_reason != "disconnect":
+                self._write(EndEvent(req.id, cancelled, stats).to_dict())
+        except ProtocolError as exc:
+            outcome = exc.code
+            self._error_soon(req.id, exc)
+        except ClientTooSlow:
+            outcome = ErrorCode.CLIENT_TOO_SLOW
+            if state.job is not None:
+                state.job.cancel_pending()
+            self._error_soon(
+                req.id,
+                ProtocolError(ErrorCode.CLIENT_TOO_SLOW, "the client stopped reading its audio"),
+            )
+        except (ConnectionError, OSError):
+            outcome = "disconnect"
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            if state.cancel_reason is None:
+                raise
+            if state.cancel_reason == "shutdown":
+                self._error_soon(
+                    req.id, ProtocolError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
+                )
+            elif state.cancel_reason != "disconnect":
+                self._write(EndEvent(req.id, True, stats).to_dict())
+        except Exception as exc:
+            # A bug or a backend failure must end this request, not the daemon.
+            log.exception("request %s failed", req.id)
+            outcome = ErrorCode.INTERNAL
+            self._error_soon(req.id, ProtocolError(ErrorCode.INTERNAL, f"{type(exc).__name__}"))
+        finally:
+            if state.job is not None:
+                state.job.cancel_pending()
+            reqlog.info(
+                "conn=%d id=%d op=%s chars=%d result=%s ttfp_ms=%s audio_ms=%s rtf=%s",
+                self.number,
+                req.id,
+                req.op,
+                len(req.text),
+                outcome,
+                stats.get("ttfp_ms"),
+                stats.get("audio_ms"),
+                stats.get("rtf"),
+            )

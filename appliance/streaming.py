@@ -1,0 +1,409 @@
+"""One synthesis request as a stream of chunks: chunk plan, windowed decode, output format.
+
+Per clause: phonemize + encode (one work item) → plan chunks at word and
+pause boundaries from the durations → decode each chunk's frames with
+``context`` frames of latent on each side and trim (exact: no crossfade is
+needed inside a clause) → volume, resample, format → emit.  The next clause
+is encoded while the current one is still being decoded, with a deadline
+that says when its audio will be needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import soxr
+
+from appliance.engine.base import Encoded, FloatArray, IntArray, Scales, VoiceModel
+from appliance.protocol import ChunkEvent
+
+if TYPE_CHECKING:
+    from appliance.frontend import Clause
+    from appliance.phonemize import Phonemizer
+    from appliance.scheduler import Scheduler, WorkTiming
+
+
+# ------------------------------------------------------------------ pure helpers
+
+
+def decode_span(
+    model: VoiceModel, enc: Encoded, a: int, b: int, context: int, hop: int
+) -> FloatArray:
+    """Samples of frames [a, b) decoded with ``context`` frames of latent on each side."""
+    total = enc.frames
+    lo, hi = max(0, a - context), min(total, b + context)
+    audio = model.decode(enc.z[:, :, lo:hi], enc.g)
+    start = (a - lo) * hop
+    return audio[start : start + (b - a) * hop]
+
+
+def decode_windows(
+    model: VoiceModel, enc: Encoded, window: int, context: int, hop: int
+) -> FloatArray:
+    """Whole clause decoded window by window (the reference check of the cut)."""
+    parts = [
+        decode_span(model, enc, a, min(enc.frames, a + window), context, hop)
+        for a in range(0, enc.frames, window)
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class ModePlan:
+    """Chunk sizes in frames: the first chunk's bounds and the growth cap."""
+
+    first_min: int
+    first_target: int
+    first_max: int
+    cap: int
+    whole: bool = False
+
+
+def mode_plan(mode: str, frame_ms: float) -> ModePlan:
+    def f(ms: float) -> int:
+        return max(1, round(ms / frame_ms))
+
+    if mode == "reading":
+        return ModePlan(f(120), f(300), f(400), f(1200))
+    if mode == "sentence":
+        return ModePlan(1, 1, 1, 1, whole=True)
+    # dialog: the first chunk is small so the first sound comes quickly; each
+    # next chunk about doubles, so the client's buffer grows faster than it drains.
+    return ModePlan(f(90), f(120), f(190), f(800))
+
+
+def plan_chunks(
+    durations: FloatArray,
+    boundary: list[bool],
+    plan: ModePlan,
+    target: int,
+    first: bool,
+) -> tuple[list[tuple[int, int]], int]:
+    """Frame ranges for one clause; returns them and the next target size.
+
+    Cuts go at word and pause boundaries (the end of a space or punctuation
+    id) closest to the target size within bounds; anywhere is exact, the
+    boundaries just keep ``text_span`` honest and chunks whole words.
+    """
+    ends = np.cumsum(durations).astype(np.int64)
+    total = int(ends[-1]) if len(ends) else 0
+    if plan.whole or total == 0:
+        return ([(0, total)] if total else []), target
+    cuts = sorted({int(e) for e, is_b in zip(ends, boundary, strict=False) if is_b})
+    chunks: list[tuple[int, int]] = []
+    a = 0
+    while a < total:
+        if first and not chunks:
+            lo, tgt, hi = plan.first_min, plan.first_target, plan.first_max
+        else:
+            lo, tgt, hi = max(1, target // 2), target, max(target, round(target * 1.5))
+        if total - a <= hi:
+            b = total
+        else:
+            near = [c for c in cuts if a + lo <= c <= a + hi]
+            b = min(near, key=lambda c: abs(c - (a + tgt))) if near else a + tgt
+            if total - b < max(1, lo // 2):
+                b = total
+        chunks.append((a, b))
+        target = min(plan.cap, max(target, 2 * (b - a)))
+        a = b
+    return chunks, target
+
+
+def fade(audio: FloatArray, n_in: int, n_out: int) -> FloatArray:
+    """Linear fade-in over the first ``n_in`` and fade-out over the last ``n_out`` samples."""
+    if n_in <= 0 and n_out <= 0:
+        return audio
+    out = audio.copy()
+    if n_in > 0:
+        k = min(n_in, len(out))
+        out[:k] *= np.linspace(0.0, 1.0, n_in, endpoint=False, dtype=np.float32)[:k]
+    if n_out > 0:
+        k = min(n_out, len(out))
+        out[len(out) - k :] *= np.linspace(1.0, 0.0, n_out, endpoint=False, dtype=np.float32)[
+            n_out - k :
+        ]
+    return out
+
+
+class OutputFormatter:
+    """Volume, resampling (stateful, seamless across chunks) and sample format."""
+
+    def __init__(self, in_rate: int, out_rate: int, fmt: str, volume: float) -> None:
+        self.in_rate, self.out_rate, self.fmt, self.volume = in_rate, out_rate, fmt, volume
+        self._rs = (
+            soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality="HQ")
+            if in_rate != out_rate
+            else None
+        )
+
+    def __call__(self, audio: FloatArray, last: bool) -> bytes:
+        x = audio * np.float32(self.volume) if self.volume != 1.0 else audio
+        if self._rs is not None:
+            x = np.asarray(self._rs.resample_chunk(x, last=last), dtype=np.float32)
+        x = np.clip(x, -1.0, 1.0)
+        if self.fmt == "f32le":
+            return x.astype("<f4").tobytes()
+        return (x * 32767.0).astype("<i2").tobytes()
+
+    @property
+    def bytes_per_sample(self) -> int:
+        return 4 if self.fmt == "f32le" else 2
+
+
+# ------------------------------------------------------------------ the job
+
+
+@dataclass(frozen=True)
+class VoiceRuntime:
+    """A voice ready to serve: its phonemizer and its model on the active backend."""
+
+    name: str
+    language: str
+    sample_rate: int
+    hop: int
+    phonemizer: Phonemizer
+    model: VoiceModel
+    can_stream: bool
+    defaults: Scales
+    default_speaker: int | None
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    scales: Scales
+    speaker: int | None
+    mode: str
+    realtime: bool
+    context: int
+    watermark_s: float
+    join_fade_ms: float
+
+
+@dataclass
+class JobStats:
+    t_request: float
+    t_first: float | None = None
+    frontend_ms: float = 0.0
+    first_queue_ms: float = 0.0
+    first_encode_ms: float = 0.0
+    first_decode_ms: float = 0.0
+    first_write_ms: float = 0.0
+    compute_s: float = 0.0
+    queue_s: float = 0.0
+    audio_s: float = 0.0
+    chunks: int = 0
+    stalls: int = 0
+    windows: int = 0
+    parts: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        ttfp = (self.t_first - self.t_request) * 1000 if self.t_first is not None else None
+        return {
+            "ttfp_ms": round(ttfp, 2) if ttfp is not None else None,
+            "audio_ms": round(self.audio_s * 1000, 1),
+            "compute_ms": round(self.compute_s * 1000, 2),
+            "queue_ms": round(self.queue_s * 1000, 2),
+            "rtf": round(self.compute_s / self.audio_s, 4) if self.audio_s > 0 else None,
+            "chunks": self.chunks,
+            "stalls": self.stalls,
+            "ttfp_parts_ms": {
+                "frontend": round(self.frontend_ms, 2),
+                "queue": round(self.first_queue_ms, 2),
+                "encode": round(self.first_encode_ms, 2),
+                "first_decode": round(self.first_decode_ms, 2),
+                "write": round(self.first_write_ms, 2),
+            },
+        }
+
+
+Emit = Callable[[ChunkEvent, FloatArray], Awaitable[None]]
+"""Writes one chunk to the client (applies back-pressure); the float32 samples go along for
+players."""
+
+
+@dataclass
+class _Encoded:
+    ids: IntArray
+    enc: Encoded | None
+    audio: FloatArray | None  # whole-clause audio for voices that cannot stream
+
+
+class SynthesisJob:
+    """Produces the chunks of one request, with deadlines, on the shared scheduler."""
+
+    def __init__(
+        self,
+        rid: int,
+        voice: VoiceRuntime,
+        clauses: list[Clause],
+        settings: JobSettings,
+        scheduler: Scheduler,
+        formatter: OutputFormatter,
+        stats: JobStats,
+    ) -> None:
+        self.rid = rid
+        self.voice = voice
+        self.clauses = clauses
+        self.settings = settings
+        self.scheduler = scheduler
+        self.formatter = formatter
+        self.stats = stats
+        self._plan = mode_plan(settings.mode, 1000.0 * voice.hop / voice.sample_rate)
+        self._audio_out_s = 0.0
+        self._fade = round(voice.sample_rate * settings.join_fade_ms / 1000.0)
+
+    # -- deadlines
+
+    def _due(self, ahead_s: float = 0.0) -> float:
+        """When the client will need audio beyond what it has (+ ``ahead_s`` more)."""
+        now = time.monotonic()
+        if self.stats.t_first is None:
+            return now
+        return self.stats.t_first + self._audio_out_s + ahead_s - self.settings.watermark_s
+
+    def buffer_s(self) -> float:
+        """Audio the client holds but has not played yet (if it plays in real time)."""
+        if self.stats.t_first is None:
+            return 0.0
+        return max(0.0, self.stats.t_first + self._audio_out_s - time.monotonic())
+
+    async def _submit(self, fn: Callable[[], Any], deadline: float, kind: str) -> Any:
+        fut = self.scheduler.submit(
+            fn, deadline=deadline, realtime=self.settings.realtime, owner=self, kind=kind
+        )
+        result, timing = await fut
+        self._account(timing)
+        return result
+
+    def _account(self, timing: WorkTiming) -> None:
+        self.stats.compute_s += timing.run_s
+        self.stats.queue_s += timing.queue_s
+        self._last_timing = timing
+
+    def cancel_pending(self) -> int:
+        return self.scheduler.cancel_owner(self)
+
+    # -- work items (run on worker threads)
+
+    def _encode(self, clause: Clause) -> _Encoded:
+        ids = self.voice.phonemizer.ids(clause.text)
+        s = self.settings
+        if not self.voice.can_stream:
+            return _Encoded(ids, None, self.voice.model.fused(ids, s.scales, s.speaker))
+        return _Encoded(ids, self.voice.model.encode(ids, s.scales, s.speaker), None)
+
+    # -- the stream
+
+    async def run(self, emit: Emit) -> None:
+        try:
+            await self._run(emit)
+        finally:
+            self.cancel_pending()
+
+    async def _run(self, emit: Emit) -> None:
+        hop = self.voice.hop
+        rate = self.voice.sample_rate
+        target = self._plan.first_target
+        pending: asyncio.Future[Any] | None = None
+        seq = 0
+        n_clauses = len(self.clauses)
+        for k, clause in enumerate(self.clauses):
+            if pending is None:
+                pending = asyncio.ensure_future(
+                    self._submit(functools.partial(self._encode, clause), self._due(), "encode")
+                )
+            encoded: _Encoded = await pending
+            pending = None
+            if k == 0:
+                self.stats.first_queue_ms = self._last_timing.queue_s * 1000
+                self.stats.first_encode_ms = self._last_timing.run_s * 1000
+            if encoded.enc is not None:
+                boundary = [self.voice.phonemizer.is_boundary(int(i)) for i in encoded.ids]
+                chunks, target = plan_chunks(
+                    encoded.enc.durations, boundary, self._plan, target, first=k == 0
+                )
+                total = encoded.enc.frames
+            else:
+                assert encoded.audio is not None
+                total = len(encoded.audio) // hop
+                chunks = [(0, total)] if len(encoded.audio) else []
+            clause_audio_s = total * hop / rate
+            for j, (a, b) in enumerate(chunks):
+                if j == 0 and k + 1 < n_clauses:
+                    # Encode the next clause now, due when this clause's audio runs out.
+                    nxt = self.clauses[k + 1]
+                    pending = asyncio.ensure_future(
+                        self._submit(
+                            functools.partial(self._encode, nxt),
+                            self._due(clause_audio_s),
+                            "encode",
+                        )
+                    )
+                if encoded.enc is not None:
+                    enc = encoded.enc
+                    audio = await self._submit(
+                        functools.partial(
+                            decode_span, self.voice.model, enc, a, b, self.settings.context, hop
+                        ),
+                        self._due(),
+                        "decode",
+                    )
+                    self.stats.windows += 1
+                else:
+                    assert encoded.audio is not None
+                    audio = encoded.audio
+                first_of_clause, last_of_clause = j == 0, j == len(chunks) - 1
+                audio = fade(
+                    audio,
+                    self._fade if first_of_clause and k > 0 else 0,
+                    self._fade if last_of_clause and k + 1 < n_clauses else 0,
+                )
+                last = last_of_clause and k + 1 == n_clauses
+                data = self.formatter(audio, last)
+                if seq == 0:
+                    self.stats.first_decode_ms = self._last_timing.run_s * 1000
+                now = time.monotonic()
+                if self.stats.t_first is not None and now > self.stats.t_first + self._audio_out_s:
+                    # The client ran out of audio before this chunk arrived.
+                    self.stats.stalls += 1
+                span = _chunk_span(clause, a, b, total)
+                dur_s = len(audio) / rate
+                event = ChunkEvent(
+                    id=self.rid,
+                    seq=seq,
+                    audio=data,
+                    offset_ms=self._audio_out_s * 1000,
+                    duration_ms=dur_s * 1000,
+                    text_span=span,
+                    sentence_end=last_of_clause and clause.sentence_end,
+                )
+                t_w = time.monotonic()
+                await emit(event, audio)
+                if seq == 0:
+                    self.stats.t_first = t_w
+                    self.stats.first_write_ms = (time.monotonic() - t_w) * 1000
+                seq += 1
+                self._audio_out_s += dur_s
+                self.stats.chunks = seq
+                self.stats.audio_s = self._audio_out_s
+        if pending is not None:
+            pending.cancel()
+
+
+def _chunk_span(clause: Clause, a: int, b: int, total: int) -> tuple[int, int]:
+    """Original-text span of frames [a, b) of a clause: whole words, by position."""
+    words = clause.word_spans
+    if not words or total <= 0:
+        return clause.span
+    n = len(words)
+    i = min(n - 1, math.floor(a / total * n))
+    j = max(i + 1, min(n, math.ceil(b / total * n)))
+    return (words[i][0], words[j - 1][1])

