@@ -367,11 +367,14 @@ def pack(message: dict[str, Any]) -> bytes:
 def make_unpacker(max_message_bytes: int) -> msgpack.Unpacker:
     """A streaming decoder that refuses single objects over the cap.
 
-    ``max_buffer_size`` bounds what one message may occupy; raw bytes must be
-    valid UTF-8 (``raw=False``), so invalid text raises instead of reaching us.
+    ``max_buffer_size`` bounds what one message may occupy.  Invalid UTF-8 in a
+    string decodes to lone surrogates instead of raising: a strict decoder
+    would lose its place in the stream, while this way the request is refused
+    with ``bad_request`` and the connection goes on.
     """
     return msgpack.Unpacker(
         raw=False,
+        unicode_errors="surrogateescape",
         max_buffer_size=max_message_bytes,
         strict_map_key=False,
         use_list=True,

@@ -287,9 +287,9 @@ class Connection:
         self.requests: dict[int, RequestState] = {}
         self.peer: Peer | None = None
         self._closed = False
-        transport = writer.transport
         # Back-pressure: above this many buffered bytes, drain() waits for the client.
-        transport.set_write_buffer_limits(high=self.cfg.server.max_output_buffer_bytes)  # type: ignore[attr-defined]
+        self._high_water = self.cfg.server.max_output_buffer_bytes
+        writer.transport.set_write_buffer_limits(high=self._high_water)  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------ the handler
 
@@ -437,16 +437,22 @@ class Connection:
     async def _send_now(self, msg: dict[str, Any]) -> None:
         """Write and drain briefly (used just before closing)."""
         self._write(msg)
-        with contextlib.suppress(ConnectionError, OSError, asyncio.TimeoutError):
-            await asyncio.wait_for(self.writer.drain(), timeout=1.0)
+        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+            async with asyncio.timeout(1.0):
+                await self.writer.drain()
 
     async def send(self, msg: dict[str, Any]) -> None:
         """Write with back-pressure: waits while the client's buffer is full."""
         if self._closed or self.writer.is_closing():
             raise ConnectionResetError("connection closed")
         self.writer.write(pack(msg))
+        if self.writer.transport.get_write_buffer_size() <= self._high_water:
+            return
+        # asyncio.timeout, not wait_for: wait_for in 3.11 can swallow a cancel that
+        # lands as the drain completes, and a cancelled stream would run on.
         try:
-            await asyncio.wait_for(self.writer.drain(), timeout=self.cfg.server.client_too_slow_s)
+            async with asyncio.timeout(self.cfg.server.client_too_slow_s):
+                await self.writer.drain()
         except TimeoutError as exc:
             raise ClientTooSlow() from exc
 

@@ -1,0 +1,124 @@
+"""Shared fixtures: the real daemon as a subprocess on a temporary socket."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Daemon:
+    socket: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    config_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def wait_for_socket(path: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited with {proc.returncode}:\n{log.read_text()}")
+        if os.path.exists(path):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(path)
+                return
+            except OSError:
+                pass
+            finally:
+                s.close()
+        time.sleep(0.05)
+    raise RuntimeError(f"daemon did not listen within {timeout}s:\n{log.read_text()}")
+
+
+DaemonFactory = Callable[..., Daemon]
+
+
+@pytest.fixture(scope="session")
+def voice_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("voice-cache")
+
+
+@pytest.fixture(scope="session")
+def daemon_factory(
+    tmp_path_factory: pytest.TempPathFactory, voice_cache: Path
+) -> Iterator[DaemonFactory]:
+    started: list[Daemon] = []
+
+    def start(
+        config: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 120.0,
+        args: list[str] | None = None,
+    ) -> Daemon:
+        d = tmp_path_factory.mktemp("daemon")
+        cfg: dict[str, Any] = {"voices": {"cache_dir": str(voice_cache)}, "logging": {}}
+        for key, value in (config or {}).items():
+            if isinstance(value, dict):
+                cfg.setdefault(key, {}).update(value)
+            else:
+                cfg[key] = value
+        cfg.setdefault("engine", {}).setdefault("backend", "onnx-cpu")
+        cfg.setdefault("playback", {}).setdefault("enabled", False)
+        cfg_path = d / "config.yaml"
+        cfg_path.write_text(yaml.safe_dump(cfg))
+        sock = str(d / "ttsd.sock")
+        log_path = d / "daemon.log"
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        cmd = [sys.executable, "-m", "appliance.main", "serve", "--socket", sock]
+        cmd += ["--config", str(cfg_path), *(args or [])]
+        with log_path.open("wb") as logf:
+            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=full_env)
+        daemon = Daemon(sock, proc, log_path, cfg_path, full_env)
+        started.append(daemon)
+        wait_for_socket(sock, proc, log_path, timeout)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.stop(timeout=15)
+
+
+@pytest.fixture(scope="session")
+def daemon(daemon_factory: DaemonFactory) -> Daemon:
+    """One shared daemon with test-friendly limits (short client_too_slow)."""
+    return daemon_factory(
+        {
+            "server": {
+                "client_too_slow_s": 2.0,
+                "max_output_buffer_bytes": 262144,
+                "max_text_chars": 20000,
+            }
+        }
+    )

@@ -1,0 +1,1 @@
+"""Fakes for hardware this machine lacks (NVML, TensorRT, CUDA), each imitating one seam."""
