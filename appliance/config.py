@@ -91,10 +91,28 @@ class SchedulerConfig:
 class PlaybackConfig:
     enabled: bool = True
     device: str | int | None = None
+    """PortAudio output device (name substring or index); None = the default device."""
     sample_rate: int | None = field(default=None, metadata=_rng(8000, 192000))
+    """None = the device's preferred rate; voices are resampled to it."""
     latency: str | float = "low"
+    """"low", "high" or seconds, as PortAudio takes it."""
     blocksize: int = field(default=0, metadata=_rng(0, 65536))
+    """Frames per callback; 0 lets PortAudio pick (lowest latency)."""
     realtime_priority: int = field(default=10, metadata=_rng(0, 99))
+    """SCHED_FIFO priority of the audio callback thread; 0 = do not ask for real-time."""
+    nice: int = field(default=-10, metadata=_rng(-20, 0))
+    """Nice value for the audio thread when real-time scheduling is refused; 0 = leave it."""
+    fade_ms: float = field(default=5.0, metadata=_rng(0.5, 5.0))
+    """Fade-out on stop/cancel/interrupt, so the cut does not click."""
+    reopen_min_s: float = field(default=0.5, metadata=_rng(0.01, 60))
+    reopen_max_s: float = field(default=10.0, metadata=_rng(0.01, 600))
+    """Back-off bounds for reopening a lost output device."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.latency, str) and self.latency not in ("low", "high"):
+            raise ConfigError(f"playback.latency: must be low, high or seconds, got {self.latency!r}")
+        if isinstance(self.latency, float) and not 0 < self.latency <= 2:
+            raise ConfigError(f"playback.latency: {self.latency!r} is out of range (0, 2] seconds")
 
 
 @dataclass(frozen=True)
@@ -131,6 +149,19 @@ class GpuConfig:
     recovery_healthy_s: float = field(default=60.0, metadata=_rng(0, 86400))
     min_snr_db: float = field(default=25.0, metadata=_rng(0, 200))
     engine_dir: str | None = None
+    """TensorRT engine cache; None = $CACHE_DIRECTORY/engines, else <voices cache>/engines."""
+    decoder_frames: tuple[int, ...] = (16, 48, 128)
+    """Decoder engine frame range (min, opt, max); opt = the usual streaming window."""
+
+    def __post_init__(self) -> None:
+        frames = self.decoder_frames
+        if len(frames) != 3 or not 1 <= frames[0] <= frames[1] <= frames[2] <= 4096:
+            raise ConfigError(
+                f"gpu.decoder_frames: want [min, opt, max] with 1 <= min <= opt <= max <= 4096,"
+                f" got {list(frames)}"
+            )
+        if frames[2] <= 32:
+            raise ConfigError("gpu.decoder_frames: max must exceed 32 (16 frames context each side)")
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from appliance import nvml
         from tuning.numa import bind_self
 
-        log.info("NUMA: %s", bind_self(cfg.tuning, nvml.load()))
+        bind_self(cfg.tuning, nvml.load())  # logs what it did
     from appliance.server import default_socket_path
 
     path = Path(args.socket or cfg.server.socket or default_socket_path())
