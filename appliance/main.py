@@ -6,41 +6,53 @@ import argparse
 import asyncio
 import functools
 import logging
+import os
 import signal
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from appliance.config import LIVE_KEYS, Config, ConfigError, flatten, load_config
+
+if TYPE_CHECKING:
+    from appliance.runtime import Runtime
 
 log = logging.getLogger("ttsd")
 
 
 def _configure_logging(level: str) -> None:
-    try:
-        from appliance.logsetup import configure_logging
-    except ImportError:
-        logging.basicConfig(
-            level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-        return
+    from appliance.logsetup import configure_logging
+
     configure_logging(level)
 
 
+def _status_line(runtime: Runtime) -> str:
+    c = runtime.metrics.counters
+    served = c["requests_completed"] + c["requests_cancelled"]
+    return (
+        f"backend={runtime.backend_status.get('backend', 'onnx-cpu')} "
+        f"voices={','.join(runtime.voices)} served={served}"
+    )
+
+
 async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int:
+    from appliance.activation import ActivationError, activated_unix_listener, listen_fds
+    from appliance.logsetup import set_level
+    from appliance.notify import Notifier, watchdog_interval_s, watchdog_loop
     from appliance.runtime import Runtime
     from appliance.server import Server
 
     loop = asyncio.get_running_loop()
-    activated = None
+    notifier = Notifier.from_env()
     try:
-        from appliance.activation import listen_fds
-
-        fds = listen_fds()
-        activated = fds[0] if fds else None
-    except ImportError:
-        pass
+        activated = activated_unix_listener(listen_fds())
+    except ActivationError as exc:
+        log.error("socket activation: %s", exc)
+        return 1
     # Loading voices is slow I/O and inference: keep it off the event loop.
-    runtime = await loop.run_in_executor(None, Runtime.load, cfg)
+    runtime = await loop.run_in_executor(None, functools.partial(Runtime.load, cfg, notifier))
     server = Server(runtime, socket_path, activated)
     try:
         await server.start()
@@ -50,31 +62,66 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         return 1
     state = {"cfg": cfg}
 
+    stall = float(os.environ.get("TTSD_TEST_STALL_WORKER", "0") or 0)
+    if stall > 0:
+        _inject_stall(runtime, stall)
+
+    tasks: set[asyncio.Task[None]] = set()
+    interval = watchdog_interval_s()
+    if interval is not None:
+        # The worker heartbeat goes stale when an inference call hangs; then the
+        # pings stop and systemd restarts us.
+        limit = 2.0 * interval
+        wd = loop.create_task(
+            watchdog_loop(notifier, interval, lambda: runtime.scheduler.heartbeat_age() < limit)
+        )
+        tasks.add(wd)
+        wd.add_done_callback(tasks.discard)
+
+    last_status = [0.0]
+
+    def on_request_done() -> None:
+        now = time.monotonic()
+        if notifier.enabled and now - last_status[0] > 2.0:
+            last_status[0] = now
+            notifier.status(_status_line(runtime))
+
+    server.on_request_done.append(on_request_done)
+
+    def stop() -> None:
+        notifier.stopping()
+        for t in list(tasks):
+            t.cancel()
+        server.request_stop()
+
     def reload() -> None:
+        notifier.reloading()
         try:
             new = load_config(config_path)
         except ConfigError as exc:
             log.error("reload refused: %s", exc)
+            notifier.ready(status=_status_line(runtime))
             return
         old_flat, new_flat = flatten(state["cfg"]), flatten(new)
         changed = [k for k in new_flat if new_flat[k] != old_flat.get(k)]
-        restart = [k for k in changed if k not in LIVE_KEYS]
-        for k in restart:
-            log.warning("config %s changed: needs a restart to take effect", k)
+        for k in changed:
+            if k not in LIVE_KEYS:
+                log.warning("config %s changed: needs a restart to take effect", k)
         live = {k for k in changed if k in LIVE_KEYS}
-        if not live:
+        if live:
+            merged = _merge_live(state["cfg"], new, live)
+            runtime.config = merged
+            state["cfg"] = merged
+            set_level(merged.logging.level)
+            log.info("reloaded: %s", ", ".join(sorted(live)))
+        else:
             log.info("reload: nothing to change live")
-            return
-        # Apply only the live keys: rebuild sections from the old config with them.
-        merged = _merge_live(state["cfg"], new, live)
-        runtime.config = merged
-        state["cfg"] = merged
-        logging.getLogger().setLevel(merged.logging.level.upper())
-        log.info("reloaded: %s", ", ".join(sorted(live)))
+        notifier.ready(status=_status_line(runtime))
 
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, server.request_stop)
+        loop.add_signal_handler(sig, stop)
     loop.add_signal_handler(signal.SIGHUP, reload)
+    notifier.ready(status=_status_line(runtime))
     log.info(
         "ready: backend=%s voices=%s",
         runtime.backend_status.get("backend", "onnx-cpu"),
@@ -83,8 +130,32 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     try:
         await server.serve()
     finally:
+        for t in list(tasks):
+            t.cancel()
         runtime.close()
+        notifier.close()
     return 0
+
+
+def _inject_stall(runtime: Runtime, seconds: float) -> None:
+    """Test hook (``TTSD_TEST_STALL_WORKER``): the first work item hangs its worker.
+
+    Lets the tests see the systemd watchdog being withheld while a worker is
+    wedged.  Never set in production.
+    """
+    log.warning("TTSD_TEST_STALL_WORKER: the first work item will stall %.1f s", seconds)
+    scheduler = runtime.scheduler
+    real_submit = scheduler.submit
+
+    def stalled(fn: Callable[[], Any]) -> Any:
+        time.sleep(seconds)
+        return fn()
+
+    def submit_once(fn: Callable[[], Any], **kw: Any) -> Any:
+        setattr(scheduler, "submit", real_submit)  # noqa: B010 - undo the one-shot wrapper
+        return real_submit(functools.partial(stalled, fn), **kw)
+
+    setattr(scheduler, "submit", submit_once)  # noqa: B010
 
 
 def _merge_live(old: Config, new: Config, live: set[str]) -> Config:

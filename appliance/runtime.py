@@ -17,6 +17,7 @@ from appliance.engine.base import Scales
 from appliance.engine.select import load_voice_model
 from appliance.frontend import FrontendLimits
 from appliance.metrics import Metrics
+from appliance.notify import Notifier
 from appliance.phonemize import Phonemizer
 from appliance.scheduler import Scheduler
 from appliance.streaming import VoiceRuntime, decode_span
@@ -36,7 +37,11 @@ class Runtime:
     backend_status: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, cfg: Config) -> Runtime:
+    def load(cls, cfg: Config, notifier: Notifier | None = None) -> Runtime:
+        """Discover, split, load and warm every voice (slow: run it off the event loop).
+
+        ``notifier`` gets EXTEND_TIMEOUT_USEC while long steps (engine builds) run.
+        """
         cache = Path(cfg.voices.cache_dir) if cfg.voices.cache_dir else default_cache_dir()
         found = discover(cfg.voices.voices_dir)
         if cfg.voices.default not in found:
@@ -48,6 +53,8 @@ class Runtime:
         status: dict[str, Any] = {}
         for name, path in found.items():
             t0 = time.monotonic()
+            if notifier is not None:
+                notifier.extend_timeout(120_000_000)
             voice = load_voice(name, path, cache)
             model, status = load_voice_model(voice, cfg)
             info = voice.info

@@ -1,0 +1,103 @@
+"""Frontend: cleaning, splitting and spans that point into the original text."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from appliance.frontend import FrontendLimits, clean, prepare, split_sentences
+from appliance.protocol import ProtocolError
+from appliance.textmap import MappedText
+
+LIMITS = FrontendLimits(max_chars=20000, clause_chars=160, first_clause_chars=80)
+
+
+def texts(text: str) -> list[str]:
+    return [c.text for c in prepare(text, "en_US", LIMITS)]
+
+
+def test_emoji_and_pictographs_dropped() -> None:
+    assert texts("Hello😀 world👍🏽!") == ["Hello world!"]
+    assert texts("I ❤️ tea ☕.") == ["I tea ."] or texts("I ❤️ tea ☕.") == ["I tea."]
+
+
+def test_fullwidth_punctuation_and_nfkc() -> None:
+    assert clean("Ｈｅｌｌｏ，ｗｏｒｌｄ！ Ok？").text == "Hello,world! Ok?"
+    assert clean("Yes。No").text == "Yes. No"
+    assert clean("ﬁne").text == "fine"
+
+
+def test_controls_removed_whitespace_collapsed() -> None:
+    assert clean("a\x00b\x07 \t\n  c\u200bd").text == "ab cd"
+
+
+@pytest.mark.parametrize(
+    "text,count",
+    [
+        ("Dr. Smith is here. He left.", 2),
+        ("Mr. and Mrs. Jones live on Baker St. near the park.", 1),
+        ("Bring fruit, e.g. apples, i.e. red ones, etc. and bread.", 1),
+        ("We met on Jan. 5 at noon.", 1),
+        ("It costs 3.50 dollars. Really?", 2),
+        ("Apples, pears, etc. Then we left.", 2),
+        ("J. R. R. Tolkien wrote books.", 1),
+        ("Wait... what? No!", 3),
+    ],
+)
+def test_sentence_split_keeps_abbreviations(text: str, count: int) -> None:
+    assert len(split_sentences(MappedText.identity(text))) == count
+
+
+def test_long_sentence_split_into_clauses_first_one_short() -> None:
+    sentence = "word " * 100 + "end."
+    clauses = prepare(sentence, "en_US", LIMITS)
+    assert len(clauses) > 2
+    assert len(clauses[0].text) <= 80
+    assert all(len(c.text) <= 160 for c in clauses)
+    assert [c.sentence_end for c in clauses].count(True) == 1
+    assert clauses[-1].sentence_end
+
+
+def test_spans_point_into_original() -> None:
+    text = "  Ｈｅｌｌｏ😀  there.  Dr. Who?\n\nYes!"
+    clauses = prepare(text, "en_US", LIMITS)
+    assert [text[a:b] for a, b in (c.span for c in clauses)] == [
+        "Ｈｅｌｌｏ😀  there.",
+        "Dr. Who?",
+        "Yes!",
+    ]
+    for c in clauses:
+        for a, b in c.word_spans:
+            assert c.span[0] <= a < b <= c.span[1]
+
+
+def test_errors() -> None:
+    with pytest.raises(ProtocolError) as e:
+        prepare("", "en_US", LIMITS)
+    assert e.value.code == "empty_text"
+    with pytest.raises(ProtocolError) as e:
+        prepare("🎉🎉", "en_US", LIMITS)
+    assert e.value.code == "empty_text"
+    with pytest.raises(ProtocolError) as e:
+        prepare("x" * 20001, "en_US", LIMITS)
+    assert e.value.code == "text_too_long"
+    with pytest.raises(ProtocolError) as e:
+        prepare("这是中文文本，不是英文。", "en_US", LIMITS)
+    assert e.value.code == "unsupported_text"
+    # A few foreign letters in English text are dropped, not babbled.
+    assert "中" not in " ".join(texts("The word 中 means middle."))
+    # A voice of another script family is not checked.
+    assert prepare("Привет мир", "ru_RU", LIMITS)
+
+
+@given(st.text(max_size=200))
+def test_any_text_gives_valid_spans_or_a_protocol_error(text: str) -> None:
+    try:
+        clauses = prepare(text, "en_US", LIMITS)
+    except ProtocolError as exc:
+        assert exc.code in {"empty_text", "unsupported_text", "bad_request"}
+        return
+    for c in clauses:
+        assert 0 <= c.span[0] <= c.span[1] <= len(text)
+        assert c.text.strip() == c.text and c.text
