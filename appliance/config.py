@@ -85,6 +85,11 @@ class SchedulerConfig:
     watermark_ms: float = field(default=400.0, metadata=_rng(0, 10000))
     admission_backlog_ms: float = field(default=1000.0, metadata=_rng(0, 600000))
     admission_window_s: float = field(default=10.0, metadata=_rng(0, 3600))
+    """Admission refuses while real-time work has on average finished more than
+    ``admission_backlog_ms`` past its deadlines over this many seconds."""
+    admission_max_load: float = field(default=0.8, metadata=_rng(0.05, 64))
+    """Admission refuses a real-time stream when the streams still producing plus the
+    newcomer would claim more than this share of the inference workers' time."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +115,9 @@ class PlaybackConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.latency, str) and self.latency not in ("low", "high"):
-            raise ConfigError(f"playback.latency: must be low, high or seconds, got {self.latency!r}")
+            raise ConfigError(
+                f"playback.latency: must be low, high or seconds, got {self.latency!r}"
+            )
         if isinstance(self.latency, float) and not 0 < self.latency <= 2:
             raise ConfigError(f"playback.latency: {self.latency!r} is out of range (0, 2] seconds")
 
@@ -161,7 +168,9 @@ class GpuConfig:
                 f" got {list(frames)}"
             )
         if frames[2] <= 32:
-            raise ConfigError("gpu.decoder_frames: max must exceed 32 (16 frames context each side)")
+            raise ConfigError(
+                "gpu.decoder_frames: max must exceed 32 (16 frames context each side)"
+            )
 
 
 @dataclass(frozen=True)

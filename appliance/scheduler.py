@@ -4,14 +4,27 @@ Work items are "encode clause" and "decode window".  Each carries a deadline
 (monotonic seconds): a stream's next window is due when its client will have
 played what it already has, minus a safety watermark; a new request's first
 work is due now, so it jumps ahead of streams that are comfortably ahead.
-Items of ``realtime=False`` requests (files, batch) only run when no real-time
-item is queued.  Inference never runs on the event loop: the loop submits and
-awaits an ``asyncio.Future`` that a worker resolves.
+
+A worker picks, in this order:
+
+1. the real-time item with the earliest deadline, if that deadline has passed
+   (the item is *due*: its client's buffer is down to the watermark);
+2. otherwise a ``realtime=False`` item (files, batch): they run only when
+   nothing real-time is due;
+3. otherwise the earliest real-time item that is not due yet: decoding ahead
+   only ever uses time nobody else is waiting for.
+
+Items are never pre-empted, so the price of decoding ahead for a newcomer is
+at most the one item a worker is running.  Inference never runs on the event
+loop: the loop submits and awaits an ``asyncio.Future`` that a worker
+resolves; cancelling an owner removes its queued items and cancels their
+futures, so nothing waits on work that will never run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import itertools
 import logging
@@ -28,7 +41,6 @@ T = TypeVar("T")
 
 @dataclass(order=True)
 class _Item(Generic[T]):
-    klass: int  # 0 = real-time, 1 = batch
     deadline: float
     seq: int
     fn: Callable[[], T] = field(compare=False)
@@ -37,6 +49,7 @@ class _Item(Generic[T]):
     owner: object = field(compare=False)
     kind: str = field(compare=False)
     submitted: float = field(compare=False)
+    realtime: bool = field(default=True, compare=False)
     cancelled: bool = field(default=False, compare=False)
 
 
@@ -51,12 +64,13 @@ class WorkTiming:
 
 
 class Scheduler:
-    """EDF queue + N worker threads."""
+    """EDF queue (real-time heap + batch heap) + N worker threads."""
 
     def __init__(self, workers: int, name: str = "infer") -> None:
         self._n = max(1, workers)
         self._name = name
-        self._heap: list[_Item[Any]] = []
+        self._rt: list[_Item[Any]] = []
+        self._batch: list[_Item[Any]] = []
         self._cv = threading.Condition()
         self._seq = itertools.count()
         self._threads: list[threading.Thread] = []
@@ -66,6 +80,13 @@ class Scheduler:
         self.running = 0
         self.completed = 0
         self.late = 0
+        self.cancelled = 0
+        self.ahead_runs = 0
+        """Items run before they were due (decode ahead on otherwise idle workers)."""
+        self.busy_s = 0.0
+        """Worker-seconds spent running items (for utilisation)."""
+        # (finished, seconds past deadline) of recent real-time items, for admission.
+        self._lateness: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)
         self.heartbeat = time.monotonic()
         """Last time a worker was seen alive (idle wait or finished item)."""
         self.busy_since: float | None = None
@@ -88,8 +109,39 @@ class Scheduler:
         return self._n
 
     def depth(self) -> int:
+        """Items queued or running: 0 once every stream has finished or been cancelled."""
         with self._cv:
             return len(self._live)
+
+    def overdue_s(self) -> float:
+        """How long the most urgent queued real-time item is past its deadline (0 if none)."""
+        with self._cv:
+            if not self._rt:
+                return 0.0
+            return max(0.0, time.monotonic() - self._rt[0].deadline)
+
+    def mean_lateness_s(self, window_s: float) -> float:
+        """Mean of how far real-time items finished past their deadlines (early counts as 0)
+        over the last ``window_s`` seconds; 0 when none finished."""
+        since = time.monotonic() - window_s
+        with self._cv:
+            recent = [late for t, late in self._lateness if t >= since]
+        return sum(recent) / len(recent) if recent else 0.0
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._cv:
+            return {
+                "queue_depth": len(self._live),
+                "queued_realtime": len(self._rt),
+                "queued_batch": len(self._batch),
+                "running": self.running,
+                "workers": self._n,
+                "completed": self.completed,
+                "late_windows": self.late,
+                "ahead_runs": self.ahead_runs,
+                "cancelled_items": self.cancelled,
+                "busy_s": round(self.busy_s, 3),
+            }
 
     def heartbeat_age(self) -> float:
         """Seconds since a worker last proved it is alive; 0 while idle-waiting."""
@@ -110,7 +162,6 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[tuple[T, WorkTiming]] = loop.create_future()
         item: _Item[Any] = _Item(
-            klass=0 if realtime else 1,
             deadline=deadline,
             seq=next(self._seq),
             fn=fn,
@@ -119,31 +170,45 @@ class Scheduler:
             owner=owner,
             kind=kind,
             submitted=time.monotonic(),
+            realtime=realtime,
         )
         with self._cv:
             if self._stopping:
                 raise RuntimeError("scheduler stopped")
-            heapq.heappush(self._heap, item)
+            heapq.heappush(self._rt if realtime else self._batch, item)
             self._live[item.seq] = item
             self._by_owner.setdefault(id(owner), set()).add(item.seq)
             self._cv.notify()
         return fut
 
     def cancel_owner(self, owner: object) -> int:
-        """Drop every queued item of ``owner`` at once.  Returns how many."""
+        """Drop every queued item of ``owner`` at once and cancel its futures.
+
+        Returns how many were dropped.  An item already running finishes; its
+        result is discarded by the cancelled future.
+        """
+        dropped: list[_Item[Any]] = []
         with self._cv:
             seqs = self._by_owner.pop(id(owner), set())
-            n = 0
             for s in seqs:
                 item = self._live.pop(s, None)
                 if item is not None:
                     item.cancelled = True
-                    n += 1
-            if n:
+                    dropped.append(item)
+            if dropped:
                 # Rebuild rather than leave tombstones: the queue depth must be true.
-                self._heap = [i for i in self._heap if not i.cancelled]
-                heapq.heapify(self._heap)
-        return n
+                self._rt = [i for i in self._rt if not i.cancelled]
+                self._batch = [i for i in self._batch if not i.cancelled]
+                heapq.heapify(self._rt)
+                heapq.heapify(self._batch)
+                self.cancelled += len(dropped)
+        for item in dropped:
+            # A task awaiting this future (a prefetched encode) must not wait forever.
+            try:
+                item.loop.call_soon_threadsafe(_cancel, item.future)
+            except RuntimeError:
+                log.debug("event loop closed before %s was cancelled", item.kind)
+        return len(dropped)
 
     def _forget(self, item: _Item[Any]) -> None:
         self._live.pop(item.seq, None)
@@ -153,15 +218,24 @@ class Scheduler:
             if not owned:
                 del self._by_owner[id(item.owner)]
 
+    def _pick(self, now: float) -> _Item[Any]:
+        """Due real-time work, else batch work, else real-time work ahead of time."""
+        if self._rt and self._rt[0].deadline <= now:
+            return heapq.heappop(self._rt)
+        if self._batch:
+            return heapq.heappop(self._batch)
+        self.ahead_runs += 1
+        return heapq.heappop(self._rt)
+
     def _work(self) -> None:
         while True:
             with self._cv:
-                while not self._heap and not self._stopping:
+                while not self._rt and not self._batch and not self._stopping:
                     self.heartbeat = time.monotonic()
                     self._cv.wait(timeout=1.0)
-                if self._stopping and not self._heap:
+                if self._stopping and not self._rt and not self._batch:
                     return
-                item = heapq.heappop(self._heap)
+                item = self._pick(time.monotonic())
                 if item.cancelled:
                     continue
                 self.running += 1
@@ -174,17 +248,26 @@ class Scheduler:
             except Exception as exc:  # delivered to the awaiting stream, never lost
                 error = exc
             finished = time.monotonic()
-            late = item.klass == 0 and finished > item.deadline
+            late = item.realtime and finished > item.deadline
             timing = WorkTiming(started - item.submitted, finished - started, finished, late)
             with self._cv:
                 self.running -= 1
                 self.completed += 1
+                self.late += late
+                self.busy_s += finished - started
+                if item.realtime:
+                    self._lateness.append((finished, max(0.0, finished - item.deadline)))
                 self.heartbeat = finished
                 self._forget(item)
             try:
                 item.loop.call_soon_threadsafe(_resolve, item.future, result, error, timing)
             except RuntimeError:
                 log.debug("event loop closed before %s result was delivered", item.kind)
+
+
+def _cancel(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.cancel()
 
 
 def _resolve(

@@ -30,6 +30,7 @@ from typing import Any
 
 import msgpack
 
+from appliance.admission import Admission, Decision, StreamLoad
 from appliance.engine.base import FloatArray, Scales
 from appliance.frontend import Clause, prepare
 from appliance.protocol import (
@@ -107,6 +108,7 @@ class RequestState:
     job: SynthesisJob | None = None
     cancel_reason: str | None = None
     started: bool = False
+    realtime: bool = True
 
     def cancel(self, reason: str) -> None:
         if self.cancel_reason is None:
@@ -134,6 +136,7 @@ class Server:
         self.stopping = False
         self._conn_seq = 0
         self.on_request_done: list[Callable[[], None]] = []
+        self.admission = Admission(runtime.scheduler.workers)
 
     # ------------------------------------------------------------ start-up
 
@@ -255,6 +258,33 @@ class Server:
 
     # ------------------------------------------------------------ views
 
+    def stream_loads(self) -> list[StreamLoad]:
+        """Every live synthesis request, as admission sees it."""
+        out = []
+        for c in self.connections:
+            for r in c.requests.values():
+                if r.op not in ("synthesize", "speak"):
+                    continue
+                producing = r.job_task is None or not r.job_task.done()
+                if r.job is None:
+                    out.append(StreamLoad(r.realtime, producing))
+                else:
+                    st = r.job.stats
+                    rem = r.job.remaining_audio_s()
+                    out.append(StreamLoad(r.realtime, producing, st.compute_s, st.audio_s, rem))
+        return out
+
+    def admit(self) -> Decision:
+        """Admission decision for one new real-time request."""
+        cfg = self.runtime.config.scheduler
+        sched = self.runtime.scheduler
+        return self.admission.decide(
+            cfg,
+            self.stream_loads(),
+            sched.mean_lateness_s(cfg.admission_window_s),
+            sched.overdue_s(),
+        )
+
     def live_streams(self) -> list[dict[str, Any]]:
         out = []
         for c in self.connections:
@@ -265,6 +295,9 @@ class Server:
                             "connection": c.number,
                             "id": r.id,
                             "buffer_ms": round(r.job.buffer_s() * 1000, 1),
+                            "audio_ms": round(r.job.stats.audio_s * 1000, 1),
+                            "stalls": r.job.stats.stalls,
+                            "realtime": r.realtime,
                         }
                     )
         return out
@@ -406,7 +439,22 @@ class Connection:
                 ),
             )
             return
+        if isinstance(req, SynthesizeRequest) and req.realtime:
+            # Batch requests are always taken: they only use time no real-time stream needs.
+            decision = self.server.admit()
+            if not decision.admit:
+                self._error_soon(
+                    req.id,
+                    ProtocolError(
+                        ErrorCode.BUSY,
+                        f"busy: {decision.reason}",
+                        retry_after_ms=decision.retry_after_ms,
+                    ),
+                )
+                return
         state = RequestState(req.id, req.op)
+        if isinstance(req, SynthesizeRequest):
+            state.realtime = req.realtime
         self.requests[req.id] = state
         coro = (
             self._synthesize(req, state, t_request)
@@ -504,21 +552,31 @@ class Connection:
         snap["workers"] = rt.scheduler.workers
         snap["connections"] = len(self.server.connections)
         snap["streams"] = self.server.live_streams()
-        snap["backend"] = rt.backend_status
+        snap["scheduler"] = rt.scheduler.snapshot()
+        snap["admission"] = self.server.admission.snapshot(self.server.stream_loads())
+        snap["busy_rejections"] = rt.metrics.errors.get(ErrorCode.BUSY, 0)
+        # Client underruns: finished requests plus the streams still live.
+        snap["stalls"] = rt.metrics.counters.get("stalls", 0) + sum(
+            s["stalls"] for s in snap["streams"]
+        )
+        snap["backend"] = rt.backend_state()
         return snap
 
     def _health(self) -> dict[str, Any]:
         rt = self.runtime
         age = rt.scheduler.heartbeat_age()
+        backend = rt.backend_state()
         status = "ok"
-        if rt.backend_status.get("status") == "degraded":
+        if backend.get("status") == "degraded":
             status = "degraded"
         if age > 10.0:
             status = "failing"
         return {
             "status": status,
-            "backend": rt.backend_status.get("backend", "onnx-cpu"),
-            "gpu": rt.backend_status.get("gpu"),
+            "backend": backend.get("backend", "onnx-cpu"),
+            "gpu": backend.get("gpu"),
+            "failovers": backend.get("failovers", 0),
+            "last_alarm": backend.get("last_alarm"),
             "queue_depth": rt.scheduler.depth(),
             "uptime_s": round(rt.metrics.uptime_s(), 1),
             "worker_heartbeat_age_s": round(age, 2),
@@ -588,6 +646,8 @@ class Connection:
                 if state.cancel_reason is None:
                     raise
             stats = jstats.to_dict()
+            if req.realtime and state.cancel_reason is None:
+                self.server.admission.observe(jstats.compute_s, jstats.audio_s)
             if state.cancel_reason in ("shutdown",):
                 raise ProtocolError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
             cancelled = state.cancel_reason is not None

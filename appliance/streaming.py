@@ -76,7 +76,7 @@ def mode_plan(mode: str, frame_ms: float) -> ModePlan:
         return ModePlan(1, 1, 1, 1, whole=True)
     # dialog: the first chunk is small so the first sound comes quickly; each
     # next chunk about doubles, so the client's buffer grows faster than it drains.
-    return ModePlan(f(90), f(120), f(190), f(800))
+    return ModePlan(f(90), f(95), f(190), f(800))
 
 
 def plan_chunks(
@@ -259,6 +259,9 @@ class SynthesisJob:
         self._plan = mode_plan(settings.mode, 1000.0 * voice.hop / voice.sample_rate)
         self._audio_out_s = 0.0
         self._fade = round(voice.sample_rate * settings.join_fade_ms / 1000.0)
+        self._chars_total = sum(len(c.text) for c in clauses)
+        self._chars_done = 0
+        """Characters of the clauses whose audio is fully written (admission's estimate)."""
 
     # -- deadlines
 
@@ -274,6 +277,13 @@ class SynthesisJob:
         if self.stats.t_first is None:
             return 0.0
         return max(0.0, self.stats.t_first + self._audio_out_s - time.monotonic())
+
+    def remaining_audio_s(self) -> float | None:
+        """Estimate of the audio still to come, from the characters left; None before any."""
+        if self._audio_out_s <= 0 or self._chars_done <= 0:
+            return None
+        per_char = self._audio_out_s / self._chars_done
+        return max(0.0, (self._chars_total - self._chars_done) * per_char)
 
     async def _submit(self, fn: Callable[[], Any], deadline: float, kind: str) -> Any:
         fut = self.scheduler.submit(
@@ -306,6 +316,8 @@ class SynthesisJob:
         try:
             await self._run(emit)
         finally:
+            # Drops this job's queued items and cancels their futures, which also
+            # ends a prefetched encode still waiting in the queue.
             self.cancel_pending()
 
     async def _run(self, emit: Emit) -> None:
@@ -394,6 +406,7 @@ class SynthesisJob:
                 self._audio_out_s += dur_s
                 self.stats.chunks = seq
                 self.stats.audio_s = self._audio_out_s
+            self._chars_done += len(clause.text)
         if pending is not None:
             pending.cancel()
 

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 CUT_TOLERANCE = 1e-4
 VERIFY_SENTENCE = "Testing one two three, the quick brown fox jumps over the lazy dog."
-_CUT_FORMAT = 1  # bump when the cut or the check changes
+_CUT_FORMAT = 2  # bump when the cut or the check changes
 
 
 class VoiceError(Exception):
@@ -213,6 +213,27 @@ def _atomic_write_model(model: Any, dest: Path) -> None:
             os.unlink(tmp)
 
 
+def _rank_latent_input(decoder: Any, z_name: str) -> None:
+    """Give the decoder's ``z`` input its rank [batch, C, frames].
+
+    The extractor leaves an intermediate tensor shapeless; ONNX Runtime does not
+    care, but TensorRT needs a rank to build an optimisation profile.
+    """
+    import onnx
+
+    channels: int | str = "channels"
+    for init in decoder.graph.initializer:
+        if re.search(r"(^|[./])dec\.conv_pre\.weight$", init.name) and len(init.dims) == 3:
+            channels = int(init.dims[1])
+    for value in decoder.graph.input:
+        if value.name == z_name:
+            value.CopyFrom(
+                onnx.helper.make_tensor_value_info(
+                    z_name, onnx.TensorProto.FLOAT, ["batch", channels, "frames"]
+                )
+            )
+
+
 def cut_model(model_path: Path, out_dir: Path, names: CutNames) -> tuple[Path, Path]:
     import onnx
     import onnx.utils
@@ -224,6 +245,7 @@ def cut_model(model_path: Path, out_dir: Path, names: CutNames) -> tuple[Path, P
     dec_inputs = [names.z] + ([names.g] if names.g else [])
     encoder = onnx.utils.Extractor(model).extract_model(list(names.inputs), enc_outputs)
     decoder = onnx.utils.Extractor(model).extract_model(dec_inputs, [names.output])
+    _rank_latent_input(decoder, names.z)
     _atomic_write_model(encoder, enc)
     _atomic_write_model(decoder, dec)
     return enc, dec

@@ -23,15 +23,33 @@ def test_defaults() -> None:
         ({"playback": {"devcie": 1}}, "playback.devcie: unknown key (did you mean device?)"),
         ({"servr": {}}, "servr: unknown key (did you mean server?)"),
         ({"server": {"zzz": 1}}, "server.zzz: unknown key"),
-        ({"server": {"max_text_chars": "many"}}, "server.max_text_chars: expected an integer, got 'many'"),
-        ({"server": {"max_text_chars": 0}}, "server.max_text_chars: 0 is out of range [1, 1000000]"),
-        ({"server": {"client_too_slow_s": True}}, "server.client_too_slow_s: expected a number, got True"),
-        ({"engine": {"backend": "cuda"}}, "engine.backend: must be one of auto, tensorrt, onnx-cpu, got 'cuda'"),
+        (
+            {"server": {"max_text_chars": "many"}},
+            "server.max_text_chars: expected an integer, got 'many'",
+        ),
+        (
+            {"server": {"max_text_chars": 0}},
+            "server.max_text_chars: 0 is out of range [1, 1000000]",
+        ),
+        (
+            {"server": {"client_too_slow_s": True}},
+            "server.client_too_slow_s: expected a number, got True",
+        ),
+        (
+            {"engine": {"backend": "cuda"}},
+            "engine.backend: must be one of auto, tensorrt, onnx-cpu, got 'cuda'",
+        ),
         ({"server": {"allowed_uids": "0"}}, "server.allowed_uids: expected a list, got '0'"),
-        ({"server": {"allowed_uids": [1, "x"]}}, "server.allowed_uids[1]: expected an integer, got 'x'"),
+        (
+            {"server": {"allowed_uids": [1, "x"]}},
+            "server.allowed_uids[1]: expected an integer, got 'x'",
+        ),
         ({"server": 5}, "server: expected a mapping, got 5"),
         ([1, 2], "<top>: expected a mapping, got [1, 2]"),
-        ({"scheduler": {"watermark_ms": float("nan")}}, "scheduler.watermark_ms: must be finite, got nan"),
+        (
+            {"scheduler": {"watermark_ms": float("nan")}},
+            "scheduler.watermark_ms: must be finite, got nan",
+        ),
     ],
 )
 def test_errors_name_the_path(data: object, message: str) -> None:
@@ -42,7 +60,9 @@ def test_errors_name_the_path(data: object, message: str) -> None:
 
 def test_load_yaml(tmp_path: Path) -> None:
     p = tmp_path / "c.yaml"
-    p.write_text("server:\n  max_text_chars: 100\n  allowed_gids: [10, 20]\nlogging:\n  level: debug\n")
+    p.write_text(
+        "server:\n  max_text_chars: 100\n  allowed_gids: [10, 20]\nlogging:\n  level: debug\n"
+    )
     cfg = load_config(p)
     assert cfg.server.max_text_chars == 100
     assert cfg.server.allowed_gids == (10, 20)

@@ -23,7 +23,14 @@ from appliance.protocol import (
 
 def test_synthesize_roundtrip() -> None:
     req = SynthesizeRequest.from_dict(
-        {"op": "synthesize", "id": 3, "text": "hi", "speed": 1.5, "format": "f32le", "realtime": False}
+        {
+            "op": "synthesize",
+            "id": 3,
+            "text": "hi",
+            "speed": 1.5,
+            "format": "f32le",
+            "realtime": False,
+        }
     )
     assert req.speed == 1.5 and req.format == "f32le" and req.realtime is False
     again = parse_request(req.to_dict())
@@ -74,7 +81,13 @@ def test_events_to_dict_keep_audio_binary() -> None:
     assert StartEvent(1, 22050, "s16le", "v").to_dict()["channels"] == 1
     assert EndEvent(1, False, {"chunks": 1}).to_dict()["cancelled"] is False
     err = ErrorEvent.from_exc(2, ProtocolError("busy", "later", retry_after_ms=200)).to_dict()
-    assert err == {"id": 2, "event": "error", "code": "busy", "message": "later", "retry_after_ms": 200}
+    assert err == {
+        "id": 2,
+        "event": "error",
+        "code": "busy",
+        "message": "later",
+        "retry_after_ms": 200,
+    }
 
 
 def test_unpacker_caps_message_size() -> None:

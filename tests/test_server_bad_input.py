@@ -174,7 +174,10 @@ def test_control_characters_are_removed(daemon: Daemon) -> None:
 
 
 def test_ssml_looking_text_is_read_as_text(daemon: Daemon) -> None:
-    text = '<?xml version="1.0"?><!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]><speak>&e; hi</speak>'
+    text = (
+        '<?xml version="1.0"?><!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
+        "<speak>&e; hi</speak>"
+    )
     with Wire(daemon.socket) as w:
         w.send({"op": "synthesize", "id": 14, "text": text, "mode": "sentence"})
         evs = w.until(14)

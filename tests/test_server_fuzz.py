@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +22,9 @@ values = st.recursive(
     scalars,
     lambda children: st.one_of(
         st.lists(children, max_size=5),
-        st.dictionaries(st.one_of(st.text(max_size=10), st.integers(-(2**63), 2**63 - 1)), children, max_size=5),
+        st.dictionaries(
+            st.one_of(st.text(max_size=10), st.integers(-(2**63), 2**63 - 1)), children, max_size=5
+        ),
     ),
     max_leaves=20,
 )

@@ -12,10 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-import msgpack
 import pytest
 
-from tests.conftest import DaemonFactory, Daemon
+from tests.conftest import Daemon, DaemonFactory
 from tests.wire import Wire
 
 LONG = "This sentence is spoken again and again so that the stream lasts a while. " * 20

@@ -31,7 +31,9 @@ MULTI = "Good morning! The time is seven thirty. You have three new messages; on
 def reference(voice_cache: Path) -> tuple[OnnxVoiceModel, Phonemizer, int]:
     voice = load_voice("en_US-joe-medium", bundled_voice_path(), voice_cache)
     assert voice.split_ok, voice.split_note
-    model = OnnxVoiceModel.load(voice.model_path, voice.encoder_path, voice.decoder_path, voice.cut, 2)
+    model = OnnxVoiceModel.load(
+        voice.model_path, voice.encoder_path, voice.decoder_path, voice.cut, 2
+    )
     return model, Phonemizer(voice.info), voice.info.sample_rate
 
 
@@ -100,7 +102,9 @@ def test_first_chunk_of_long_text_comes_from_first_clause(daemon: Daemon) -> Non
 def test_output_formats_rates_and_volume(daemon: Daemon) -> None:
     def audio(**opts) -> tuple[np.ndarray, int]:
         with Wire(daemon.socket) as w:
-            w.send({"op": "synthesize", "id": 3, "text": SHORT, "noise_scale": 0, "noise_w": 0, **opts})
+            w.send(
+                {"op": "synthesize", "id": 3, "text": SHORT, "noise_scale": 0, "noise_w": 0, **opts}
+            )
             evs = w.until(3)
         start = evs[0]
         data = b"".join(e["audio"] for e in evs if e["event"] == "chunk")

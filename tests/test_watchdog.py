@@ -19,7 +19,9 @@ class Clock:
         return self.now
 
 
-def make(nvml: FakeNvml, clock: Clock | None = None) -> tuple[GpuWatchdog, list[Alarm], list[Reading]]:
+def make(
+    nvml: FakeNvml, clock: Clock | None = None
+) -> tuple[GpuWatchdog, list[Alarm], list[Reading]]:
     alarms: list[Alarm] = []
     readings: list[Reading] = []
     dog = GpuWatchdog(
@@ -47,7 +49,9 @@ def test_baseline_and_healthy_readings(nvml: FakeNvml) -> None:
         dog.stop()
 
 
-def test_width_downgrade_alarms_once_then_clears(nvml: FakeNvml, caplog: pytest.LogCaptureFixture) -> None:
+def test_width_downgrade_alarms_once_then_clears(
+    nvml: FakeNvml, caplog: pytest.LogCaptureFixture
+) -> None:
     dog, alarms, _ = make(nvml)
     dog.start()
     dog.stop()  # drive the polls by hand
@@ -135,7 +139,9 @@ def test_xid_events_on_their_own_thread(nvml: FakeNvml) -> None:
     assert nvml.event_sets_freed == 1
 
 
-def test_without_xid_support_it_polls_only(nvml: FakeNvml, caplog: pytest.LogCaptureFixture) -> None:
+def test_without_xid_support_it_polls_only(
+    nvml: FakeNvml, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     nvml.xid_supported = False
     dog, _, _ = make(nvml)

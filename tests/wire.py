@@ -54,7 +54,9 @@ class Wire:
                 return None
             self.unpacker.feed(data)
 
-    def until(self, rid: int | None, events: tuple[str, ...] = ("end", "error")) -> list[dict[str, Any]]:
+    def until(
+        self, rid: int | None, events: tuple[str, ...] = ("end", "error")
+    ) -> list[dict[str, Any]]:
         """All events of ``rid`` up to and including the first of ``events``."""
         got: list[dict[str, Any]] = []
         skipped: list[dict[str, Any]] = []
@@ -72,5 +74,6 @@ class Wire:
 
     def call(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.send(obj)
-        return self.until(obj.get("id"), ("pong", "info", "stats", "health", "ok", "error",
-                                           "cancelled", "end"))[-1]
+        return self.until(
+            obj.get("id"), ("pong", "info", "stats", "health", "ok", "error", "cancelled", "end")
+        )[-1]

@@ -54,7 +54,9 @@ def test_model_change_is_a_mismatch(tmp_path: Path) -> None:
 def test_gpu_and_precision_get_their_own_files(tmp_path: Path) -> None:
     cache = EngineCache(tmp_path)
     assert cache.plan_path(key()) != cache.plan_path(key(precision="fp32"))
-    assert cache.plan_path(key()) != cache.plan_path(key(gpu_name="NVIDIA L4", compute_capability="8.9"))
+    assert cache.plan_path(key()) != cache.plan_path(
+        key(gpu_name="NVIDIA L4", compute_capability="8.9")
+    )
 
 
 def test_corrupt_plan_and_sidecar(tmp_path: Path) -> None:

@@ -23,6 +23,12 @@ from tests.fakes.voice import real_voice
 IDS = np.asarray(GATE_SENTENCES[0], dtype=np.int64)
 
 
+@pytest.fixture(autouse=True)
+def short_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One gate sentence instead of three: the same check, a third of the CPU time."""
+    monkeypatch.setattr("appliance.engine.tensorrt.GATE_SENTENCES", GATE_SENTENCES[2:])
+
+
 def warnings_in(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
@@ -129,7 +135,7 @@ def test_accuracy_gate_refuses_tensorrt(tmp_path: Path, caplog: pytest.LogCaptur
     assert status["status"] == "degraded"
     assert "refusing TensorRT" in status["reason"] and "fp32" in status["reason"]
     assert model.state()["backend"] == "onnx-cpu"  # type: ignore[attr-defined]
-    assert np.array_equal(model.decode(cpu.encode(IDS, GATE_SCALES, None).z, None).shape, (0,)) is False
+    assert model.decode(cpu.encode(IDS, GATE_SCALES, None).z[:, :, :48], None).shape == (48 * 256,)
     assert any("GPU backend unavailable" in w for w in warnings_in(caplog))
 
 

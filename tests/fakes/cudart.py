@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 
-class cudaError_t(enum.IntEnum):  # noqa: N801 - cuda-python's name
+class cudaError_t(enum.IntEnum):
     cudaSuccess = 0
     cudaErrorInvalidValue = 1
     cudaErrorMemoryAllocation = 2
@@ -25,14 +25,14 @@ class cudaError_t(enum.IntEnum):  # noqa: N801 - cuda-python's name
     cudaErrorNoDevice = 100
 
 
-class cudaMemcpyKind(enum.IntEnum):  # noqa: N801 - cuda-python's name
+class cudaMemcpyKind(enum.IntEnum):
     cudaMemcpyHostToHost = 0
     cudaMemcpyHostToDevice = 1
     cudaMemcpyDeviceToHost = 2
     cudaMemcpyDeviceToDevice = 3
 
 
-class cudaStream_t:  # noqa: N801 - cuda-python's name
+class cudaStream_t:
     def __init__(self, handle: int) -> None:
         self._handle = handle
 

@@ -287,7 +287,9 @@ class _Context:
     def set_input_shape(self, name: str, shape: Any) -> bool:
         lo, _, hi = self.engine.header["profile"][name]
         shape = tuple(int(d) for d in shape)
-        if len(shape) != len(lo) or any(not a <= d <= b for d, a, b in zip(shape, lo, hi)):
+        if len(shape) != len(lo) or any(
+            not a <= d <= b for d, a, b in zip(shape, lo, hi, strict=True)
+        ):
             return False
         self.shapes[name] = shape
         return True
@@ -300,7 +302,7 @@ class _Context:
             return next(tuple(s) for n, _, s in self.engine.header["outputs"] if n == name)
         first = self.engine.header["inputs"][0][0]
         t = self.shapes[first][-1]
-        return tuple(int(round(a * t + b)) for a, b in rules[name])
+        return tuple(round(a * t + b) for a, b in rules[name])
 
     def set_tensor_address(self, name: str, ptr: int) -> bool:
         self.addresses[name] = int(ptr)
@@ -389,10 +391,10 @@ class FakeTensorRT:
     def nptype(dtype: DataType) -> type[Any]:
         return nptype(dtype)
 
-    def Builder(self, logger: Logger) -> _Builder:  # noqa: N802 - TensorRT's name
+    def Builder(self, logger: Logger) -> _Builder:
         return _Builder(self, logger)
 
-    def Runtime(self, logger: Logger) -> _Runtime:  # noqa: N802 - TensorRT's name
+    def Runtime(self, logger: Logger) -> _Runtime:
         return _Runtime(self, logger)
 
     def distort(self, value: np.ndarray[Any, Any], fp16: bool, is_decoder: bool) -> Any:

@@ -19,5 +19,7 @@ def real_voice() -> tuple[Voice, OnnxVoiceModel]:
     atexit.register(shutil.rmtree, cache, True)
     voice = load_voice("en_US-joe-medium", bundled_voice_path(), cache)
     assert voice.split_ok, voice.split_note
-    cpu = OnnxVoiceModel.load(voice.model_path, voice.encoder_path, voice.decoder_path, voice.cut, 1)
+    cpu = OnnxVoiceModel.load(
+        voice.model_path, voice.encoder_path, voice.decoder_path, voice.cut, 1
+    )
     return voice, cpu

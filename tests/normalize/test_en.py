@@ -23,7 +23,10 @@ CARDINALS = [
     ("105 items", "one hundred five items"),
     ("12345 steps", "twelve thousand three hundred forty-five steps"),
     ("1,000 steps", "one thousand steps"),
-    ("1,234,567 people", "one million two hundred thirty-four thousand five hundred sixty-seven people"),
+    (
+        "1,234,567 people",
+        "one million two hundred thirty-four thousand five hundred sixty-seven people",
+    ),
     ("It is -4 now.", "It is minus four now."),
     ("It is −4 now.", "It is minus four now."),
     ("A +5 change", "A plus five change"),
@@ -33,7 +36,11 @@ CARDINALS = [
     ("1,234.56 units", "one thousand two hundred thirty-four point five six units"),
     ("Agent 007", "Agent zero zero seven"),
     ("Pick 1,2,3", "Pick one, two, three"),
-    ("A 20-digit 12345678901234567890", "A twenty-digit one two three four five six seven eight nine zero one two three four five six seven eight nine zero"),
+    (
+        "A 20-digit 12345678901234567890",
+        "A twenty-digit one two three four five six seven eight nine zero"
+        " one two three four five six seven eight nine zero",
+    ),
     ("He bought 3 MP3 players.", "He bought three MP three players."),
     ("A 4K TV", "A four K TV"),
     ("COVID-19 cases", "COVID-nineteen cases"),
@@ -227,7 +234,10 @@ PHONE = [
     ("Call 555.123.4567", "Call five five five, one two three, four five six seven"),
     ("Call 1-800-555-0199", "Call one, eight zero zero, five five five, zero one nine nine"),
     ("Call 555-0199", "Call five five five, zero one nine nine"),
-    ("Call +44 20 7946 0958", "Call plus four four, two zero, seven nine four six, zero nine five eight"),
+    (
+        "Call +44 20 7946 0958",
+        "Call plus four four, two zero, seven nine four six, zero nine five eight",
+    ),
     ("Call +1 (555) 123-4567", "Call plus one, five five five, one two three, four five six seven"),
 ]
 
@@ -264,6 +274,8 @@ ABBREVIATIONS = [
     ("He said No. Then left.", "He said No. Then left."),
     ("In Jan. we ski.", "In January we ski."),
     ("See Fig. 3", "See figure three"),
+    ("No 5 (from №)", "number five (from №)"),
+    ("No way", "No way"),
     ("Tom & Jerry", "Tom and Jerry"),
     ("the #1 hit", "the number one hit"),
 ]
@@ -304,7 +316,10 @@ VERSIONS = [
     ("Use v2.0 now", "Use version two point zero now"),
     ("Use v3 now", "Use version three now"),
     ("Ubuntu 22.04 LTS", "Ubuntu twenty-two point zero four LTS"),
-    ("Host 192.168.1.10 is up", "Host one hundred ninety-two dot one hundred sixty-eight dot one dot ten is up"),
+    (
+        "Host 192.168.1.10 is up",
+        "Host one hundred ninety-two dot one hundred sixty-eight dot one dot ten is up",
+    ),
     ("It costs 3.11 total", "It costs three point one one total"),
 ]
 
@@ -316,6 +331,7 @@ FRACTIONS = [
     ("5/8 inch", "five eighths inch"),
     ("open 24/7", "open twenty-four seven"),
     ("a 50/50 chance", "a fifty fifty chance"),
+    ("1⁄2 cup", "one half cup"),
     ("12/15 done", "twelve slash fifteen done"),
 ]
 

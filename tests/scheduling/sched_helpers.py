@@ -1,0 +1,70 @@
+"""Helpers for the scheduling tests: daemon stats, file descriptors, real-time clients."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from typing import Any
+
+import psutil
+
+from appliance.bench_concurrency import StreamConnection, StreamResult, consume_realtime
+from tests.conftest import Daemon
+
+# About 12 s of audio: long enough that streams overlap for the whole test.
+LONG_TEXT = (
+    "The morning train was late again, so Anna walked along the river instead. "
+    "The water was high after the rain, and the ducks had claimed the footpath. "
+    "At the top of the hill there is a small stone chapel. "
+    "Nobody knows who built it, but every spring someone paints the door blue."
+)
+SHORT_TEXT = "Turn left at the second light, then keep going until you see the bakery."
+
+
+async def stats(daemon: Daemon) -> dict[str, Any]:
+    conn = await StreamConnection.open(daemon.socket)
+    try:
+        ev = await conn.call("stats")
+    finally:
+        await conn.close()
+    assert ev["event"] == "stats", ev
+    return {k: v for k, v in ev.items() if k not in ("id", "event")}
+
+
+async def wait_for(daemon: Daemon, pred: Any, timeout: float = 15.0) -> dict[str, Any]:
+    """Poll ``stats`` until ``pred(stats)`` holds; returns the last stats."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = await stats(daemon)
+        if pred(st) or time.monotonic() > deadline:
+            return st
+        await asyncio.sleep(0.1)
+
+
+def fd_count(daemon: Daemon) -> int:
+    return len(os.listdir(f"/proc/{daemon.proc.pid}/fd"))
+
+
+def rss_mb(daemon: Daemon) -> float:
+    return float(psutil.Process(daemon.proc.pid).memory_info().rss) / 1e6
+
+
+async def one_stream(daemon: Daemon, text: str = LONG_TEXT, **opts: Any) -> StreamResult:
+    conn = await StreamConnection.open(daemon.socket)
+    try:
+        return await consume_realtime(conn, text, **opts)
+    finally:
+        await conn.close()
+
+
+async def ttfp_ms(daemon: Daemon, n: int = 3) -> float:
+    """Median client-side time to first chunk of ``n`` sequential short requests."""
+    values = []
+    for _ in range(n):
+        res = await one_stream(daemon, SHORT_TEXT, play_out=False, client_buffer_s=1e9)
+        assert res.outcome == "end", res
+        assert res.ttfp_ms is not None
+        values.append(res.ttfp_ms)
+    return statistics.median(values)

@@ -1,0 +1,96 @@
+"""Voices: discovery, the verified cut and its cache, whole-sentence fallback, speakers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import onnx
+import pytest
+
+from appliance.voices import VoiceInfo, bundled_voice_path, discover, load_voice
+from tests.conftest import DaemonFactory
+from tests.wire import Wire
+
+
+def test_cut_is_cached_by_sha256(tmp_path: Path) -> None:
+    v1 = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v1.split_ok and v1.encoder_path and v1.decoder_path
+    stamp = v1.encoder_path.stat().st_mtime_ns
+    v2 = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v2.encoder_path == v1.encoder_path
+    assert v2.encoder_path.stat().st_mtime_ns == stamp  # reused, not cut again
+    assert v1.sha256[:32] in str(v1.encoder_path)
+
+
+def test_discovery_skips_odd_files(tmp_path: Path) -> None:
+    (tmp_path / "no-config.onnx").write_bytes(b"x")
+    (tmp_path / "-bad name.onnx").write_bytes(b"x")
+    (tmp_path / "-bad name.onnx.json").write_text("{}")
+    found = discover(str(tmp_path))
+    assert set(found) == {"en_US-joe-medium"}
+
+
+def _info(**over: object) -> VoiceInfo:
+    cfg = json.loads(Path(f"{bundled_voice_path()}.json").read_text())
+    cfg.update(over)
+    return VoiceInfo.from_config("v", cfg)
+
+
+def test_speaker_mapping() -> None:
+    single = _info()
+    assert single.speaker_id(None) is None
+    with pytest.raises(KeyError):
+        single.speaker_id("alice")
+    multi = _info(num_speakers=3, speaker_id_map={"alice": 0, "bob": 2, "carol": 1})
+    assert multi.speaker_id(None) == 0
+    assert multi.speaker_id("bob") == 2
+    assert multi.speaker_id(1) == 1
+    with pytest.raises(KeyError):
+        multi.speaker_id(3)
+    with pytest.raises(KeyError):
+        multi.speaker_id("../../x")
+    assert multi.describe()["speakers"] == ["alice", "carol", "bob"]
+
+
+@pytest.fixture(scope="module")
+def voices_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("voices")
+    src = bundled_voice_path()
+    # A second voice: the same model under another name.
+    shutil.copy(src, d / "en_GB-copy-medium.onnx")
+    shutil.copy(f"{src}.json", d / "en_GB-copy-medium.onnx.json")
+    # A voice whose graph cannot be cut by pattern: it must run whole-sentence.
+    model = onnx.load(str(src))
+    for init in model.graph.initializer:
+        if init.name == "dec.conv_pre.weight":
+            init.name = "renamed.weight"
+    for node in model.graph.node:
+        node.input[:] = ["renamed.weight" if i == "dec.conv_pre.weight" else i for i in node.input]
+    onnx.save(model, str(d / "en_US-odd-medium.onnx"))
+    shutil.copy(f"{src}.json", d / "en_US-odd-medium.onnx.json")
+    return d
+
+
+def test_voices_dir_and_whole_sentence_fallback(
+    daemon_factory: DaemonFactory, voices_dir: Path
+) -> None:
+    d = daemon_factory({"voices": {"voices_dir": str(voices_dir)}})
+    with Wire(d.socket) as w:
+        info = w.call({"op": "info", "id": 1})
+        by_name = {v["name"]: v for v in info["voices"]}
+        assert set(by_name) == {"en_US-joe-medium", "en_GB-copy-medium", "en_US-odd-medium"}
+        assert by_name["en_GB-copy-medium"]["streaming"] is True
+        assert by_name["en_US-odd-medium"]["streaming"] is False
+        assert "cannot split" in by_name["en_US-odd-medium"]["note"]
+        for rid, voice in ((2, "en_GB-copy-medium"), (3, "en_US-odd-medium")):
+            w.send({"op": "synthesize", "id": rid, "text": "One. Two three.", "voice": voice})
+            evs = w.until(rid)
+            assert evs[0]["voice"] == voice and evs[-1]["event"] == "end"
+        # Whole-sentence: one chunk per clause.
+        w.send(
+            {"op": "synthesize", "id": 4, "text": "One. Two three.", "voice": "en_US-odd-medium"}
+        )
+        assert sum(e["event"] == "chunk" for e in w.until(4)) == 2
+    assert "running whole-sentence" in d.log()
