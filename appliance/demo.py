@@ -55,7 +55,9 @@ def greet(path: str) -> None:
 
 
 def main() -> int:
-    sock = os.environ.get("TTSD_SOCKET") or str(Path(tempfile.mkdtemp(prefix="ttsd-")) / "ttsd.sock")
+    sock = os.environ.get("TTSD_SOCKET") or str(
+        Path(tempfile.mkdtemp(prefix="ttsd-")) / "ttsd.sock"
+    )
     cmd = [sys.executable, "-m", "appliance.main", "serve", "--socket", sock]
     if os.environ.get("TTSD_CONFIG"):
         cmd += ["--config", os.environ["TTSD_CONFIG"]]
