@@ -148,7 +148,7 @@ def phoneme_count(text: str) -> tuple[int, int]:
 def bench_core(out: Path, runs: int) -> dict[str, Any]:
     proc, sock = start_daemon(out)
     try:
-        rows = {}
+        rows: dict[str, Any] = {}
         for name, text in (("short", SHORT), ("long", LONG)):
             ours = socket_ttfp(sock, text, runs)
             piper = piper_ttfa(text, runs)
@@ -247,10 +247,51 @@ def _bench_concurrency(out: Path, quick: bool) -> dict[str, Any]:
 
 
 def _bench_playback(out: Path) -> dict[str, Any]:
-    from appliance.playback.bench import run_bench
+    """Time to first sound at a PulseAudio null sink, fed by a daemon stream over the socket.
 
-    result: dict[str, Any] = run_bench(out)
-    return result
+    The player submits, then pushes the chunks of a real ``synthesize`` stream as they
+    arrive; the sink's monitor is recorded with ``parec``.  First sound = the first
+    non-silent sample in the recording, mapped back to wall-clock time (see
+    docs/playback.md).  So "first sound − TTFP" is what the speaker path adds.
+    """
+    from appliance.client import Client
+    from appliance.config import PlaybackConfig
+    from appliance.playback.bench import bench_playback
+
+    proc, sock = start_daemon(out)
+
+    def stream() -> Any:
+        with Client(sock) as c:
+            for ev in c.synthesize(LONG, format="f32le"):
+                if ev.get("event") == "chunk":
+                    yield np.frombuffer(ev["audio"], dtype="<f4").astype(np.float32)
+
+    results: dict[str, Any] = {}
+    try:
+        for latency in ("low", 0.02):
+            cfg = PlaybackConfig(latency=latency)
+            results[str(latency)] = bench_playback(stream, 22050, runs=5, cfg=cfg)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    print("\n## Speaker path (PulseAudio null sink, parec of its monitor)\n")
+    print(
+        "| latency setting | reported device latency | TTFP P50 | first sound P50 "
+        "| first sound − TTFP P50 | stop → silence P50 | underruns |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name, r in results.items():
+
+        def p50(key: str, r: dict[str, Any] = r) -> str:
+            v = r.get(key)
+            return f"{v['p50']:.1f} ms" if isinstance(v, dict) and "p50" in v else "n/a"
+
+        print(
+            f"| {name} | {r.get('latency_ms', float('nan')):.1f} ms | {p50('ttfp_ms')} "
+            f"| {p50('first_sound_ms')} | {p50('first_sound_minus_ttfp_ms')} "
+            f"| {p50('stop_to_silence_ms')} | {r.get('underruns')} |"
+        )
+    return results
 
 
 if __name__ == "__main__":

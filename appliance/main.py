@@ -53,6 +53,12 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         return 1
     # Loading voices is slow I/O and inference: keep it off the event loop.
     runtime = await loop.run_in_executor(None, functools.partial(Runtime.load, cfg, notifier))
+    if cfg.playback.enabled:
+        from appliance.playback import Player
+
+        # Opened once and kept running, so no device opening stands between a request
+        # and its first sound.  Never raises: no device means "off" with a warning.
+        runtime.player = await loop.run_in_executor(None, Player.open, cfg.playback)
     server = Server(runtime, socket_path, activated)
     try:
         await server.start()

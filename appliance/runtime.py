@@ -19,6 +19,7 @@ from appliance.frontend import FrontendLimits
 from appliance.metrics import Metrics
 from appliance.notify import Notifier
 from appliance.phonemize import Phonemizer
+from appliance.playback import Player
 from appliance.scheduler import Scheduler
 from appliance.streaming import VoiceRuntime, decode_span
 from appliance.voices import Voice, default_cache_dir, discover, load_voice
@@ -35,6 +36,8 @@ class Runtime:
     scheduler: Scheduler
     metrics: Metrics
     backend_status: dict[str, Any] = field(default_factory=dict)
+    player: Player | None = None
+    """The speaker, when playback is enabled (``speak`` answers no_audio_device without it)."""
 
     @classmethod
     def load(cls, cfg: Config, notifier: Notifier | None = None) -> Runtime:
@@ -136,6 +139,8 @@ class Runtime:
         }
 
     def close(self) -> None:
+        if self.player is not None:
+            self.player.close()
         self.scheduler.stop()
         for v in self.voices.values():
             v.model.close()

@@ -23,7 +23,7 @@ import socket
 import stat
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ import msgpack
 from appliance.admission import Admission, Decision, StreamLoad
 from appliance.engine.base import FloatArray, Scales
 from appliance.frontend import Clause, prepare
+from appliance.playback import NoAudioDevice, Utterance
 from appliance.protocol import (
     CancelRequest,
     ChunkEvent,
@@ -109,12 +110,15 @@ class RequestState:
     cancel_reason: str | None = None
     started: bool = False
     realtime: bool = True
+    utterance: Utterance | None = None
 
     def cancel(self, reason: str) -> None:
         if self.cancel_reason is None:
             self.cancel_reason = reason
         if self.job_task is not None and not self.job_task.done():
             self.job_task.cancel()
+        if self.utterance is not None:
+            self.utterance.cancel()
 
 
 class Server:
@@ -319,6 +323,9 @@ class Connection:
         self.number = number
         self.requests: dict[int, RequestState] = {}
         self.peer: Peer | None = None
+        self.client_key: Hashable = ("conn", number)
+        """Whose speech ``stop`` silences: the peer's uid once known, so ``ttsctl stop``
+        from another process of the same user stops what ``ttsctl say`` started."""
         self._closed = False
         # Back-pressure: above this many buffered bytes, drain() waits for the client.
         self._high_water = self.cfg.server.max_output_buffer_bytes
@@ -338,6 +345,8 @@ class Connection:
             return
         limits = self.cfg.server
         uid = self.peer.uid if self.peer else -1
+        if self.peer is not None:
+            self.client_key = ("uid", self.peer.uid)
         if len(srv.connections) >= limits.max_connections:
             await self._send_now(
                 ErrorEvent(
@@ -541,6 +550,8 @@ class Connection:
                 await loop.run_in_executor(None, rt.warm_up)
                 await self.send(SimpleEvent(req.id, "ok").to_dict())
             elif op == "stop":
+                if rt.player is not None:
+                    rt.player.stop(self.client_key)
                 await self.send(SimpleEvent(req.id, "ok").to_dict())
         except (ClientTooSlow, ConnectionError, OSError):
             return
@@ -560,6 +571,8 @@ class Connection:
             s["stalls"] for s in snap["streams"]
         )
         snap["backend"] = rt.backend_state()
+        if rt.player is not None:
+            snap["playback"] = rt.player.stats()
         return snap
 
     def _health(self) -> dict[str, Any]:
@@ -569,9 +582,13 @@ class Connection:
         status = "ok"
         if backend.get("status") == "degraded":
             status = "degraded"
+        playback = rt.player.health() if rt.player is not None else {"state": "off"}
+        if rt.player is not None and playback.get("state") != "ok":
+            status = "degraded"
         if age > 10.0:
             status = "failing"
         return {
+            "playback": playback,
             "status": status,
             "backend": backend.get("backend", "onnx-cpu"),
             "gpu": backend.get("gpu"),
@@ -597,13 +614,80 @@ class Connection:
             ) from None
         return voice, sid
 
+    async def _speak(
+        self,
+        req: SynthesizeRequest,
+        state: RequestState,
+        job: SynthesisJob,
+        voice: VoiceRuntime,
+        t0: float,
+    ) -> tuple[str, dict[str, Any]]:
+        """``speak``: synthesize into the player; relay queued → started → end."""
+        player = self.runtime.player
+        assert player is not None
+        try:
+            utt = player.submit(req.priority, req.volume, voice.sample_rate, self.client_key)
+        except NoAudioDevice as exc:
+            raise ProtocolError(ErrorCode.NO_AUDIO_DEVICE, str(exc) or "no audio device") from exc
+        except ValueError as exc:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, str(exc)) from exc
+        state.utterance = utt
+        state.started = True
+        await self.send(SimpleEvent(req.id, "queued", {"position": utt.position}).to_dict())
+        if state.cancel_reason is not None:
+            utt.cancel()
+
+        async def emit(_event: ChunkEvent, samples: FloatArray) -> None:
+            if not utt.push(samples):
+                # Cut, dropped or stopped: no one will hear the rest, so stop making it.
+                raise asyncio.CancelledError()
+
+        async def produce() -> None:
+            try:
+                await job.run(emit)
+            finally:
+                utt.finish()
+
+        async def relay_started() -> None:
+            latency = await utt.wait_started()
+            if latency is not None:
+                # The player counts from its submit; the request arrived before the frontend.
+                total = latency + (utt.created - t0) * 1000.0
+                self._write(
+                    SimpleEvent(req.id, "started", {"latency_ms": round(total, 2)}).to_dict()
+                )
+
+        state.job_task = asyncio.create_task(produce())
+        started_task = asyncio.create_task(relay_started())
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await state.job_task
+            info = await utt.wait_ended()
+            # Let 'started' go out first when it happened.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(started_task), timeout=0.5)
+        finally:
+            started_task.cancel()
+        stats = job.stats.to_dict()
+        stats.update(info.stats)
+        stats["reason"] = info.reason
+        cancelled = info.cancelled or state.cancel_reason is not None
+        self.runtime.metrics.request_done(stats, cancelled)
+        if state.cancel_reason == "shutdown":
+            raise ProtocolError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
+        if info.reason == "device_lost":
+            raise ProtocolError(ErrorCode.NO_AUDIO_DEVICE, "the audio device was lost")
+        if state.cancel_reason != "disconnect":
+            self._write(EndEvent(req.id, cancelled, stats, interrupted=info.interrupted).to_dict())
+        return ("cancelled" if cancelled else info.reason), stats
+
     async def _synthesize(self, req: SynthesizeRequest, state: RequestState, t0: float) -> None:
         rt = self.runtime
         outcome = "error"
         stats: dict[str, Any] = {}
         try:
-            if req.op == "speak":
-                raise ProtocolError(ErrorCode.NO_AUDIO_DEVICE, "playback is not available")
+            if req.op == "speak" and rt.player is None:
+                raise ProtocolError(ErrorCode.NO_AUDIO_DEVICE, "playback is off in this daemon")
             voice, sid = self._resolve_voice(req)
             loop = asyncio.get_running_loop()
             clauses: list[Clause] = await loop.run_in_executor(
@@ -627,12 +711,19 @@ class Connection:
                 join_fade_ms=cfg.streaming.join_fade_ms,
             )
             out_rate = req.sample_rate or voice.sample_rate
-            formatter = OutputFormatter(voice.sample_rate, out_rate, req.format, req.volume)
+            if req.op == "speak":
+                # The player applies the volume and resamples to the device itself.
+                formatter = OutputFormatter(voice.sample_rate, voice.sample_rate, "f32le", 1.0)
+            else:
+                formatter = OutputFormatter(voice.sample_rate, out_rate, req.format, req.volume)
             jstats = JobStats(t_request=t0, frontend_ms=(t_frontend - t0) * 1000)
             job = SynthesisJob(req.id, voice, clauses, settings, rt.scheduler, formatter, jstats)
             state.job = job
             if state.cancel_reason is not None:
                 raise asyncio.CancelledError()
+            if req.op == "speak":
+                outcome, stats = await self._speak(req, state, job, voice, t0)
+                return
             await self.send(StartEvent(req.id, out_rate, req.format, voice.name).to_dict())
             state.started = True
 

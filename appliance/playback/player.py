@@ -435,9 +435,16 @@ class Player:
         try:
             self._open_stream(rescan=True)
         except Exception as exc:  # PortAudio/ALSA raise several kinds
+            at_max = self._backoff >= self.cfg.reopen_max_s
             self._backoff = min(self._backoff * 2, self.cfg.reopen_max_s)
             self._next_attempt = time.monotonic() + self._backoff
-            log.info("playback: reopen failed (%s); next try in %.1f s", exc, self._backoff)
+            # Said once on the way up; a box without a speaker should not fill the journal.
+            log.log(
+                logging.DEBUG if at_max else logging.INFO,
+                "playback: reopen failed (%s); next try in %.1f s",
+                exc,
+                self._backoff,
+            )
             return
         self._reopens += 1
         self._backoff = self.cfg.reopen_min_s
