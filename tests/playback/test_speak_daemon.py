@@ -1,0 +1,145 @@
+"""``speak`` through the real daemon to a PulseAudio null sink, recorded with parec."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soxr
+
+from appliance.playback.pulsesink import PulseServer
+from tests.conftest import Daemon, DaemonFactory
+from tests.playback.audio import best_alignment, windowed_match
+from tests.wire import Wire
+
+TEXT = "The kitchen door is open. Please close it."
+LONG = "This announcement keeps going for quite a while so that it can be interrupted. " * 4
+
+
+@pytest.fixture(scope="module")
+def speaker_daemon(pulse_server: PulseServer, daemon_factory: DaemonFactory) -> Daemon:
+    pulse_server.launch()
+    return daemon_factory(
+        {"playback": {"enabled": True, "latency": 0.02, "sample_rate": pulse_server.rate}},
+        env=pulse_server.env,
+    )
+
+
+def _speak(w: Wire, rid: int, text: str, **opts: Any) -> None:
+    w.send({"op": "speak", "id": rid, "text": text, **opts})
+
+
+def _wait_health(w: Wire, status: str, timeout: float = 30.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        h = w.call({"op": "health", "id": 999})
+        if h["status"] == status:
+            return h
+        assert time.monotonic() < deadline, h
+        time.sleep(0.2)
+
+
+def test_speak_events_and_audio_at_the_sink(
+    speaker_daemon: Daemon, pulse_server: PulseServer
+) -> None:
+    with Wire(speaker_daemon.socket) as w:
+        _wait_health(w, "ok")
+        w.send(
+            {
+                "op": "synthesize",
+                "id": 1,
+                "text": TEXT,
+                "format": "f32le",
+                "noise_scale": 0,
+                "noise_w": 0,
+            }
+        )
+        ref = np.concatenate(
+            [np.frombuffer(e["audio"], dtype="<f4") for e in w.until(1) if e["event"] == "chunk"]
+        )
+        with pulse_server.record() as rec:
+            _speak(w, 2, TEXT, noise_scale=0, noise_w=0)
+            evs = w.until(2)
+            time.sleep(0.3)
+            recording = rec.samples()
+    kinds = [e["event"] for e in evs]
+    assert kinds == ["queued", "started", "end"], evs
+    assert evs[1]["latency_ms"] > 0
+    assert evs[2]["cancelled"] is False and evs[2]["interrupted"] is False
+    ref48 = soxr.resample(ref, 22050, pulse_server.rate).astype(np.float32)
+    lag, ncc = best_alignment(recording, ref48)
+    if ncc < 0.9:  # a sound-server underrun shifted part of it: score piecewise
+        scores, _gaps = windowed_match(recording, ref48, lag, pulse_server.rate)
+        ncc = float(np.median(scores))
+    assert ncc >= 0.9
+
+
+def test_text_is_cut_by_a_newer_message_and_stop_silences(speaker_daemon: Daemon) -> None:
+    with Wire(speaker_daemon.socket) as w:
+        _wait_health(w, "ok")
+        _speak(w, 1, LONG, priority="text")
+        assert w.until(1, ("started",))[-1]["event"] == "started"
+        _speak(w, 2, "Important news.", priority="message")
+        first = w.until(1)[-1]
+        assert first["event"] == "end" and first["interrupted"] is True
+        assert w.until(2)[-1]["event"] == "end"
+        _speak(w, 3, LONG)
+        assert w.until(3, ("started",))[-1]["event"] == "started"
+        assert w.call({"op": "stop", "id": 4})["event"] == "ok"
+        end = w.until(3)[-1]
+        assert end["event"] == "end" and end["cancelled"] is True
+        _speak(w, 5, LONG)
+        w.until(5, ("queued",))
+        w.send({"op": "cancel", "id": 6, "target": 5})
+        end = w.until(5)[-1]
+        assert end["event"] == "end" and end["cancelled"] is True
+
+
+def test_ttsctl_say_wait(speaker_daemon: Daemon) -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "appliance.ctl",
+            "--socket",
+            speaker_daemon.socket,
+            "say",
+            "Hello.",
+            "--wait",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "speaking" in r.stdout and "done" in r.stdout
+
+
+def test_pulseaudio_killed_mid_utterance(speaker_daemon: Daemon, pulse_server: PulseServer) -> None:
+    with Wire(speaker_daemon.socket) as w:
+        _wait_health(w, "ok")
+        _speak(w, 1, LONG)
+        w.until(1, ("started",))
+        pulse_server.kill()
+        last = w.until(1)[-1]
+        assert last["event"] in ("end", "error")
+        if last["event"] == "error":
+            assert last["code"] == "no_audio_device"
+        h = _wait_health(w, "degraded")
+        assert h["playback"]["state"] != "ok"
+        _speak(w, 2, "Anyone there?")
+        err = w.until(2)[-1]
+        assert err["event"] == "error" and err["code"] == "no_audio_device"
+        # synthesize is unaffected
+        w.send({"op": "synthesize", "id": 3, "text": "Still synthesizing."})
+        assert w.until(3)[-1]["event"] == "end"
+        pulse_server.launch()
+        _wait_health(w, "ok", timeout=60)
+        _speak(w, 4, "Back again.")
+        assert [e["event"] for e in w.until(4)] == ["queued", "started", "end"]
+    assert speaker_daemon.alive()
