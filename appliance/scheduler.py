@@ -14,11 +14,14 @@ A worker picks, in this order:
 3. otherwise the earliest real-time item that is not due yet: decoding ahead
    only ever uses time nobody else is waiting for.
 
-Items are never pre-empted, so the price of decoding ahead for a newcomer is
-at most the one item a worker is running.  Inference never runs on the event
-loop: the loop submits and awaits an ``asyncio.Future`` that a worker
-resolves; cancelling an owner removes its queued items and cancels their
-futures, so nothing waits on work that will never run.
+Items are never pre-empted, so a newcomer may wait for whatever a worker is
+running. With more than one worker, work that is not due (2 and 3) never takes
+the last free worker: one always stays for due work, so a new request never
+waits behind somebody else's decode-ahead. With one worker the price of
+decoding ahead is at most the one item it is running. Inference never runs on
+the event loop: the loop submits and awaits an ``asyncio.Future`` that a
+worker resolves; cancelling an owner removes its queued items and cancels
+their futures, so nothing waits on work that will never run.
 """
 
 from __future__ import annotations
@@ -85,6 +88,8 @@ class Scheduler:
         """Items run before they were due (decode ahead on otherwise idle workers)."""
         self.busy_s = 0.0
         """Worker-seconds spent running items (for utilisation)."""
+        self._optional_running = 0
+        self._optional_limit = max(1, self._n - 1)
         # (finished, seconds past deadline) of recent real-time items, for admission.
         self._lateness: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)
         self.heartbeat = time.monotonic()
@@ -218,27 +223,47 @@ class Scheduler:
             if not owned:
                 del self._by_owner[id(item.owner)]
 
-    def _pick(self, now: float) -> _Item[Any]:
-        """Due real-time work, else batch work, else real-time work ahead of time."""
+    def _pick(self, now: float) -> tuple[_Item[Any] | None, bool]:
+        """Due real-time work, else batch work, else real-time work ahead of time.
+
+        Returns (item, optional); (None, False) when the only work left is not due and
+        the workers it may use are busy.
+        """
         if self._rt and self._rt[0].deadline <= now:
-            return heapq.heappop(self._rt)
+            return heapq.heappop(self._rt), False
+        if self._optional_running >= self._optional_limit:
+            return None, False
         if self._batch:
-            return heapq.heappop(self._batch)
-        self.ahead_runs += 1
-        return heapq.heappop(self._rt)
+            return heapq.heappop(self._batch), True
+        if self._rt:
+            self.ahead_runs += 1
+            return heapq.heappop(self._rt), True
+        return None, False
+
+    def _wait_s(self, now: float) -> float:
+        # Wake up when the earliest not-yet-due real-time item becomes due.
+        if self._rt:
+            return min(1.0, max(0.001, self._rt[0].deadline - now))
+        return 1.0
 
     def _work(self) -> None:
         while True:
             with self._cv:
-                while not self._rt and not self._batch and not self._stopping:
-                    self.heartbeat = time.monotonic()
-                    self._cv.wait(timeout=1.0)
-                if self._stopping and not self._rt and not self._batch:
-                    return
-                item = self._pick(time.monotonic())
+                while True:
+                    if self._stopping and not self._rt and not self._batch:
+                        return
+                    now = time.monotonic()
+                    item, optional = self._pick(now)
+                    if item is not None:
+                        break
+                    if self.running == 0:
+                        # Only an idle pool vouches for itself; a stuck worker must show.
+                        self.heartbeat = now
+                    self._cv.wait(timeout=self._wait_s(now))
                 if item.cancelled:
                     continue
                 self.running += 1
+                self._optional_running += optional
                 self.heartbeat = time.monotonic()
             started = time.monotonic()
             result: Any = None
@@ -252,11 +277,14 @@ class Scheduler:
             timing = WorkTiming(started - item.submitted, finished - started, finished, late)
             with self._cv:
                 self.running -= 1
+                self._optional_running -= optional
                 self.completed += 1
                 self.late += late
                 self.busy_s += finished - started
                 if item.realtime:
                     self._lateness.append((finished, max(0.0, finished - item.deadline)))
+                # A worker held back from optional work may take it now.
+                self._cv.notify_all()
                 self.heartbeat = finished
                 self._forget(item)
             try:
