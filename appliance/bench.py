@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", nargs="*", default=None, help="core normalizer concurrency playback"
     )
+    parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         results["normalizer"] = _optional("normalizer", _bench_normalizer)
     if "concurrency" in want:
         results["concurrency"] = _optional(
-            "concurrency", lambda: _bench_concurrency(out, args.quick)
+            "concurrency", lambda: _bench_concurrency(out, args.quick, args.soak)
         )
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
@@ -239,11 +240,35 @@ def _bench_normalizer() -> dict[str, Any]:
     return r
 
 
-def _bench_concurrency(out: Path, quick: bool) -> dict[str, Any]:
-    from appliance import bench_concurrency
+def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, Any]:
+    """Concurrency sweep (real-time consumers, 100 ms jitter buffer) and the RSS soak."""
+    from appliance import bench_concurrency as bc
 
-    result: dict[str, Any] = bench_concurrency.bench_all(out, quick=quick)
-    return result
+    proc, sock = start_daemon(out)
+    try:
+        rows = bc.run_sweep(sock, (1, 2, 4, 8, 16), 12.0 if quick else 30.0, proc.pid)
+        png = out / "ttfp_by_concurrency.png"
+        bc.plot_ttfp(rows, png)
+        print("\n## Concurrency sweep (consumed in real time, 100 ms jitter buffer)\n")
+        print("```\n" + bc.format_table(rows) + "\n```")
+        print(f"TTFP distribution plot: {png}")
+        n = soak if soak is not None else (1000 if quick else 10000)
+        result: dict[str, Any] = {"sweep": rows, "plot": str(png)}
+        if n > 0:
+            result["soak"] = bc.run_soak(sock, n=n, sample_every=max(1, n // 10), pid=proc.pid)
+            s = result["soak"]
+            print(f"\n## Soak: {n} requests in {s['wall_s']} s\n")
+            print("RSS (MB) by requests served: " + ", ".join(f"{k}: {v}" for k, v in s["rss_mb"]))
+            print(
+                f"growth {s['growth_mb']} MB (after the first sample: "
+                f"{s['growth_after_first_sample_mb']} MB); outcomes {s['outcomes']}"
+            )
+        for r in rows:
+            r.pop("ttfp_samples", None)
+        return result
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 def _bench_playback(out: Path) -> dict[str, Any]:

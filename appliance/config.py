@@ -61,8 +61,9 @@ class VoicesConfig:
 @dataclass(frozen=True)
 class EngineConfig:
     backend: Literal["auto", "tensorrt", "onnx-cpu"] = "auto"
-    workers: int = field(default=1, metadata=_rng(1, 64))
-    """Inference worker threads."""
+    workers: int = field(default=2, metadata=_rng(1, 64))
+    """Inference worker threads.  Two single-threaded workers beat one two-threaded one on a
+    2-core box at 1, 4 and 8 streams (docs/scheduling.md): a newcomer finds a free worker."""
     intra_op_threads: int = field(default=0, metadata=_rng(0, 256))
     """ONNX Runtime threads per worker; 0 = the CPUs this process may use, split over workers."""
     context_frames: int = field(default=16, metadata=_rng(0, 128))
@@ -87,7 +88,7 @@ class SchedulerConfig:
     admission_window_s: float = field(default=10.0, metadata=_rng(0, 3600))
     """Admission refuses while real-time work has on average finished more than
     ``admission_backlog_ms`` past its deadlines over this many seconds."""
-    admission_max_load: float = field(default=0.8, metadata=_rng(0.05, 64))
+    admission_max_load: float = field(default=0.4, metadata=_rng(0.05, 64))
     """Admission refuses a real-time stream when the streams still producing plus the
     newcomer would claim more than this share of the inference workers' time."""
 
@@ -204,6 +205,7 @@ LIVE_KEYS: frozenset[str] = frozenset(
         "scheduler.watermark_ms",
         "scheduler.admission_backlog_ms",
         "scheduler.admission_window_s",
+        "scheduler.admission_max_load",
         "logging.level",
     }
 )
