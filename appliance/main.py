@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from appliance import memory
 from appliance.config import LIVE_KEYS, Config, ConfigError, flatten, load_config
 
 if TYPE_CHECKING:
@@ -85,12 +86,17 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         wd.add_done_callback(tasks.discard)
 
     last_status = [0.0]
+    last_trim = [time.monotonic()]
 
     def on_request_done() -> None:
         now = time.monotonic()
         if notifier.enabled and now - last_status[0] > 2.0:
             last_status[0] = now
             notifier.status(_status_line(runtime))
+        if now - last_trim[0] > 10.0 and runtime.scheduler.depth() == 0:
+            # Quiet moment: hand freed heap back so RSS stays flat over long runs.
+            last_trim[0] = now
+            loop.run_in_executor(None, memory.trim)
 
     server.on_request_done.append(on_request_done)
 
@@ -196,6 +202,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from appliance.server import default_socket_path
 
     path = Path(args.socket or cfg.server.socket or default_socket_path())
+    memory.limit_malloc_arenas(2)  # before any thread allocates
     return asyncio.run(_serve(cfg, args.config, path))
 
 

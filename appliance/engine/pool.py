@@ -165,13 +165,18 @@ class FailoverVoiceModel(VoiceModel):
         """For ``health`` and ``stats``: what runs now, and what happened to the GPU."""
         with self._lock:
             on_gpu = self._state == "ok"
-            return {
+            state = {
                 "backend": self._primary_name() if on_gpu else self._cpu.backend_name,
                 "gpu": self._state,
                 "gpu_down_reason": self._down_reason or None,
                 **self._counts,
                 "last_alarm": dict(self._last_alarm) if self._last_alarm else None,
             }
+            graph_stats = getattr(self._primary, "graph_stats", None)
+        if callable(graph_stats):
+            # Read outside the pool lock: it must never wait behind a stuck GPU call.
+            state["cuda_graphs"] = graph_stats()
+        return state
 
     # ------------------------------------------------------------------ internals
 

@@ -9,6 +9,9 @@
   tunes, and a CUDA graph can replay, exactly that shape.  Shorter windows are
   zero-padded to ``min`` and trimmed; longer ones are decoded in pieces with
   16 frames of context on each side, which is exact for HiFi-GAN.
+* Decoder windows of a shape seen before replay a CUDA graph (one per exact
+  shape, at most :data:`MAX_GRAPHS`): one launch instead of a copy, an enqueue
+  and a copy back, each with its own launch overhead.
 
 Everything reaches TensorRT and CUDA through :class:`~appliance.engine.trt_seam.TrtRuntime`
 (TensorRT 10 name-based tensors: ``set_input_shape``, ``set_tensor_address``,
@@ -18,9 +21,11 @@ tests drive this module with fakes.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +42,18 @@ log = logging.getLogger(__name__)
 CONTEXT_FRAMES = 16
 """Context each side of a decoder piece; 16 frames make windowed HiFi-GAN exact."""
 ENCODER_OPT_PHONEMES = 64
+
+MAX_GRAPHS = 8
+"""CUDA graphs kept per engine (least recently used goes first); each holds its own
+execution context and buffers, a few MB of device memory for the decoder."""
+GRAPH_AFTER_USES = 2
+"""A shape is captured on its second use, so one-off windows (a clause's last) take no slot."""
+_SHAPES_REMEMBERED = 256
+_MAX_CAPTURE_FAILURES = 3
+"""Failed captures (other than data-dependent shapes) after which an engine stops trying."""
+_NO_GRAPH = -1
+
+ShapeKey = tuple[tuple[int, ...], ...]
 
 
 class EngineBuildError(RuntimeError):
@@ -84,6 +101,9 @@ class _Cuda:
             "cudaMemcpyAsync(D2H)",
             self.rt.cudaMemcpyAsync(host.ctypes.data, src, host.nbytes, kind, stream),
         )
+
+    def sync(self, stream: Any) -> None:
+        self.call("cudaStreamSynchronize", self.rt.cudaStreamSynchronize(stream))
 
 
 def device_count(rt: TrtRuntime) -> int:
@@ -233,8 +253,68 @@ def _output_allocator_class(trt: Any, cuda: _Cuda) -> type[Any]:
     return OutputAllocator
 
 
+class _GraphCaptureFailed(Exception):
+    """No CUDA graph for this shape; the plain path serves it."""
+
+
+class _Graph:
+    """A CUDA graph for one exact set of input shapes, and everything it points at.
+
+    A graph fixes the shapes, the tensor addresses and the execution context it
+    was captured with, so it gets its own of each: a dedicated execution context
+    (never re-shaped), dedicated device buffers (``run()`` may reallocate its
+    own) and pinned host staging arrays that the captured copies read and write.
+    """
+
+    def __init__(self, cuda: _Cuda) -> None:
+        self._cuda = cuda
+        self.context: Any = None
+        self.device: list[int] = []
+        self.pinned: list[int] = []
+        self.inputs: dict[str, np.ndarray[Any, Any]] = {}
+        self.outputs: dict[str, np.ndarray[Any, Any]] = {}
+        self.exec: Any = None
+        self.replays = 0
+
+    def device_buffer(self, nbytes: int) -> int:
+        ptr = int(self._cuda.call("cudaMalloc", self._cuda.rt.cudaMalloc(max(nbytes, 1))))
+        self.device.append(ptr)
+        return ptr
+
+    def staging(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+        """A numpy array over pinned host memory (async copies from pageable memory are
+        staged by the driver, and only pinned memory is safe to capture)."""
+        nbytes = max(math.prod(shape) * dtype.itemsize, 1)
+        ptr = int(self._cuda.call("cudaMallocHost", self._cuda.rt.cudaMallocHost(nbytes)))
+        self.pinned.append(ptr)
+        raw = memoryview((ctypes.c_uint8 * nbytes).from_address(ptr)).cast("B")
+        array: np.ndarray[Any, Any] = np.frombuffer(raw, dtype=dtype, count=math.prod(shape))
+        return array.reshape(shape)
+
+    def free(self) -> None:
+        """Release everything; errors are ignored because the device may be gone."""
+        rt = self._cuda.rt
+        if self.exec is not None:
+            rt.cudaGraphExecDestroy(self.exec)
+            self.exec = None
+        self.inputs.clear()
+        self.outputs.clear()
+        for ptr in self.pinned:
+            rt.cudaFreeHost(ptr)
+        for ptr in self.device:
+            rt.cudaFree(ptr)
+        self.pinned.clear()
+        self.device.clear()
+        self.context = None  # TensorRT frees a context when its last reference goes
+
+
 class EngineRunner:
-    """One deserialized engine with its execution context, stream and device buffers."""
+    """One deserialized engine with its execution context, stream and device buffers.
+
+    :meth:`run` serves any shape in the profile.  :meth:`run_graph` replays a
+    CUDA graph for shapes it has seen before, and falls back to :meth:`run`
+    whenever a graph cannot be had.  Calls must be serialized by the caller.
+    """
 
     def __init__(self, rt: TrtRuntime, plan: bytes, *, label: str) -> None:
         trt = rt.trt
@@ -258,6 +338,17 @@ class EngineRunner:
         self._buffers: dict[str, tuple[int, int]] = {}
         alloc_cls = _output_allocator_class(trt, self._cuda)
         self._allocators: dict[str, Any] = {n: alloc_cls() for n in self.outputs}
+        self._graphs: OrderedDict[ShapeKey, _Graph] = OrderedDict()
+        self._uses: OrderedDict[ShapeKey, int] = OrderedDict()
+        """Uses per shape not (yet) captured; ``_NO_GRAPH`` once a capture was refused."""
+        self._capture_failures = 0
+        self.stats = {
+            "graph_replays": 0,
+            "plain_runs": 0,
+            "captures": 0,
+            "capture_failures": 0,
+            "evictions": 0,
+        }
 
     def _device(self, name: str, nbytes: int) -> int:
         ptr, capacity = self._buffers.get(name, (0, 0))
@@ -302,12 +393,157 @@ class EngineRunner:
             if host.nbytes:
                 self._cuda.d2h(host, ptr, self._stream)
             results[name] = host
-        self._cuda.call("cudaStreamSynchronize", self._cuda.rt.cudaStreamSynchronize(self._stream))
+        self._cuda.sync(self._stream)
         del keep
         return results
 
+    # ------------------------------------------------------------------ CUDA graphs
+
+    @property
+    def graphs(self) -> int:
+        """CUDA graphs currently held."""
+        return len(self._graphs)
+
+    def run_graph(
+        self, feeds: Mapping[str, np.ndarray[Any, Any]]
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        """:meth:`run` through a CUDA graph for this exact set of input shapes when one
+        can be had: replayed if captured before, captured on the shape's second use.
+
+        A graph that cannot be captured never fails the call: the shape is
+        remembered as "no graph" and :meth:`run` serves it.  A failing replay
+        raises :class:`BackendError`, like a failing :meth:`run`.
+        """
+        hosts = {n: np.ascontiguousarray(feeds[n], dtype=self.dtypes[n]) for n in self.inputs}
+        key: ShapeKey = tuple(tuple(int(d) for d in hosts[n].shape) for n in self.inputs)
+        graph = self._graphs.get(key)
+        if graph is not None:
+            self._graphs.move_to_end(key)
+            return self._replay(graph, hosts)
+        uses = self._uses.pop(key, 0)
+        if uses != _NO_GRAPH:
+            uses += 1
+        if uses >= GRAPH_AFTER_USES and self._capture_failures < _MAX_CAPTURE_FAILURES:
+            out = self._capture(key, hosts)
+            if out is not None:
+                self.stats["plain_runs"] += 1  # the capture's warm-up enqueue answered this call
+                return out
+            uses = _NO_GRAPH
+        self._uses[key] = uses
+        while len(self._uses) > _SHAPES_REMEMBERED:
+            self._uses.popitem(last=False)
+        self.stats["plain_runs"] += 1
+        return self.run(hosts)
+
+    def _replay(
+        self, graph: _Graph, hosts: Mapping[str, np.ndarray[Any, Any]]
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        for name, staging in graph.inputs.items():
+            staging[...] = hosts[name]
+        self._cuda.call("cudaGraphLaunch", self._cuda.rt.cudaGraphLaunch(graph.exec, self._stream))
+        self._cuda.sync(self._stream)
+        graph.replays += 1
+        self.stats["graph_replays"] += 1
+        return {name: staging.copy() for name, staging in graph.outputs.items()}
+
+    def _capture(
+        self, key: ShapeKey, hosts: Mapping[str, np.ndarray[Any, Any]]
+    ) -> dict[str, np.ndarray[Any, Any]] | None:
+        """Capture a graph for ``key``; the outputs of its warm-up enqueue, or None."""
+        graph = _Graph(self._cuda)
+        try:
+            out = self._build_graph(graph, hosts)
+        except UnsupportedInput:
+            graph.free()
+            raise
+        except Exception as exc:  # whatever went wrong, the plain path still serves the call
+            graph.free()
+            self.stats["capture_failures"] += 1
+            data_dependent = isinstance(exc, _GraphCaptureFailed)
+            if not data_dependent:
+                self._capture_failures += 1
+            level = logging.INFO if self.stats["capture_failures"] == 1 else logging.DEBUG
+            log.log(level, "%s: no CUDA graph for input shapes %s: %s", self.label, key, exc)
+            if self._capture_failures == _MAX_CAPTURE_FAILURES:
+                log.info("%s: CUDA graph capture keeps failing; using plain enqueues", self.label)
+            return None
+        while len(self._graphs) >= MAX_GRAPHS:
+            _, old = self._graphs.popitem(last=False)
+            old.free()
+            self.stats["evictions"] += 1
+        self._graphs[key] = graph
+        self.stats["captures"] += 1
+        log.debug("%s: captured a CUDA graph for input shapes %s", self.label, key)
+        return out
+
+    def _build_graph(
+        self, graph: _Graph, hosts: Mapping[str, np.ndarray[Any, Any]]
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        cuda, rt, stream = self._cuda, self._cuda.rt, self._stream
+        ctx = self.engine.create_execution_context()
+        if ctx is None:
+            raise _GraphCaptureFailed("cannot create an execution context")
+        graph.context = ctx
+        device: dict[str, int] = {}
+        for name in self.inputs:
+            host = hosts[name]
+            if not ctx.set_input_shape(name, tuple(host.shape)):
+                raise UnsupportedInput(f"{self.label}: shape {host.shape} outside the profile")
+            device[name] = graph.device_buffer(host.nbytes)
+            graph.inputs[name] = graph.staging(tuple(host.shape), self.dtypes[name])
+            graph.inputs[name][...] = host
+        for name in self.outputs:
+            shape = tuple(int(d) for d in ctx.get_tensor_shape(name))
+            if any(d < 0 for d in shape):
+                raise _GraphCaptureFailed(f"output {name} has a data-dependent shape")
+            staging = graph.staging(shape, self.dtypes[name])
+            device[name] = graph.device_buffer(staging.nbytes)
+            graph.outputs[name] = staging
+        for name, ptr in device.items():
+            if not ctx.set_tensor_address(name, ptr):
+                raise _GraphCaptureFailed(f"set_tensor_address({name}) refused")
+
+        def enqueue() -> None:
+            for name in self.inputs:
+                cuda.h2d(device[name], graph.inputs[name], stream)
+            if not ctx.execute_async_v3(int(stream)):
+                raise _GraphCaptureFailed("execute_async_v3 failed")
+            for name in self.outputs:
+                cuda.d2h(graph.outputs[name], device[name], stream)
+
+        # TensorRT defers work after a shape change to the next enqueue; that one
+        # must run outside the capture.  It also answers this call.
+        enqueue()
+        cuda.sync(stream)
+        out = {name: staging.copy() for name, staging in graph.outputs.items()}
+
+        mode = rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+        cuda.call("cudaStreamBeginCapture", rt.cudaStreamBeginCapture(stream, mode))
+        try:
+            enqueue()
+        except BaseException:
+            # Leave capture mode whatever happened, or the stream stays unusable.
+            err, *rest = rt.cudaStreamEndCapture(stream)
+            if err == rt.cudaError_t.cudaSuccess and rest and rest[0] is not None:
+                rt.cudaGraphDestroy(rest[0])
+            raise
+        captured = cuda.call("cudaStreamEndCapture", rt.cudaStreamEndCapture(stream))
+        try:
+            graph.exec = cuda.call(
+                "cudaGraphInstantiateWithFlags", rt.cudaGraphInstantiateWithFlags(captured, 0)
+            )
+        finally:
+            rt.cudaGraphDestroy(captured)  # the executable graph does not need it
+        return out
+
+    def _free_graphs(self) -> None:
+        for graph in self._graphs.values():
+            graph.free()
+        self._graphs.clear()
+
     def close(self) -> None:
         """Free device memory; errors are ignored because the device may be gone."""
+        self._free_graphs()
         for ptr, _ in self._buffers.values():
             self._cuda.rt.cudaFree(ptr)
         self._buffers.clear()
@@ -389,7 +625,8 @@ class TensorRTVoiceModel(VoiceModel):
                 raise UnsupportedInput("decoder needs speaker conditioning g")
             feeds[self._decoder.inputs[1]] = g
         with self._lock:
-            out = self._decoder.run(feeds)
+            # Decoder windows come in a few recurring shapes: replay a CUDA graph for them.
+            out = self._decoder.run_graph(feeds)
         samples = out[self._decoder.outputs[0]].reshape(-1).astype(np.float32, copy=False)
         hop = samples.shape[0] // int(z.shape[2])
         return samples[: frames * hop]
@@ -414,6 +651,13 @@ class TensorRTVoiceModel(VoiceModel):
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         enc = self.encode(ids, scales, speaker)
         return self.decode(enc.z, enc.g)
+
+    def graph_stats(self) -> dict[str, int]:
+        """Decoder CUDA graphs: how many are held, replays vs plain enqueues, captures.
+
+        Read without the call lock, so ``health`` never waits behind a stuck GPU call.
+        """
+        return {"graphs": self._decoder.graphs, **self._decoder.stats}
 
     def close(self) -> None:
         with self._lock:

@@ -12,6 +12,13 @@ sounds the same as on the CPU.  FP16 rounds outputs to float16; the knobs
 ``fp16_snr_db`` / ``fp32_snr_db`` add noise at that SNR to the decoder output
 to drive the accuracy gate.  ``hang`` blocks ``execute_async_v3`` (a GPU stuck
 mid-call) and ``in_execute`` tells a test that a call is on the device.
+
+CUDA graphs: on a capturing stream ``execute_async_v3`` records its work (with
+the shapes and addresses of that moment) instead of running it, and the
+recording runs when the graph is launched.  As TensorRT requires, capture
+fails (and invalidates the capture) when the context has not enqueued once
+since its input shapes changed, or when an output goes through an
+``IOutputAllocator`` (data-dependent shapes cannot be captured).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from tests.fakes.cudart import FakeCudart
+from tests.fakes.cudart import FakeCudart, LaunchFailed
 
 MAGIC = b"FAKETRT1"
 
@@ -283,6 +290,8 @@ class _Context:
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.addresses: dict[str, int] = {}
         self.allocators: dict[str, Any] = {}
+        self.shapes_changed = False
+        """Set by a new input shape, cleared by an enqueue (TensorRT's deferred shape work)."""
 
     def set_input_shape(self, name: str, shape: Any) -> bool:
         lo, _, hi = self.engine.header["profile"][name]
@@ -291,6 +300,8 @@ class _Context:
             not a <= d <= b for d, a, b in zip(shape, lo, hi, strict=True)
         ):
             return False
+        if self.shapes.get(name) != shape:
+            self.shapes_changed = True
         self.shapes[name] = shape
         return True
 
@@ -300,9 +311,7 @@ class _Context:
         rules = self.engine.header["rules"]
         if rules is None:
             return next(tuple(s) for n, _, s in self.engine.header["outputs"] if n == name)
-        first = self.engine.header["inputs"][0][0]
-        t = self.shapes[first][-1]
-        return tuple(round(a * t + b) for a, b in rules[name])
+        return self._output_shape(name, self.shapes)
 
     def set_tensor_address(self, name: str, ptr: int) -> bool:
         self.addresses[name] = int(ptr)
@@ -314,6 +323,29 @@ class _Context:
 
     def execute_async_v3(self, stream_handle: int) -> bool:
         fake = self.engine.fake
+        cuda = fake.cuda
+        if cuda.capturing(stream_handle):
+            if self.shapes_changed or self.allocators:
+                # TensorRT cannot capture deferred shape work or data-dependent outputs.
+                cuda.invalidate(stream_handle)
+                return False
+            shapes, addresses = dict(self.shapes), dict(self.addresses)
+
+            def replay() -> None:
+                if not self._compute(shapes, addresses, stream_handle):
+                    raise LaunchFailed  # the kernels failed on the device
+
+            cuda.record(stream_handle, replay)
+            return True
+        ok = self._compute(self.shapes, self.addresses, stream_handle)
+        self.shapes_changed = False
+        return ok
+
+    def _compute(
+        self, shapes: dict[str, tuple[int, ...]], addresses: dict[str, int], stream_handle: int
+    ) -> bool:
+        """The engine's work on the (fake) device: read inputs, run, write outputs."""
+        fake = self.engine.fake
         fake.executes += 1
         fake.in_execute.set()
         if fake.hang is not None:
@@ -323,8 +355,8 @@ class _Context:
         cuda = fake.cuda
         feeds = {}
         for name, dtype in self.engine.inputs.items():
-            shape = self.shapes[name]
-            feeds[name] = cuda.device_array(self.addresses[name], shape, nptype(dtype)).copy()
+            shape = shapes[name]
+            feeds[name] = cuda.device_array(addresses[name], shape, nptype(dtype)).copy()
         outs = _session(self.engine.model).run(list(self.engine.outputs), feeds)
         is_decoder = self.engine.header["rules"] is not None
         for (name, dtype), value in zip(self.engine.outputs.items(), outs, strict=True):
@@ -336,10 +368,15 @@ class _Context:
                 ptr = alloc.reallocate_output_async(name, 0, value.nbytes, 256, stream_handle)
                 alloc.notify_shape(name, value.shape)
             else:
-                ptr = self.addresses[name]
-                assert tuple(value.shape) == self.get_tensor_shape(name), "static shape rule"
+                ptr = addresses[name]
+                assert tuple(value.shape) == self._output_shape(name, shapes), "static shape rule"
             cuda.device_array(ptr, value.shape, value.dtype)[...] = value
         return True
+
+    def _output_shape(self, name: str, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+        first = self.engine.header["inputs"][0][0]
+        t = shapes[first][-1]
+        return tuple(round(a * t + b) for a, b in self.engine.header["rules"][name])
 
 
 class _Runtime:
