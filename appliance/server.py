@@ -498,20 +498,37 @@ class Connection:
             async with asyncio.timeout(1.0):
                 await self.writer.drain()
 
-    async def send(self, msg: dict[str, Any]) -> None:
-        """Write with back-pressure: waits while the client's buffer is full."""
+    async def send(self, msg: dict[str, Any], grace_s: float = 0.0) -> None:
+        """Write with back-pressure: waits while the client's buffer is full.
+
+        ``grace_s`` is how much audio the client still holds: a client playing in real
+        time need not read until that has played, so only silence beyond it (and beyond
+        ``client_too_slow_s``) makes it too slow.
+        """
         if self._closed or self.writer.is_closing():
             raise ConnectionResetError("connection closed")
         self.writer.write(pack(msg))
-        if self.writer.transport.get_write_buffer_size() <= self._high_water:
+        transport = self.writer.transport
+        if transport.get_write_buffer_size() <= self._high_water:
             return
-        # asyncio.timeout, not wait_for: wait_for in 3.11 can swallow a cancel that
-        # lands as the drain completes, and a cancelled stream would run on.
-        try:
-            async with asyncio.timeout(self.cfg.server.client_too_slow_s):
-                await self.writer.drain()
-        except TimeoutError as exc:
-            raise ClientTooSlow() from exc
+        # asyncio.timeout, not wait_for: in 3.11 wait_for can swallow a cancel that lands
+        # as the drain completes, and a cancelled stream would run on.
+        limit = self.cfg.server.client_too_slow_s
+        last_size = transport.get_write_buffer_size()
+        last_progress = time.monotonic() + grace_s
+        while True:
+            try:
+                async with asyncio.timeout(min(0.25, limit)):
+                    await self.writer.drain()
+                return
+            except TimeoutError:
+                size = transport.get_write_buffer_size()
+                now = time.monotonic()
+                if size < last_size:
+                    last_progress = max(last_progress, now)
+                elif now - last_progress >= limit:
+                    raise ClientTooSlow() from None
+                last_size = size
 
     def close(self) -> None:
         if self._closed:
@@ -728,7 +745,7 @@ class Connection:
             state.started = True
 
             async def emit(event: ChunkEvent, _samples: FloatArray) -> None:
-                await self.send(event.to_dict())
+                await self.send(event.to_dict(), grace_s=job.buffer_s())
 
             state.job_task = asyncio.create_task(job.run(emit))
             try:
