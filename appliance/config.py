@@ -65,7 +65,8 @@ class EngineConfig:
     """Inference worker threads.  Two single-threaded workers beat one two-threaded one on a
     2-core box at 1, 4 and 8 streams (docs/scheduling.md): a newcomer finds a free worker."""
     intra_op_threads: int = field(default=0, metadata=_rng(0, 256))
-    """ONNX Runtime threads per worker; 0 = the CPUs this process may use, split over workers."""
+    """ONNX Runtime threads per worker; 0 = as many as the CPUs this process may use (they
+    do not spin-wait when the workers together have more threads than CPUs)."""
     context_frames: int = field(default=16, metadata=_rng(0, 128))
     max_phonemes: int = field(default=400, metadata=_rng(16, 4096))
     """Longest clause (phoneme ids) sent to the encoder in one piece."""
@@ -76,7 +77,7 @@ class StreamingConfig:
     default_mode: Literal["dialog", "reading", "sentence"] = "dialog"
     clause_chars: int = field(default=160, metadata=_rng(20, 5000))
     """Sentences longer than this are split into clauses at , ; : and dashes."""
-    first_clause_chars: int = field(default=80, metadata=_rng(10, 5000))
+    first_clause_chars: int = field(default=64, metadata=_rng(10, 5000))
     """The first clause of a request is kept this short: its encoder time is the TTFP."""
     join_fade_ms: float = field(default=4.0, metadata=_rng(0, 50))
 

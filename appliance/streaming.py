@@ -349,16 +349,6 @@ class SynthesisJob:
                 chunks = [(0, total)] if len(encoded.audio) else []
             clause_audio_s = total * hop / rate
             for j, (a, b) in enumerate(chunks):
-                if j == 0 and k + 1 < n_clauses:
-                    # Encode the next clause now, due when this clause's audio runs out.
-                    nxt = self.clauses[k + 1]
-                    pending = asyncio.ensure_future(
-                        self._submit(
-                            functools.partial(self._encode, nxt),
-                            self._due(clause_audio_s),
-                            "encode",
-                        )
-                    )
                 if encoded.enc is not None:
                     enc = encoded.enc
                     audio = await self._submit(
@@ -402,6 +392,17 @@ class SynthesisJob:
                 if seq == 0:
                     self.stats.t_first = t_w
                     self.stats.first_write_ms = (time.monotonic() - t_w) * 1000
+                if j == 0 and k + 1 < n_clauses:
+                    # Encode the next clause now, due when this clause's audio runs out.
+                    # Only after this clause's first chunk is out: submitted earlier, it
+                    # would take a free worker from the window the listener waits for.
+                    pending = asyncio.ensure_future(
+                        self._submit(
+                            functools.partial(self._encode, self.clauses[k + 1]),
+                            self._due(clause_audio_s - dur_s),
+                            "encode",
+                        )
+                    )
                 seq += 1
                 self._audio_out_s += dur_s
                 self.stats.chunks = seq
