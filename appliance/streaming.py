@@ -234,6 +234,13 @@ class _Encoded:
     ids: IntArray
     enc: Encoded | None
     audio: FloatArray | None  # whole-clause audio for voices that cannot stream
+    # The first clause of a request also carries its chunk plan and first chunk, decoded
+    # in the same work item: a separate item would queue behind other streams' work
+    # while the listener waits for the first sound.
+    chunks: list[tuple[int, int]] | None = None
+    target: int = 0
+    first_audio: FloatArray | None = None
+    first_decode_s: float = 0.0
 
 
 class SynthesisJob:
@@ -303,12 +310,31 @@ class SynthesisJob:
 
     # -- work items (run on worker threads)
 
-    def _encode(self, clause: Clause) -> _Encoded:
+    def _encode(self, clause: Clause, first_target: int | None = None) -> _Encoded:
+        """Phonemize and encode a clause; with ``first_target``, also plan it and decode
+        its first chunk (the first clause of a request)."""
         ids = self.voice.phonemizer.ids(clause.text)
         s = self.settings
         if not self.voice.can_stream:
             return _Encoded(ids, None, self.voice.model.fused(ids, s.scales, s.speaker))
-        return _Encoded(ids, self.voice.model.encode(ids, s.scales, s.speaker), None)
+        out = _Encoded(ids, self.voice.model.encode(ids, s.scales, s.speaker), None)
+        if first_target is not None and out.enc is not None:
+            out.chunks, out.target = self._plan_clause(out, first_target, first=True)
+            if out.chunks:
+                t0 = time.monotonic()
+                a, b = out.chunks[0]
+                out.first_audio = decode_span(
+                    self.voice.model, out.enc, a, b, s.context, self.voice.hop
+                )
+                out.first_decode_s = time.monotonic() - t0
+        return out
+
+    def _plan_clause(
+        self, encoded: _Encoded, target: int, first: bool
+    ) -> tuple[list[tuple[int, int]], int]:
+        assert encoded.enc is not None
+        boundary = [self.voice.phonemizer.is_boundary(int(i)) for i in encoded.ids]
+        return plan_chunks(encoded.enc.durations, boundary, self._plan, target, first=first)
 
     # -- the stream
 
@@ -329,19 +355,21 @@ class SynthesisJob:
         n_clauses = len(self.clauses)
         for k, clause in enumerate(self.clauses):
             if pending is None:
-                pending = asyncio.ensure_future(
-                    self._submit(functools.partial(self._encode, clause), self._due(), "encode")
-                )
+                work = functools.partial(self._encode, clause, target if k == 0 else None)
+                pending = asyncio.ensure_future(self._submit(work, self._due(), "encode"))
             encoded: _Encoded = await pending
             pending = None
             if k == 0:
                 self.stats.first_queue_ms = self._last_timing.queue_s * 1000
-                self.stats.first_encode_ms = self._last_timing.run_s * 1000
+                self.stats.first_encode_ms = (
+                    self._last_timing.run_s - encoded.first_decode_s
+                ) * 1000
+                self.stats.first_decode_ms = encoded.first_decode_s * 1000
             if encoded.enc is not None:
-                boundary = [self.voice.phonemizer.is_boundary(int(i)) for i in encoded.ids]
-                chunks, target = plan_chunks(
-                    encoded.enc.durations, boundary, self._plan, target, first=k == 0
-                )
+                if encoded.chunks is not None:
+                    chunks, target = encoded.chunks, encoded.target
+                else:
+                    chunks, target = self._plan_clause(encoded, target, first=k == 0)
                 total = encoded.enc.frames
             else:
                 assert encoded.audio is not None
@@ -349,7 +377,10 @@ class SynthesisJob:
                 chunks = [(0, total)] if len(encoded.audio) else []
             clause_audio_s = total * hop / rate
             for j, (a, b) in enumerate(chunks):
-                if encoded.enc is not None:
+                if j == 0 and encoded.first_audio is not None:
+                    audio = encoded.first_audio
+                    self.stats.windows += 1
+                elif encoded.enc is not None:
                     enc = encoded.enc
                     audio = await self._submit(
                         functools.partial(
@@ -370,7 +401,7 @@ class SynthesisJob:
                 )
                 last = last_of_clause and k + 1 == n_clauses
                 data = self.formatter(audio, last)
-                if seq == 0:
+                if seq == 0 and encoded.first_audio is None:
                     self.stats.first_decode_ms = self._last_timing.run_s * 1000
                 now = time.monotonic()
                 if self.stats.t_first is not None and now > self.stats.t_first + self._audio_out_s:
