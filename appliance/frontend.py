@@ -110,14 +110,7 @@ _SPACES = re.compile(r"\s+")
 
 def clean(text: str) -> MappedText:
     mt = MappedText.identity(text).map_chars(_char_clean)
-    mt = mt.sub(_SPACES, " ")
-    # Trim.
-    start, end = 0, len(mt)
-    while start < end and mt.text[start] == " ":
-        start += 1
-    while end > start and mt.text[end - 1] == " ":
-        end -= 1
-    return mt.slice(start, end)
+    return _strip(mt.sub(_SPACES, " "))
 
 
 def check_script(mt: MappedText, language: str) -> MappedText:

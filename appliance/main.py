@@ -186,13 +186,21 @@ def _merge_live(old: Config, new: Config, live: set[str]) -> Config:
     return dataclasses.replace(old, **sections)
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _load_for_command(path: str | None) -> Config | None:
+    """The config for serve/prepare, with logging set up; None (message printed) if invalid."""
     try:
-        cfg = load_config(args.config)
+        cfg = load_config(path)
     except ConfigError as exc:
         print(f"ttsd: config: {exc}", file=sys.stderr)
-        return 2
+        return None
     _configure_logging(cfg.logging.level)
+    return cfg
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    cfg = _load_for_command(args.config)
+    if cfg is None:
+        return 2
     if cfg.tuning.numa_bind:
         # Before any thread pool exists, so every thread inherits the binding.
         from appliance import nvml
@@ -222,12 +230,9 @@ def _progress(name: str, msg: str) -> None:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        print(f"ttsd: config: {exc}", file=sys.stderr)
+    cfg = _load_for_command(args.config)
+    if cfg is None:
         return 2
-    _configure_logging(cfg.logging.level)
     from appliance.voices import default_cache_dir, discover, load_voice
 
     cache = Path(cfg.voices.cache_dir) if cfg.voices.cache_dir else default_cache_dir()
