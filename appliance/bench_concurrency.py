@@ -357,7 +357,10 @@ def run_soak(
             conn = await StreamConnection.open(socket_path)
             try:
                 while (k := next(counter)) < n:
-                    text = f"Soak request number {k}. " + TEXTS[k % len(TEXTS)][:60]
+                    # Short commands: the soak is about per-request memory, so many
+                    # requests per minute matter more than long ones.
+                    words = TEXTS[k % len(TEXTS)].split()[: 2 + k % 5]
+                    text = f"Request {k}: " + " ".join(words) + "."
                     if k % 25 == 24:
                         await conn.send({"op": "synthesize", "id": conn.next_id(), "text": text})
                         await conn.recv()

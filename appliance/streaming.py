@@ -30,6 +30,10 @@ if TYPE_CHECKING:
     from appliance.scheduler import Scheduler, WorkTiming
 
 
+STALL_JITTER_S = 0.1
+"""A stall is counted when a chunk arrives after a client playing in real time from its
+first chunk, with this much jitter buffer, would have run dry (the benchmark's client)."""
+
 # ------------------------------------------------------------------ pure helpers
 
 
@@ -404,8 +408,9 @@ class SynthesisJob:
                 if seq == 0 and encoded.first_audio is None:
                     self.stats.first_decode_ms = self._last_timing.run_s * 1000
                 now = time.monotonic()
-                if self.stats.t_first is not None and now > self.stats.t_first + self._audio_out_s:
-                    # The client ran out of audio before this chunk arrived.
+                run_dry = (self.stats.t_first or now) + self._audio_out_s + STALL_JITTER_S
+                if self.stats.t_first is not None and now > run_dry:
+                    # A player with a minimal jitter buffer ran out of audio before this chunk.
                     self.stats.stalls += 1
                 span = _chunk_span(clause, a, b, total)
                 dur_s = len(audio) / rate
