@@ -362,7 +362,14 @@ def run_soak(
                     words = TEXTS[k % len(TEXTS)].split()[: 2 + k % 5]
                     text = f"Request {k}: " + " ".join(words) + "."
                     if k % 25 == 24:
-                        await conn.send({"op": "synthesize", "id": conn.next_id(), "text": text})
+                        await conn.send(
+                            {
+                                "op": "synthesize",
+                                "id": conn.next_id(),
+                                "text": text,
+                                "realtime": False,
+                            }
+                        )
                         await conn.recv()
                         await conn.close()
                         conn = await StreamConnection.open(socket_path)
@@ -374,6 +381,9 @@ def run_soak(
                             client_buffer_s=1e9,
                             play_out=False,
                             cancel_after_chunks=1 if k % 10 == 9 else None,
+                            # Batch class: read as fast as they come, these are not real-time
+                            # listeners, and admission rightly refuses them as such.
+                            realtime=False,
                         )
                         outcome = res.outcome
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
