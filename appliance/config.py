@@ -67,6 +67,9 @@ class EngineConfig:
     intra_op_threads: int = field(default=0, metadata=_rng(0, 256))
     """ONNX Runtime threads per worker; 0 = as many as the CPUs this process may use (they
     do not spin-wait when the workers together have more threads than CPUs)."""
+    spin_wait: Literal["auto", "on", "off"] = "auto"
+    """ONNX Runtime threads spin between ops (faster, but they hold a core): auto = only when
+    all workers' threads together fit on the CPUs."""
     context_frames: int = field(default=16, metadata=_rng(0, 128))
     max_phonemes: int = field(default=400, metadata=_rng(16, 4096))
     """Longest clause (phoneme ids) sent to the encoder in one piece."""

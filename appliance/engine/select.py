@@ -26,8 +26,12 @@ def cpu_threads(cfg: Config) -> int:
 def load_voice_model(voice: Voice, cfg: Config) -> tuple[VoiceModel, dict[str, Any]]:
     """The voice on the configured backend; the CPU model is always loaded (failover)."""
     threads = cpu_threads(cfg)
-    # Spin only when all workers' threads together fit on the CPUs we may use.
-    spin = threads > 1 and threads * cfg.engine.workers <= len(os.sched_getaffinity(0))
+    # By default spin only when all workers' threads together fit on the CPUs we may use.
+    spin = {
+        "on": True,
+        "off": False,
+        "auto": threads > 1 and threads * cfg.engine.workers <= len(os.sched_getaffinity(0)),
+    }[cfg.engine.spin_wait]
     cpu = OnnxVoiceModel.load(
         voice.model_path, voice.encoder_path, voice.decoder_path, voice.cut, threads, spin
     )
