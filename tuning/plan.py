@@ -311,39 +311,52 @@ class _Builder:
                 self.items.append(_na(name, target, f"supported clocks unreadable: {why}"))
             return
         if self.cfg.gpu_clocks:
-            if not gfx:
-                self.items.append(_na("gpu locked clocks", target, "no supported clocks listed"))
-            else:
-                mhz = pick_clock(gfx, self.cfg.gpu_clock_mhz)
-                self.setting(
-                    GpuLockedClocks(
-                        host,
-                        name="gpu locked clocks",
-                        target=target,
-                        reason="no clock ramp-up at the start of each request",
-                        bus_id=gpu.bus_id,
-                        mhz=mhz,
-                    ),
-                    note=_clock_note(self.cfg.gpu_clock_mhz, mhz),
-                )
+            self._lock_clock(
+                GpuLockedClocks,
+                "gpu locked clocks",
+                "no clock ramp-up at the start of each request",
+                gfx,
+                self.cfg.gpu_clock_mhz,
+                gpu,
+                target,
+            )
         if self.cfg.memory_clock_mhz is not None:
-            if not mem:
-                self.items.append(
-                    _na("gpu memory locked clocks", target, "no supported clocks listed")
-                )
-            else:
-                mhz = pick_clock(mem, self.cfg.memory_clock_mhz)
-                self.setting(
-                    GpuMemoryLockedClocks(
-                        host,
-                        name="gpu memory locked clocks",
-                        target=target,
-                        reason="steady memory bandwidth",
-                        bus_id=gpu.bus_id,
-                        mhz=mhz,
-                    ),
-                    note=_clock_note(self.cfg.memory_clock_mhz, mhz),
-                )
+            self._lock_clock(
+                GpuMemoryLockedClocks,
+                "gpu memory locked clocks",
+                "steady memory bandwidth",
+                mem,
+                self.cfg.memory_clock_mhz,
+                gpu,
+                target,
+            )
+
+    def _lock_clock(
+        self,
+        kind: type[GpuLockedClocks] | type[GpuMemoryLockedClocks],
+        name: str,
+        reason: str,
+        supported: list[int],
+        wanted_mhz: int | None,
+        gpu: GpuInfo,
+        target: str,
+    ) -> None:
+        """One locked-clock setting (graphics or memory), or why it is not applicable."""
+        if not supported:
+            self.items.append(_na(name, target, "no supported clocks listed"))
+            return
+        mhz = pick_clock(supported, wanted_mhz)
+        self.setting(
+            kind(
+                self.env.host,
+                name=name,
+                target=target,
+                reason=reason,
+                bus_id=gpu.bus_id,
+                mhz=mhz,
+            ),
+            note=_clock_note(wanted_mhz, mhz),
+        )
 
     def numa(self, gpu: GpuInfo | None, gpu_note: str) -> None:
         if gpu is None:
