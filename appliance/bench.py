@@ -301,15 +301,15 @@ def _bench_playback(out: Path) -> dict[str, Any]:
         proc.wait(timeout=60)
     print("\n## Speaker path (PulseAudio null sink, parec of its monitor)\n")
     print(
-        "| latency setting | reported device latency | TTFP P50 | first sound P50 "
-        "| first sound − TTFP P50 | stop → silence P50 | underruns |"
+        "| latency setting | reported device latency | TTFP median | first sound median "
+        "| first sound − TTFP median | stop → silence median | underruns |"
     )
     print("|---|---|---|---|---|---|---|")
     for name, r in results.items():
 
         def p50(key: str, r: dict[str, Any] = r) -> str:
             v = r.get(key)
-            return f"{v['p50']:.1f} ms" if isinstance(v, dict) and "p50" in v else "n/a"
+            return f"{v['median']:.1f} ms" if isinstance(v, dict) and "median" in v else "n/a"
 
         print(
             f"| {name} | {r.get('latency_ms', float('nan')):.1f} ms | {p50('ttfp_ms')} "
