@@ -233,16 +233,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     cfg = _load_for_command(args.config)
     if cfg is None:
         return 2
+    from appliance.engine.gpu_select import prepare_engines
     from appliance.voices import default_cache_dir, discover, load_voice
 
     cache = Path(cfg.voices.cache_dir) if cfg.voices.cache_dir else default_cache_dir()
     for name, path in discover(cfg.voices.voices_dir).items():
         voice = load_voice(name, path, cache)
         print(f"{name}: {'streaming' if voice.split_ok else 'whole-sentence'} ({voice.split_note})")
-        try:
-            from appliance.engine.gpu_select import prepare_engines
-        except ImportError:
-            continue
         prepare_engines(voice, cfg, functools.partial(_progress, name))
     return 0
 

@@ -88,12 +88,9 @@ class Runtime:
 
     def backend_state(self) -> dict[str, Any]:
         """Start-up status merged with the live failover state of the default voice."""
-        model = self.voices[self.default_voice].model
-        try:
-            from appliance.engine.gpu_select import gpu_health
-        except ImportError:  # pragma: no cover - the module ships with the package
-            return dict(self.backend_status)
-        return gpu_health(model, self.backend_status)
+        from appliance.engine.gpu_select import gpu_health
+
+        return gpu_health(self.voices[self.default_voice].model, self.backend_status)
 
     def frontend_limits(self) -> FrontendLimits:
         c = self.config

@@ -296,18 +296,16 @@ class SynthesisJob:
         per_char = self._audio_out_s / self._chars_done
         return max(0.0, (self._chars_total - self._chars_done) * per_char)
 
-    async def _submit(self, fn: Callable[[], Any], deadline: float, kind: str) -> Any:
+    async def _submit(
+        self, fn: Callable[[], Any], deadline: float, kind: str
+    ) -> tuple[Any, WorkTiming]:
         fut = self.scheduler.submit(
             fn, deadline=deadline, realtime=self.settings.realtime, owner=self, kind=kind
         )
         result, timing = await fut
-        self._account(timing)
-        return result
-
-    def _account(self, timing: WorkTiming) -> None:
         self.stats.compute_s += timing.run_s
         self.stats.queue_s += timing.queue_s
-        self._last_timing = timing
+        return result, timing
 
     def cancel_pending(self) -> int:
         return self.scheduler.cancel_owner(self)
@@ -361,13 +359,11 @@ class SynthesisJob:
             if pending is None:
                 work = functools.partial(self._encode, clause, target if k == 0 else None)
                 pending = asyncio.ensure_future(self._submit(work, self._due(), "encode"))
-            encoded: _Encoded = await pending
+            encoded, timing = await pending
             pending = None
             if k == 0:
-                self.stats.first_queue_ms = self._last_timing.queue_s * 1000
-                self.stats.first_encode_ms = (
-                    self._last_timing.run_s - encoded.first_decode_s
-                ) * 1000
+                self.stats.first_queue_ms = timing.queue_s * 1000
+                self.stats.first_encode_ms = (timing.run_s - encoded.first_decode_s) * 1000
                 self.stats.first_decode_ms = encoded.first_decode_s * 1000
             if encoded.enc is not None:
                 if encoded.chunks is not None:
@@ -386,7 +382,7 @@ class SynthesisJob:
                     self.stats.windows += 1
                 elif encoded.enc is not None:
                     enc = encoded.enc
-                    audio = await self._submit(
+                    audio, timing = await self._submit(
                         functools.partial(
                             decode_span, self.voice.model, enc, a, b, self.settings.context, hop
                         ),
@@ -394,6 +390,8 @@ class SynthesisJob:
                         "decode",
                     )
                     self.stats.windows += 1
+                    if seq == 0:
+                        self.stats.first_decode_ms = timing.run_s * 1000
                 else:
                     assert encoded.audio is not None
                     audio = encoded.audio
@@ -405,8 +403,6 @@ class SynthesisJob:
                 )
                 last = last_of_clause and k + 1 == n_clauses
                 data = self.formatter(audio, last)
-                if seq == 0 and encoded.first_audio is None:
-                    self.stats.first_decode_ms = self._last_timing.run_s * 1000
                 now = time.monotonic()
                 run_dry = (self.stats.t_first or now) + self._audio_out_s + STALL_JITTER_S
                 if self.stats.t_first is not None and now > run_dry:

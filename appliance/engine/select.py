@@ -37,9 +37,8 @@ def load_voice_model(voice: Voice, cfg: Config) -> tuple[VoiceModel, dict[str, A
     )
     if cfg.engine.backend == "onnx-cpu":
         return cpu, {"backend": "onnx-cpu", "status": "ok"}
-    try:
-        from appliance.engine.gpu_select import load_gpu_pool
-    except ImportError:
-        return cpu, {"backend": "onnx-cpu", "status": "ok", "note": "GPU support not installed"}
+    # gpu_select imports select (cpu_threads): imported here, not at the top.
+    from appliance.engine.gpu_select import load_gpu_pool
+
     model, status = load_gpu_pool(voice, cpu, cfg)
     return model, dict(status)
