@@ -7,23 +7,31 @@ import time
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 
 class Distribution:
-    """The last ``keep`` observations of one quantity, with percentiles."""
+    """The last ``keep`` observations of one quantity, with percentiles.
+
+    A preallocated ring of float64: memory is fixed from the first request, where
+    a deque of Python floats would grow by ~32 bytes per observation until full.
+    """
 
     def __init__(self, keep: int = 10000) -> None:
-        self._values: collections.deque[float] = collections.deque(maxlen=keep)
+        self._ring = np.zeros(keep, dtype=np.float64)
         self.count = 0
 
     def add(self, value: float) -> None:
-        self._values.append(value)
+        self._ring[self.count % len(self._ring)] = value
         self.count += 1
 
+    def values(self) -> npt.NDArray[np.float64]:
+        return self._ring[: min(self.count, len(self._ring))]
+
     def summary(self) -> dict[str, Any]:
-        if not self._values:
+        arr = self.values()
+        if not arr.size:
             return {"count": self.count}
-        arr = np.fromiter(self._values, dtype=np.float64)
         p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
         return {
             "count": self.count,

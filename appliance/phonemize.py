@@ -1,12 +1,27 @@
 """Text → phoneme ids with espeak-ng, as the Piper voices were trained.
 
 espeak-ng keeps global state in C (the current voice), so every call goes
-through one process-wide lock.  The lock is the only module-level state here.
+through one process-wide lock.  The lock and the bridge are the only
+module-level state here.
+
+We call piper's ``espeakbridge`` directly rather than
+``EspeakPhonemizer.phonemize`` because the bridge in piper-tts 1.8 leaks one
+reference to every clause tuple it returns (``PyList_Append`` of a fresh
+``Py_BuildValue``): about 0.35 kB per request, for ever, in a daemon.  The
+leak is measured once at start-up and repaired per call only if present, so a
+fixed bridge is left alone.  The grouping into sentences mirrors piper's (a
+test holds the two equal).
 """
 
 from __future__ import annotations
 
+import ctypes
+import logging
+import re
+import sys
 import threading
+import unicodedata
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,20 +31,79 @@ from appliance.engine.base import IntArray
 if TYPE_CHECKING:
     from appliance.voices import VoiceInfo
 
+log = logging.getLogger(__name__)
+
 _ESPEAK_LOCK = threading.Lock()
-_espeak: list[Any] = []  # the bridge, initialised once under the lock
+_bridges: list[_Bridge] = []  # initialised once, under the lock
 
 BOS, EOS, PAD = "^", "$", "_"
 # Phonemes that mark a place where audio may be cut (word gaps and pauses).
 BOUNDARY_PHONEMES = frozenset(" ,.;:!?—-")
+_LANG_SWITCH = re.compile(r"\([^)]+\)")
+
+_py_decref = ctypes.pythonapi.Py_DecRef
+_py_decref.argtypes = [ctypes.py_object]
+_py_decref.restype = None
 
 
-def _bridge() -> Any:
-    if not _espeak:
-        from piper.phonemize_espeak import EspeakPhonemizer
+@dataclass
+class _Bridge:
+    module: Any
+    leaks_clause_refs: bool
 
-        _espeak.append(EspeakPhonemizer())
-    return _espeak[0]
+    def clauses(self, voice: str, text: str) -> list[tuple[str, str, bool]]:
+        # Every call, as piper does: anything else in the process may have changed it.
+        self.module.set_voice(voice)
+        out: list[tuple[str, str, bool]] = self.module.get_phonemes(text)
+        if self.leaks_clause_refs:
+            for clause in out:
+                _py_decref(clause)
+        return out
+
+
+def _extra_refs(module: Any) -> int:
+    """References the bridge leaks on each clause tuple (0 for a correct bridge)."""
+    probe = module.get_phonemes("a, b.")
+    control = [tuple(x for x in ("a", ",", False))]
+    # Both are held only by their list; getrefcount adds its own argument.
+    return sys.getrefcount(probe[0]) - sys.getrefcount(control[0])
+
+
+def _bridge() -> _Bridge:
+    if not _bridges:
+        from piper import espeakbridge
+        from piper.phonemize_espeak import ESPEAK_DATA_DIR
+
+        espeakbridge.initialize(str(ESPEAK_DATA_DIR))
+        espeakbridge.set_voice("en-us")
+        extra = _extra_refs(espeakbridge)
+        if extra not in (0, 1):
+            log.warning("espeak bridge holds %d extra references per clause; not repairing", extra)
+        elif extra:
+            log.debug("espeak bridge leaks a reference per clause; repairing each call")
+        _bridges.append(_Bridge(espeakbridge, extra == 1))
+    return _bridges[0]
+
+
+def espeak_sentences(voice: str, text: str) -> list[list[str]]:
+    """Phonemes of ``text`` grouped by sentence, as piper's ``EspeakPhonemizer`` gives them."""
+    with _ESPEAK_LOCK:
+        clauses = _bridge().clauses(voice, text)
+    sentences: list[list[str]] = []
+    current: list[str] = []
+    for phonemes, terminator, end_of_sentence in clauses:
+        # Flags such as "(fr)" surround words espeak read in another language.
+        phonemes = _LANG_SWITCH.sub("", phonemes) + terminator
+        if terminator in (",", ":", ";"):
+            phonemes += " "
+        # One phoneme per code point, accents separate, as the voices were trained.
+        current.extend(unicodedata.normalize("NFD", phonemes))
+        if end_of_sentence:
+            sentences.append(current)
+            current = []
+    if current:
+        sentences.append(current)
+    return sentences
 
 
 class Phonemizer:
@@ -44,8 +118,7 @@ class Phonemizer:
 
     def phonemes(self, text: str) -> list[str]:
         """All phonemes of ``text`` as one utterance (espeak's sentences joined by a space)."""
-        with _ESPEAK_LOCK:
-            sentences: list[list[str]] = _bridge().phonemize(self.info.espeak_voice, text)
+        sentences = espeak_sentences(self.info.espeak_voice, text)
         out: list[str] = []
         for sentence in sentences:
             if not sentence:
