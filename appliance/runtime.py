@@ -78,7 +78,9 @@ class Runtime:
                 name,
                 (time.monotonic() - t0) * 1000,
                 status.get("backend", "?"),
-                "streaming" if voice.split_ok else f"whole-sentence: {voice.split_note}",
+                ("streaming, flow windowed" if voice.flow_split else "streaming")
+                if voice.split_ok
+                else f"whole-sentence: {voice.split_note}",
             )
         scheduler = Scheduler(cfg.engine.workers)
         rt = cls(cfg, voices, metas, cfg.voices.default, scheduler, Metrics(), status)
@@ -106,7 +108,8 @@ class Runtime:
             t0 = time.monotonic()
             ids = v.phonemizer.ids("Ready.")
             if v.can_stream:
-                enc = v.model.encode(ids, v.defaults, v.default_speaker)
+                # encode_prior + decode_span run the prior and the windowed flow, if any.
+                enc = v.model.encode_prior(ids, v.defaults, v.default_speaker)
                 for width in (8, 16, 32):
                     decode_span(v.model, enc, 0, min(enc.frames, width), 16, v.hop)
             else:
@@ -119,6 +122,7 @@ class Runtime:
         for meta in self.voice_meta.values():
             d = meta.info.describe()
             d["streaming"] = meta.split_ok
+            d["flow"] = "windowed" if meta.flow_split is not None else "whole"
             if not meta.split_ok:
                 d["note"] = meta.split_note
             voices.append(d)

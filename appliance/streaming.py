@@ -37,12 +37,34 @@ first chunk, with this much jitter buffer, would have run dry (the benchmark's c
 # ------------------------------------------------------------------ pure helpers
 
 
+def ensure_latent(model: VoiceModel, enc: Encoded, upto: int) -> None:
+    """Run the flow so that ``z`` is valid on frames [0, ``upto``).
+
+    The first call computes just those frames, which is all the first chunk
+    waits for; a later call computes the rest of the clause in one go (each call
+    pays ``flow_context`` frames of overlap on each side, so few large calls).
+    """
+    if enc.ready >= upto or enc.z_p is None:
+        return
+    total = enc.frames
+    lo = enc.ready
+    hi = total if lo > 0 else min(total, upto)
+    c = model.flow_context
+    a, b = max(0, lo - c), min(total, hi + c)
+    z = model.flow(enc.z_p[:, :, a:b], enc.g)
+    enc.z[:, :, lo:hi] = z[:, :, lo - a : hi - a]
+    enc.ready = hi
+    if hi == total:
+        enc.z_p = None
+
+
 def decode_span(
     model: VoiceModel, enc: Encoded, a: int, b: int, context: int, hop: int
 ) -> FloatArray:
     """Samples of frames [a, b) decoded with ``context`` frames of latent on each side."""
     total = enc.frames
     lo, hi = max(0, a - context), min(total, b + context)
+    ensure_latent(model, enc, hi)
     audio = model.decode(enc.z[:, :, lo:hi], enc.g)
     start = (a - lo) * hop
     return audio[start : start + (b - a) * hop]
@@ -319,8 +341,13 @@ class SynthesisJob:
         s = self.settings
         if not self.voice.can_stream:
             return _Encoded(ids, None, self.voice.model.fused(ids, s.scales, s.speaker))
-        out = _Encoded(ids, self.voice.model.encode(ids, s.scales, s.speaker), None)
-        if first_target is not None and out.enc is not None:
+        model = self.voice.model
+        if first_target is None:
+            return _Encoded(ids, model.encode(ids, s.scales, s.speaker), None)
+        # The first clause: the flow runs over the first chunk's frames only (in
+        # decode_span); the rest of it comes with the second chunk.
+        out = _Encoded(ids, model.encode_prior(ids, s.scales, s.speaker), None)
+        if out.enc is not None:
             out.chunks, out.target = self._plan_clause(out, first_target, first=True)
             if out.chunks:
                 t0 = time.monotonic()

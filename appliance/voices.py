@@ -8,13 +8,25 @@ single ``Ceil`` gives frames per phoneme id, and for multi-speaker voices the
 input of ``dec.cond`` is the speaker conditioning ``g`` — never by the
 exporter's generated names, which differ between voices.
 
-The halves are written once to the cache, keyed by the model's sha256, and
+The encoder is cut once more, before the flow: the *prior* (text encoder,
+duration predictor, sampling → ``z_p``) and the *flow* (``z_p`` → ``z``).  The
+flow is a stack of convolutions with a small receptive field, so it too can
+run on a window of frames with context; the first chunk of a request then
+waits only for the flow over its own frames instead of the whole clause's
+(half the encoder's time on a short command).  ``z_p`` is the sum the graph
+draws its noise into (an ``Add`` fed by ``RandomNormalLike`` that the
+durations do not depend on); the flow's one other dynamic input is the frame
+mask.
+
+The parts are written once to the cache, keyed by the model's sha256, and
 checked against the fused model with zero noise.  A voice whose cut does not
-reproduce the fused output runs whole-sentence (``split_ok = False``).
+reproduce the fused output runs whole-sentence (``split_ok = False``); one whose
+flow split does not runs its encoder whole (``flow_split = None``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -31,7 +43,7 @@ log = logging.getLogger(__name__)
 
 CUT_TOLERANCE = 1e-4
 VERIFY_SENTENCE = "Testing one two three, the quick brown fox jumps over the lazy dog."
-_CUT_FORMAT = 2  # bump when the cut or the check changes
+_CUT_FORMAT = 3  # bump when the cut or the check changes
 
 
 class VoiceError(Exception):
@@ -108,6 +120,20 @@ class CutNames:
     g: str | None
     inputs: tuple[str, ...]
     output: str
+    z_p: str | None = None
+    """Input of the flow (prior latent with noise); None when the flow cannot be cut."""
+    mask: str | None = None
+    """The flow's frame mask [1, 1, T] (all ones for one unpadded utterance)."""
+    flow_context: int = 0
+    """Frames of ``z_p`` on each side that make a window of the flow exact."""
+
+
+@dataclass(frozen=True)
+class FlowSplit:
+    """The encoder as two verified parts: prior (ids → z_p, durations) and flow (z_p → z)."""
+
+    prior_path: Path
+    flow_path: Path
 
 
 @dataclass
@@ -122,6 +148,7 @@ class Voice:
     cut: CutNames | None
     split_ok: bool
     split_note: str = ""
+    flow_split: FlowSplit | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -200,6 +227,106 @@ def find_cut(model: Any) -> CutNames:
     return CutNames(z=z, durations=durations, g=g, inputs=inputs, output=graph.output[0].name)
 
 
+def _producers(graph: Any) -> dict[str, Any]:
+    return {out: node for node in graph.node for out in node.output}
+
+
+def _ancestors(graph: Any, tensor: str) -> set[str]:
+    """Tensors ``tensor`` is computed from (itself included)."""
+    producers = _producers(graph)
+    seen: set[str] = set()
+    todo = [tensor]
+    while todo:
+        t = todo.pop()
+        if t in seen or not t:
+            continue
+        seen.add(t)
+        node = producers.get(t)
+        if node is not None:
+            todo.extend(node.input)
+    return seen
+
+
+def _descendant_nodes(graph: Any, tensor: str) -> list[Any]:
+    """Nodes that depend on ``tensor``, in graph order."""
+    reached = {tensor}
+    out = []
+    for node in graph.node:  # ONNX graphs are stored topologically sorted
+        if any(i in reached for i in node.input):
+            out.append(node)
+            reached.update(node.output)
+    return out
+
+
+def _conv_reach(node: Any, initializers: dict[str, Any]) -> int:
+    """Frames a Conv looks at on each side: (kernel - 1) * dilation / 2."""
+    attrs = {a.name: a for a in node.attribute}
+    kernel = list(attrs["kernel_shape"].ints) if "kernel_shape" in attrs else []
+    if not kernel and len(node.input) > 1 and node.input[1] in initializers:
+        kernel = list(initializers[node.input[1]].dims[2:])
+    dilation = list(attrs["dilations"].ints) if "dilations" in attrs else [1]
+    if not kernel:
+        raise VoiceError(f"Conv {node.name or node.output[0]} in the flow has no kernel shape")
+    span = (int(kernel[-1]) - 1) * int(dilation[-1])
+    return (span + 1) // 2
+
+
+def find_flow(model: Any, names: CutNames) -> CutNames:
+    """Locate the flow's input ``z_p``, its mask and its receptive field (see the module doc)."""
+    graph = model.graph
+    initializers = {i.name: i for i in graph.initializer}
+    producers = _producers(graph)
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for i in node.input:
+            consumers.setdefault(i, []).append(node)
+    # Tensors that change with the inputs (not folded constants).
+    dynamic = set(i.name for i in graph.input)
+    for node in graph.node:
+        if node.op_type != "Constant" and any(i in dynamic for i in node.input):
+            dynamic.update(node.output)
+        elif node.op_type == "RandomNormalLike":
+            dynamic.update(node.output)
+    before_durations = _ancestors(graph, names.durations)
+    upstream_of_z = _ancestors(graph, names.z)
+    candidates: list[str] = []
+    for node in graph.node:
+        if node.op_type != "RandomNormalLike":
+            continue
+        frontier = [node.output[0]]
+        for _ in range(3):  # noise * exp(logs) * scale, then + mean
+            nxt = []
+            for t in frontier:
+                for c in consumers.get(t, []):
+                    if c.op_type == "Add" and c.output[0] not in before_durations:
+                        candidates.append(c.output[0])
+                    elif c.op_type == "Mul":
+                        nxt.append(c.output[0])
+            frontier = nxt
+    found = []
+    for z_p in dict.fromkeys(candidates):
+        if z_p not in upstream_of_z:
+            continue
+        flow = [n for n in _descendant_nodes(graph, z_p) if n.output[0] in upstream_of_z]
+        inside = {o for n in flow for o in n.output} | {z_p}
+        outside = {
+            i
+            for n in flow
+            for i in n.input
+            if i and i not in inside and i not in initializers and i in dynamic
+        } - {names.g}
+        if len(outside) != 1:
+            continue
+        reach = sum(_conv_reach(n, initializers) for n in flow if n.op_type == "Conv")
+        mask = next(iter(outside))
+        if producers.get(mask) is not None and mask in upstream_of_z:
+            found.append((z_p, mask, reach))
+    if len(found) != 1:
+        raise VoiceError(f"expected one flow input (noise added to the prior), found {len(found)}")
+    z_p, mask, reach = found[0]
+    return dataclasses.replace(names, z_p=z_p, mask=mask, flow_context=reach)
+
+
 def _atomic_write_model(model: Any, dest: Path) -> None:
     import onnx
 
@@ -251,11 +378,53 @@ def cut_model(model_path: Path, out_dir: Path, names: CutNames) -> tuple[Path, P
     return enc, dec
 
 
+def cut_flow(model_path: Path, out_dir: Path, names: CutNames) -> FlowSplit:
+    """Write the encoder once more as prior + flow (``names`` from :func:`find_flow`)."""
+    import onnx
+    import onnx.utils
+
+    assert names.z_p is not None and names.mask is not None
+    model = onnx.load(str(model_path))
+    extra = [names.g] if names.g else []
+    prior = onnx.utils.Extractor(model).extract_model(
+        list(names.inputs), [names.z_p, names.durations, *extra]
+    )
+    flow = onnx.utils.Extractor(model).extract_model([names.z_p, names.mask, *extra], [names.z])
+    split = FlowSplit(out_dir / "prior.onnx", out_dir / "flow.onnx")
+    _atomic_write_model(prior, split.prior_path)
+    _atomic_write_model(flow, split.flow_path)
+    return split
+
+
 def default_cache_dir() -> Path:
     if os.geteuid() == 0:
         return Path("/var/cache/ttsd")
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "ttsd"
+
+
+def _cached(info: VoiceInfo, model_path: Path, digest: str, slot: Path) -> Voice | None:
+    meta = json.loads((slot / "meta.json").read_text(encoding="utf-8"))
+    if meta.get("sha256") != digest:
+        return None
+    cut = CutNames(**{**meta["cut"], "inputs": tuple(meta["cut"]["inputs"])})
+    enc, dec = slot / "encoder.onnx", slot / "decoder.onnx"
+    if not (enc.is_file() and dec.is_file()):
+        return None
+    flow = FlowSplit(slot / "prior.onnx", slot / "flow.onnx")
+    has_flow = bool(meta.get("flow_ok")) and flow.prior_path.is_file() and flow.flow_path.is_file()
+    log.info("voice %s: cached split (%s)", info.name, "ok" if meta["ok"] else "failed")
+    return Voice(
+        info,
+        model_path,
+        digest,
+        enc,
+        dec,
+        cut,
+        bool(meta["ok"]),
+        meta["note"],
+        flow_split=flow if has_flow else None,
+    )
 
 
 def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
@@ -267,24 +436,18 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
         raise VoiceError(f"voice {name}: bad config: {exc}") from exc
     digest = sha256_of(model_path)
     slot = cache_dir / f"{digest[:32]}-v{_CUT_FORMAT}"
-    meta_path = slot / "meta.json"
-    if meta_path.is_file():
+    if (slot / "meta.json").is_file():
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-            if meta.get("sha256") == digest:
-                cut = CutNames(**{**meta["cut"], "inputs": tuple(meta["cut"]["inputs"])})
-                enc, dec = slot / "encoder.onnx", slot / "decoder.onnx"
-                if enc.is_file() and dec.is_file():
-                    log.info("voice %s: cached split (%s)", name, "ok" if meta["ok"] else "failed")
-                    return Voice(
-                        info, model_path, digest, enc, dec, cut, bool(meta["ok"]), meta["note"]
-                    )
+            voice = _cached(info, model_path, digest, slot)
+            if voice is not None:
+                return voice
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("voice %s: cache entry unreadable (%s); cutting again", name, exc)
     import onnx
 
     try:
-        names = find_cut(onnx.load(str(model_path), load_external_data=False))
+        graph = onnx.load(str(model_path), load_external_data=False)
+        names = find_cut(graph)
         enc, dec = cut_model(model_path, slot, names)
     except (VoiceError, ValueError, OSError) as exc:
         log.warning("voice %s: cannot split (%s); running whole-sentence", name, exc)
@@ -294,40 +457,51 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
         log.warning("voice %s: split check failed (%s); running whole-sentence", name, note)
     else:
         log.info("voice %s: split verified (%s)", name, note)
+    flow: FlowSplit | None = None
+    flow_note = ""
+    if ok:
+        try:
+            names = find_flow(graph, names)
+            flow = cut_flow(model_path, slot, names)
+        except (VoiceError, ValueError, OSError) as exc:
+            flow_note = f"cannot split the flow: {exc}"
+        else:
+            flow_ok, flow_note = verify_flow(info, model_path, dec, names, flow)
+            flow = flow if flow_ok else None
+        log.info("voice %s: flow %s (%s)", name, "windowed" if flow else "whole", flow_note)
     meta = {
         "sha256": digest,
         "ok": ok,
         "note": note,
-        "cut": {
-            "z": names.z,
-            "durations": names.durations,
-            "g": names.g,
-            "inputs": list(names.inputs),
-            "output": names.output,
-        },
+        "flow_ok": flow is not None,
+        "flow_note": flow_note,
+        "cut": dataclasses.asdict(names),
     }
-    tmp = meta_path.with_suffix(".tmp")
+    tmp = slot / "meta.tmp"
     tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    os.replace(tmp, meta_path)
-    return Voice(info, model_path, digest, enc, dec, names, ok, note)
+    os.replace(tmp, slot / "meta.json")
+    return Voice(info, model_path, digest, enc, dec, names, ok, note, flow_split=flow)
 
 
-def verify_cut(
-    info: VoiceInfo, model_path: Path, enc: Path, dec: Path, names: CutNames
+def _check_model(
+    info: VoiceInfo, model_path: Path, enc: Path, dec: Path, names: CutNames, flow: FlowSplit | None
 ) -> tuple[bool, str]:
-    """Windowed decode of the halves vs the fused model, zero noise."""
+    """Windowed decode vs the fused model, zero noise; with ``flow``, the flow windowed too,
+    in the two steps a request's first clause takes."""
     from appliance.engine.base import Scales
     from appliance.engine.onnx import OnnxVoiceModel
     from appliance.phonemize import Phonemizer
     from appliance.streaming import decode_windows
 
     try:
-        model = OnnxVoiceModel.load(model_path, enc, dec, names, threads=1)
+        model = OnnxVoiceModel.load(model_path, enc, dec, names, threads=1, flow=flow)
         ids = Phonemizer(info).ids(VERIFY_SENTENCE)
         scales = Scales(0.0, info.length_scale, 0.0)
         sid = 0 if info.num_speakers > 1 else None
         fused = model.fused(ids, scales, sid)
-        encoded = model.encode(ids, scales, sid)
+        # With the flow split, the first window runs the flow over its own frames and
+        # the second over the rest: the two steps of a request's first clause.
+        encoded = model.encode_prior(ids, scales, sid)
         windowed = decode_windows(model, encoded, window=32, context=16, hop=info.hop_length)
     except Exception as exc:  # any failure of a foreign model means "don't stream it"
         return False, f"check raised {type(exc).__name__}: {exc}"
@@ -335,3 +509,17 @@ def verify_cut(
         return False, f"length differs: {windowed.shape} vs {fused.shape}"
     diff = float(np.max(np.abs(windowed - fused))) if fused.size else 0.0
     return diff <= CUT_TOLERANCE, f"max abs difference {diff:.2e}"
+
+
+def verify_cut(
+    info: VoiceInfo, model_path: Path, enc: Path, dec: Path, names: CutNames
+) -> tuple[bool, str]:
+    """Windowed decode of the halves vs the fused model, zero noise."""
+    return _check_model(info, model_path, enc, dec, names, None)
+
+
+def verify_flow(
+    info: VoiceInfo, model_path: Path, dec: Path, names: CutNames, flow: FlowSplit
+) -> tuple[bool, str]:
+    """Prior, windowed flow and windowed decode vs the fused model, zero noise."""
+    return _check_model(info, model_path, flow.prior_path, dec, names, flow)

@@ -12,7 +12,7 @@ from appliance.engine.base import Scales
 from appliance.engine.onnx import OnnxVoiceModel
 from appliance.frontend import FrontendLimits, prepare
 from appliance.phonemize import Phonemizer
-from appliance.streaming import ModePlan, fade, mode_plan, plan_chunks
+from appliance.streaming import ModePlan, ensure_latent, fade, mode_plan, plan_chunks
 from appliance.voices import bundled_voice_path, load_voice
 from tests.conftest import Daemon
 from tests.wire import Wire
@@ -146,3 +146,63 @@ def test_sentence_mode_is_one_chunk_per_clause() -> None:
     plan = ModePlan(1, 1, 1, 1, whole=True)
     chunks, _ = plan_chunks(np.ones(50, dtype=np.float32), [False] * 50, plan, 1, True)
     assert chunks == [(0, 50)]
+
+
+def test_flow_in_two_steps_equals_the_whole_encoder(voice_cache: Path) -> None:
+    voice = load_voice("en_US-joe-medium", bundled_voice_path(), voice_cache)
+    assert voice.flow_split is not None and voice.cut is not None
+    split = OnnxVoiceModel.load(
+        voice.model_path,
+        voice.encoder_path,
+        voice.decoder_path,
+        voice.cut,
+        1,
+        flow=voice.flow_split,
+    )
+    whole = OnnxVoiceModel.load(
+        voice.model_path, voice.encoder_path, voice.decoder_path, voice.cut, 1
+    )
+    ids = Phonemizer(voice.info).ids(LONG[:120])
+    scales = Scales(0.0, 1.0, 0.0)
+    reference = whole.encode(ids, scales, None)
+    enc = split.encode_prior(ids, scales, None)
+    assert enc.ready == 0 and enc.z_p is not None and enc.frames == reference.frames
+    ensure_latent(split, enc, 20)
+    assert enc.ready == 20  # the first call: only what the first window needs
+    np.testing.assert_allclose(enc.z[:, :, :20], reference.z[:, :, :20], atol=1e-4)
+    ensure_latent(split, enc, 10)
+    assert enc.ready == 20  # already there: nothing runs
+    ensure_latent(split, enc, 21)
+    assert enc.ready == enc.frames and enc.z_p is None  # the second call: all the rest
+    np.testing.assert_allclose(enc.z, reference.z, atol=1e-4)
+    np.testing.assert_allclose(enc.durations, reference.durations)
+    # encode() on the split model is prior + whole flow: the same z, complete.
+    full = split.encode(ids, scales, None)
+    assert full.ready == full.frames and full.z_p is None
+    np.testing.assert_allclose(full.z, reference.z, atol=1e-4)
+
+
+def test_flow_context_makes_windows_exact_and_less_does_not(voice_cache: Path) -> None:
+    voice = load_voice("en_US-joe-medium", bundled_voice_path(), voice_cache)
+    assert voice.cut is not None and voice.cut.flow_context == 32
+    model = OnnxVoiceModel.load(
+        voice.model_path,
+        voice.encoder_path,
+        voice.decoder_path,
+        voice.cut,
+        1,
+        flow=voice.flow_split,
+    )
+    ids = Phonemizer(voice.info).ids(LONG[:120])
+    enc = model.encode_prior(ids, Scales(0.0, 1.0, 0.0), None)
+    assert enc.z_p is not None
+    full = model.flow(enc.z_p, None)
+    a, b = 40, 60
+
+    def window(context: int) -> float:
+        assert enc.z_p is not None
+        z = model.flow(enc.z_p[:, :, a - context : b + context], None)
+        return float(np.abs(z[:, :, context : context + b - a] - full[:, :, a:b]).max())
+
+    assert window(32) <= 1e-4
+    assert window(8) > 1e-3  # the context is needed: the check can tell

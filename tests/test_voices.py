@@ -9,8 +9,16 @@ from pathlib import Path
 import onnx
 import pytest
 
-from appliance.voices import VoiceInfo, bundled_voice_path, discover, load_voice
-from tests.conftest import DaemonFactory
+from appliance.voices import (
+    VoiceError,
+    VoiceInfo,
+    bundled_voice_path,
+    discover,
+    find_cut,
+    find_flow,
+    load_voice,
+)
+from tests.conftest import Daemon, DaemonFactory
 from tests.wire import Wire
 
 
@@ -94,3 +102,44 @@ def test_voices_dir_and_whole_sentence_fallback(
         )
         assert sum(e["event"] == "chunk" for e in w.until(4)) == 2
     assert "running whole-sentence" in d.log()
+
+
+def test_flow_split_is_found_verified_and_cached(tmp_path: Path) -> None:
+    v1 = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v1.flow_split is not None and v1.cut is not None
+    assert v1.cut.z_p and v1.cut.mask and v1.cut.flow_context == 32
+    assert v1.flow_split.prior_path.is_file() and v1.flow_split.flow_path.is_file()
+    meta = json.loads((v1.flow_split.prior_path.parent / "meta.json").read_text())
+    assert meta["flow_ok"] is True
+    v2 = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v2.flow_split == v1.flow_split and v2.cut == v1.cut
+
+
+def test_graph_without_flow_noise_has_no_flow_split() -> None:
+    model = onnx.load(str(bundled_voice_path()), load_external_data=False)
+    names = find_cut(model)
+    assert find_flow(model, names).z_p is not None
+    for node in model.graph.node:
+        if node.op_type == "RandomNormalLike":
+            node.op_type = "Identity"
+    with pytest.raises(VoiceError, match="flow input"):
+        find_flow(model, names)
+
+
+def test_failed_flow_check_keeps_streaming_with_the_whole_encoder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import appliance.voices as voices
+
+    monkeypatch.setattr(voices, "verify_flow", lambda *a: (False, "max abs difference 1"))
+    v = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v.split_ok and v.flow_split is None
+    monkeypatch.undo()
+    again = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert again.split_ok and again.flow_split is None  # the verdict is cached
+
+
+def test_daemon_reports_the_windowed_flow(daemon: Daemon) -> None:
+    with Wire(daemon.socket) as w:
+        info = w.call({"op": "info", "id": 1})
+    assert info["voices"][0]["flow"] == "windowed"

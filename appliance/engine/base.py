@@ -4,7 +4,9 @@ A voice is run as two halves (see ``appliance.voices``): the *encoder* turns
 phoneme ids into the latent ``z`` [1, 192, T] and the frames per phoneme id
 (durations); the *decoder* (HiFi-GAN) turns a window of ``z`` into 256
 samples per frame.  Streaming decodes ``z`` window by window, so a backend only
-has to be good at these two calls.  ``fused`` runs the whole model in one go;
+has to be good at these two calls.  A backend may also run the encoder as
+prior + flow (``encode_prior`` and ``flow``), so that the flow, too, runs
+window by window on a request's first clause.  ``fused`` runs the whole model in one go;
 it is the fallback for voices whose cut failed verification and the reference
 for tests.
 """
@@ -37,7 +39,7 @@ class Scales:
         return np.array([self.noise_scale, self.length_scale, self.noise_w], dtype=np.float32)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Encoded:
     """Host-side result of the encoder: everything the decoder needs, kept in RAM.
 
@@ -46,11 +48,19 @@ class Encoded:
     """
 
     z: FloatArray
-    """Latent, shape [1, C, T] (C = 192 for Piper VITS)."""
+    """Latent, shape [1, C, T] (C = 192 for Piper VITS); valid on frames [0, ready)."""
     durations: FloatArray
     """Frames per phoneme id, shape [N]."""
     g: FloatArray | None = None
     """Speaker conditioning for multi-speaker voices (decoder input), else None."""
+    z_p: FloatArray | None = None
+    """The flow's input, kept while ``z`` is not complete (see ``encode_prior``)."""
+    ready: int = -1
+    """Frames of ``z`` computed so far; -1 (the default) means all of them."""
+
+    def __post_init__(self) -> None:
+        if self.ready < 0:
+            self.ready = self.frames
 
     @property
     def frames(self) -> int:
@@ -65,6 +75,20 @@ class VoiceModel(ABC):
     @abstractmethod
     def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         """Phoneme ids [N] → latent and durations."""
+
+    flow_context: int = 0
+    """Frames of context a window of ``flow`` needs on each side; 0: no separate flow."""
+
+    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        """Like ``encode``, but ``z`` may be left for ``flow`` to fill (``ready`` < frames).
+
+        Backends without a separate flow return the complete result of ``encode``.
+        """
+        return self.encode(ids, scales, speaker)
+
+    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+        """A window of ``z_p`` [1, C, W] → ``z`` [1, C, W] (exact inside ``flow_context``)."""
+        raise BackendError(f"{self.backend_name} has no separate flow")
 
     @abstractmethod
     def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:

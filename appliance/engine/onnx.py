@@ -12,7 +12,7 @@ import onnxruntime as ort
 from appliance.engine.base import BackendError, Encoded, FloatArray, IntArray, Scales, VoiceModel
 
 if TYPE_CHECKING:
-    from appliance.voices import CutNames
+    from appliance.voices import CutNames, FlowSplit
 
 
 def _session(path: Path, threads: int, spin: bool = False) -> ort.InferenceSession:
@@ -48,6 +48,8 @@ class OnnxVoiceModel(VoiceModel):
         self._encoder = encoder
         self._decoder = decoder
         self._cut = cut
+        self._prior: ort.InferenceSession | None = None
+        self._flow: ort.InferenceSession | None = None
 
     @classmethod
     def load(
@@ -58,14 +60,22 @@ class OnnxVoiceModel(VoiceModel):
         cut: CutNames | None,
         threads: int,
         spin: bool = False,
+        flow: FlowSplit | None = None,
     ) -> OnnxVoiceModel:
         if encoder_path is None or decoder_path is None or cut is None:
             model = cls(model_path, None, None, None, threads, spin)
             model._fused_session()
             return model
-        encoder = _session(encoder_path, threads, spin)
         decoder = _session(decoder_path, threads, spin)
-        return cls(model_path, encoder, decoder, cut, threads, spin)
+        if flow is None or cut.z_p is None or cut.mask is None:
+            encoder = _session(encoder_path, threads, spin)
+            return cls(model_path, encoder, decoder, cut, threads, spin)
+        # Prior + flow replace the encoder (the same weights; loading both would double them).
+        model = cls(model_path, None, decoder, cut, threads, spin)
+        model._prior = _session(flow.prior_path, threads, spin)
+        model._flow = _session(flow.flow_path, threads, spin)
+        model.flow_context = cut.flow_context
+        return model
 
     def _fused_session(self) -> ort.InferenceSession:
         # The fused graph is only needed for voices that cannot stream and for
@@ -77,7 +87,7 @@ class OnnxVoiceModel(VoiceModel):
 
     @property
     def can_stream(self) -> bool:
-        return self._encoder is not None
+        return self._decoder is not None
 
     def _feeds(self, ids: IntArray, scales: Scales, speaker: int | None) -> dict[str, np.ndarray]:
         feeds: dict[str, np.ndarray] = {
@@ -89,17 +99,52 @@ class OnnxVoiceModel(VoiceModel):
             feeds["sid"] = np.array([speaker], dtype=np.int64)
         return feeds
 
-    def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
-        if self._encoder is None or self._cut is None:
-            raise BackendError("this voice has no verified encoder/decoder split")
+    def _run_encoder(
+        self, session: ort.InferenceSession, ids: IntArray, scales: Scales, speaker: int | None
+    ) -> tuple[FloatArray, FloatArray, FloatArray | None]:
         try:
-            outs = self._encoder.run(None, self._feeds(ids, scales, speaker))
+            outs = session.run(None, self._feeds(ids, scales, speaker))
         except Exception as exc:  # onnxruntime raises its own, unexported exception types
             raise BackendError(f"encoder failed: {exc}") from exc
-        z = np.ascontiguousarray(outs[0], dtype=np.float32)
+        latent = np.ascontiguousarray(outs[0], dtype=np.float32)
         durations = np.asarray(outs[1], dtype=np.float32).reshape(-1)
         g = np.asarray(outs[2], dtype=np.float32) if len(outs) > 2 else None
+        return latent, durations, g
+
+    def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        if self._prior is not None:
+            enc = self.encode_prior(ids, scales, speaker)
+            assert enc.z_p is not None
+            enc.z[...] = self.flow(enc.z_p, enc.g)
+            enc.z_p, enc.ready = None, enc.frames
+            return enc
+        if self._encoder is None or self._cut is None:
+            raise BackendError("this voice has no verified encoder/decoder split")
+        z, durations, g = self._run_encoder(self._encoder, ids, scales, speaker)
         return Encoded(z=z, durations=durations, g=g)
+
+    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        if self._prior is None:
+            return self.encode(ids, scales, speaker)
+        z_p, durations, g = self._run_encoder(self._prior, ids, scales, speaker)
+        return Encoded(z=np.empty_like(z_p), durations=durations, g=g, z_p=z_p, ready=0)
+
+    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+        if self._flow is None or self._cut is None or self._cut.z_p is None:
+            return super().flow(z_p, g)
+        assert self._cut.mask is not None
+        feeds = {
+            self._cut.z_p: z_p,
+            # One unpadded utterance: every frame is valid.
+            self._cut.mask: np.ones((1, 1, z_p.shape[2]), dtype=np.float32),
+        }
+        if self._cut.g is not None and g is not None:
+            feeds[self._cut.g] = g
+        try:
+            out = self._flow.run(None, feeds)[0]
+        except Exception as exc:  # see encode
+            raise BackendError(f"flow failed: {exc}") from exc
+        return np.asarray(out, dtype=np.float32)
 
     def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
         if self._decoder is None or self._cut is None:

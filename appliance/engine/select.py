@@ -33,7 +33,13 @@ def load_voice_model(voice: Voice, cfg: Config) -> tuple[VoiceModel, dict[str, A
         "auto": threads > 1 and threads * cfg.engine.workers <= len(os.sched_getaffinity(0)),
     }[cfg.engine.spin_wait]
     cpu = OnnxVoiceModel.load(
-        voice.model_path, voice.encoder_path, voice.decoder_path, voice.cut, threads, spin
+        voice.model_path,
+        voice.encoder_path,
+        voice.decoder_path,
+        voice.cut,
+        threads,
+        spin,
+        flow=voice.flow_split,
     )
     if cfg.engine.backend == "onnx-cpu":
         return cpu, {"backend": "onnx-cpu", "status": "ok"}
