@@ -275,7 +275,6 @@ def find_flow(model: Any, names: CutNames) -> CutNames:
     """Locate the flow's input ``z_p``, its mask and its receptive field (see the module doc)."""
     graph = model.graph
     initializers = {i.name: i for i in graph.initializer}
-    producers = _producers(graph)
     consumers: dict[str, list[Any]] = {}
     for node in graph.node:
         for i in node.input:
@@ -283,9 +282,7 @@ def find_flow(model: Any, names: CutNames) -> CutNames:
     # Tensors that change with the inputs (not folded constants).
     dynamic = set(i.name for i in graph.input)
     for node in graph.node:
-        if node.op_type != "Constant" and any(i in dynamic for i in node.input):
-            dynamic.update(node.output)
-        elif node.op_type == "RandomNormalLike":
+        if any(i in dynamic for i in node.input):
             dynamic.update(node.output)
     before_durations = _ancestors(graph, names.durations)
     upstream_of_z = _ancestors(graph, names.z)
@@ -315,12 +312,9 @@ def find_flow(model: Any, names: CutNames) -> CutNames:
             for i in n.input
             if i and i not in inside and i not in initializers and i in dynamic
         } - {names.g}
-        if len(outside) != 1:
-            continue
-        reach = sum(_conv_reach(n, initializers) for n in flow if n.op_type == "Conv")
-        mask = next(iter(outside))
-        if producers.get(mask) is not None and mask in upstream_of_z:
-            found.append((z_p, mask, reach))
+        if len(outside) == 1:  # the frame mask
+            reach = sum(_conv_reach(n, initializers) for n in flow if n.op_type == "Conv")
+            found.append((z_p, outside.pop(), reach))
     if len(found) != 1:
         raise VoiceError(f"expected one flow input (noise added to the prior), found {len(found)}")
     z_p, mask, reach = found[0]
