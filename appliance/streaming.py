@@ -346,16 +346,14 @@ class SynthesisJob:
             return _Encoded(ids, model.encode(ids, s.scales, s.speaker), None)
         # The first clause: the flow runs over the first chunk's frames only (in
         # decode_span); the rest of it comes with the second chunk.
-        out = _Encoded(ids, model.encode_prior(ids, s.scales, s.speaker), None)
-        if out.enc is not None:
-            out.chunks, out.target = self._plan_clause(out, first_target, first=True)
-            if out.chunks:
-                t0 = time.monotonic()
-                a, b = out.chunks[0]
-                out.first_audio = decode_span(
-                    self.voice.model, out.enc, a, b, s.context, self.voice.hop
-                )
-                out.first_decode_s = time.monotonic() - t0
+        enc = model.encode_prior(ids, s.scales, s.speaker)
+        out = _Encoded(ids, enc, None)
+        out.chunks, out.target = self._plan_clause(out, first_target, first=True)
+        if out.chunks:
+            t0 = time.monotonic()
+            a, b = out.chunks[0]
+            out.first_audio = decode_span(model, enc, a, b, s.context, self.voice.hop)
+            out.first_decode_s = time.monotonic() - t0
         return out
 
     def _plan_clause(

@@ -231,9 +231,8 @@ def _producers(graph: Any) -> dict[str, Any]:
     return {out: node for node in graph.node for out in node.output}
 
 
-def _ancestors(graph: Any, tensor: str) -> set[str]:
-    """Tensors ``tensor`` is computed from (itself included)."""
-    producers = _producers(graph)
+def _ancestors(producers: dict[str, Any], tensor: str) -> set[str]:
+    """Tensors ``tensor`` is computed from (itself included); ``producers`` from _producers."""
     seen: set[str] = set()
     todo = [tensor]
     while todo:
@@ -284,8 +283,9 @@ def find_flow(model: Any, names: CutNames) -> CutNames:
     for node in graph.node:
         if any(i in dynamic for i in node.input):
             dynamic.update(node.output)
-    before_durations = _ancestors(graph, names.durations)
-    upstream_of_z = _ancestors(graph, names.z)
+    producers = _producers(graph)
+    before_durations = _ancestors(producers, names.durations)
+    upstream_of_z = _ancestors(producers, names.z)
     candidates: list[str] = []
     for node in graph.node:
         if node.op_type != "RandomNormalLike":

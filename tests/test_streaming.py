@@ -13,7 +13,7 @@ from appliance.engine.onnx import OnnxVoiceModel
 from appliance.frontend import FrontendLimits, prepare
 from appliance.phonemize import Phonemizer
 from appliance.streaming import ModePlan, ensure_latent, fade, mode_plan, plan_chunks
-from appliance.voices import bundled_voice_path, load_voice
+from appliance.voices import Voice, bundled_voice_path, load_voice
 from tests.conftest import Daemon
 from tests.wire import Wire
 
@@ -148,10 +148,12 @@ def test_sentence_mode_is_one_chunk_per_clause() -> None:
     assert chunks == [(0, 50)]
 
 
-def test_flow_in_two_steps_equals_the_whole_encoder(voice_cache: Path) -> None:
+@pytest.fixture(scope="module")
+def flow_split(voice_cache: Path) -> tuple[Voice, OnnxVoiceModel]:
+    """The bundled voice and its CPU model with the flow as a separate part."""
     voice = load_voice("en_US-joe-medium", bundled_voice_path(), voice_cache)
     assert voice.flow_split is not None and voice.cut is not None
-    split = OnnxVoiceModel.load(
+    model = OnnxVoiceModel.load(
         voice.model_path,
         voice.encoder_path,
         voice.decoder_path,
@@ -159,6 +161,13 @@ def test_flow_in_two_steps_equals_the_whole_encoder(voice_cache: Path) -> None:
         1,
         flow=voice.flow_split,
     )
+    return voice, model
+
+
+def test_flow_in_two_steps_equals_the_whole_encoder(
+    flow_split: tuple[Voice, OnnxVoiceModel],
+) -> None:
+    voice, split = flow_split
     whole = OnnxVoiceModel.load(
         voice.model_path, voice.encoder_path, voice.decoder_path, voice.cut, 1
     )
@@ -182,17 +191,11 @@ def test_flow_in_two_steps_equals_the_whole_encoder(voice_cache: Path) -> None:
     np.testing.assert_allclose(full.z, reference.z, atol=1e-4)
 
 
-def test_flow_context_makes_windows_exact_and_less_does_not(voice_cache: Path) -> None:
-    voice = load_voice("en_US-joe-medium", bundled_voice_path(), voice_cache)
+def test_flow_context_makes_windows_exact_and_less_does_not(
+    flow_split: tuple[Voice, OnnxVoiceModel],
+) -> None:
+    voice, model = flow_split
     assert voice.cut is not None and voice.cut.flow_context == 32
-    model = OnnxVoiceModel.load(
-        voice.model_path,
-        voice.encoder_path,
-        voice.decoder_path,
-        voice.cut,
-        1,
-        flow=voice.flow_split,
-    )
     ids = Phonemizer(voice.info).ids(LONG[:120])
     enc = model.encode_prior(ids, Scales(0.0, 1.0, 0.0), None)
     assert enc.z_p is not None

@@ -143,25 +143,29 @@ class OnnxVoiceModel(VoiceModel):
             # One unpadded utterance: every frame is valid.
             self._cut.mask: np.ones((1, 1, z_p.shape[2]), dtype=np.float32),
         }
-        if self._cut.g is not None and g is not None:
-            feeds[self._cut.g] = g
-        try:
-            out = self._flow.run(None, feeds)[0]
-        except Exception as exc:  # see encode
-            raise BackendError(f"flow failed: {exc}") from exc
-        return np.asarray(out, dtype=np.float32)
+        return self._run_latent(self._flow, feeds, g, "flow")
 
     def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
         if self._decoder is None or self._cut is None:
             raise BackendError("this voice has no verified encoder/decoder split")
-        feeds = {self._cut.z: z}
+        return self._run_latent(self._decoder, {self._cut.z: z}, g, "decoder").reshape(-1)
+
+    def _run_latent(
+        self,
+        session: ort.InferenceSession,
+        feeds: dict[str, np.ndarray],
+        g: FloatArray | None,
+        what: str,
+    ) -> FloatArray:
+        """Run a part fed by a latent (flow, decoder), adding the speaker conditioning."""
+        assert self._cut is not None
         if self._cut.g is not None and g is not None:
             feeds[self._cut.g] = g
         try:
-            out = self._decoder.run(None, feeds)[0]
+            out = session.run(None, feeds)[0]
         except Exception as exc:  # see encode
-            raise BackendError(f"decoder failed: {exc}") from exc
-        return np.asarray(out, dtype=np.float32).reshape(-1)
+            raise BackendError(f"{what} failed: {exc}") from exc
+        return np.asarray(out, dtype=np.float32)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         session = self._fused_session()
