@@ -252,8 +252,10 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
         print("\n## Concurrency sweep (consumed in real time, 100 ms jitter buffer)\n")
         print("```\n" + bc.format_table(rows) + "\n```")
         print(f"TTFP distribution plot: {png}")
+        nc = bc.run_newcomer(sock)
+        print("\n" + bc.format_newcomer(nc))
         n = soak if soak is not None else (1000 if quick else 10000)
-        result: dict[str, Any] = {"sweep": rows, "plot": str(png)}
+        result: dict[str, Any] = {"sweep": rows, "plot": str(png), "newcomer": nc}
         if n > 0:
             result["soak"] = bc.run_soak(sock, n=n, sample_every=max(1, n // 10), pid=proc.pid)
             s = result["soak"]

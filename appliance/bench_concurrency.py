@@ -332,6 +332,76 @@ def run_sweep(
     return asyncio.run(go())
 
 
+# ------------------------------------------------------------------ a newcomer under load
+
+
+async def _short_ttfp(socket_path: str, text: str) -> StreamResult:
+    conn = await StreamConnection.open(socket_path)
+    try:
+        return await consume_realtime(conn, text, play_out=False, client_buffer_s=1e9)
+    finally:
+        await conn.close()
+
+
+def run_newcomer(
+    socket_path: str, streams: int = 4, rounds: int = 4, per_round: int = 6
+) -> dict[str, Any]:
+    """TTFP of a short request alone, and while ``streams`` long streams play in real time.
+
+    Each round: 3 short requests on an idle daemon, then ``streams`` streams of
+    about 24 s of audio each, and after 3 s (past their start-up burst)
+    ``per_round`` short requests 0.3 s apart.
+    """
+    text = "Turn left at the second light, then keep going until you see the bakery."
+    long_text = " ".join(TEXTS[:2]) * 2
+
+    async def go() -> dict[str, Any]:
+        await _warm(socket_path)
+        idle: list[float] = []
+        busy: list[float] = []
+        refused = 0
+        for _ in range(rounds):
+            for _ in range(3):
+                res = await _short_ttfp(socket_path, text)
+                if res.ttfp_ms is not None:
+                    idle.append(res.ttfp_ms)
+            conns = [await StreamConnection.open(socket_path) for _ in range(streams)]
+            running = [asyncio.ensure_future(consume_realtime(c, long_text)) for c in conns]
+            await asyncio.sleep(3.0)
+            for _ in range(per_round):
+                res = await _short_ttfp(socket_path, text)
+                if res.outcome == "busy":
+                    refused += 1
+                elif res.ttfp_ms is not None:
+                    busy.append(res.ttfp_ms)
+                await asyncio.sleep(0.3)
+            await asyncio.gather(*running)
+            for c in conns:
+                await c.close()
+        idle.sort()
+        busy.sort()
+        return {
+            "streams": streams,
+            "idle_p50_ms": _pct(idle, 50),
+            "idle_max_ms": _pct(idle, 100),
+            "busy_p50_ms": _pct(busy, 50),
+            "busy_p95_ms": _pct(busy, 95),
+            "busy_max_ms": _pct(busy, 100),
+            "newcomers": len(busy),
+            "refused_busy": refused,
+        }
+
+    return asyncio.run(go())
+
+
+def format_newcomer(nc: dict[str, Any]) -> str:
+    return (
+        f"Newcomer TTFP with {nc['streams']} streams playing: P50 {nc['busy_p50_ms']} ms, "
+        f"P95 {nc['busy_p95_ms']}, max {nc['busy_max_ms']} ({nc['newcomers']} requests, "
+        f"{nc['refused_busy']} told busy); idle P50 {nc['idle_p50_ms']} ms, max {nc['idle_max_ms']}"
+    )
+
+
 # ------------------------------------------------------------------ the soak
 
 
@@ -473,7 +543,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     png = out / "ttfp_by_concurrency.png"
     plot_ttfp(results, png)
     print(f"TTFP plot: {png}")
-    report: dict[str, Any] = {"sweep": results}
+    newcomer = run_newcomer(args.socket)
+    print(format_newcomer(newcomer))
+    report: dict[str, Any] = {"sweep": results, "newcomer": newcomer}
     n_soak = args.soak if args.soak is not None else (1000 if args.quick else 10000)
     if n_soak:
         soak = run_soak(args.socket, n_soak, max(1, n_soak // 10), args.pid)

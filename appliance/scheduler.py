@@ -14,11 +14,16 @@ A worker picks, in this order:
 3. otherwise the earliest real-time item that is not due yet: decoding ahead
    only ever uses time nobody else is waiting for.
 
-Items are never pre-empted, so a newcomer may wait for whatever a worker is
-running. With more than one worker, work that is not due (2 and 3) never takes
-the last free worker: one always stays for due work, so a new request never
-waits behind somebody else's decode-ahead. With one worker the price of
-decoding ahead is at most the one item it is running. Inference never runs on
+With more than one worker, work that is not due (2 and 3) never takes the
+last free worker: one always stays for due work, so a new request never waits
+behind somebody else's decode-ahead.  Nor does it share the CPU with it: a
+request's first item is *urgent*, and while one is queued or running, work that
+is not due is stopped (:mod:`appliance.engine.interrupt`) and put back in the
+queue, and none starts.  The stopped run's partial work is lost; it was only
+ever using time nobody else was waiting for.  Due work is never stopped for a
+newcomer, so a newcomer may still wait for due windows a worker is running.
+Cancelling an owner also stops its running item, freeing the CPU at once.
+Inference never runs on
 the event loop: the loop submits and awaits an ``asyncio.Future`` that a
 worker resolves; cancelling an owner removes its queued items and cancels
 their futures, so nothing waits on work that will never run.
@@ -37,6 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from appliance.engine.interrupt import Interrupted, StopToken, stoppable
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -53,7 +60,11 @@ class _Item(Generic[T]):
     kind: str = field(compare=False)
     submitted: float = field(compare=False)
     realtime: bool = field(default=True, compare=False)
+    urgent: bool = field(default=False, compare=False)
     cancelled: bool = field(default=False, compare=False)
+    # Set while a worker runs the item:
+    optional: bool = field(default=False, compare=False)
+    token: StopToken | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -80,12 +91,16 @@ class Scheduler:
         self._stopping = False
         self._by_owner: dict[int, set[int]] = {}
         self._live: dict[int, _Item[Any]] = {}
+        self._running: dict[int, _Item[Any]] = {}
+        self._urgent_running = 0
         self.running = 0
         self.completed = 0
         self.late = 0
         self.cancelled = 0
         self.ahead_runs = 0
         """Items run before they were due (decode ahead on otherwise idle workers)."""
+        self.stopped_ahead = 0
+        """Items run ahead of time that were stopped for a newcomer and queued again."""
         self.busy_s = 0.0
         """Worker-seconds spent running items (for utilisation)."""
         self._optional_running = 0
@@ -144,6 +159,7 @@ class Scheduler:
                 "completed": self.completed,
                 "late_windows": self.late,
                 "ahead_runs": self.ahead_runs,
+                "stopped_ahead": self.stopped_ahead,
                 "cancelled_items": self.cancelled,
                 "busy_s": round(self.busy_s, 3),
             }
@@ -163,7 +179,9 @@ class Scheduler:
         realtime: bool,
         owner: object,
         kind: str,
+        urgent: bool = False,
     ) -> asyncio.Future[tuple[T, WorkTiming]]:
+        """Queue ``fn``; ``urgent`` marks a real-time request's first item (see above)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[tuple[T, WorkTiming]] = loop.create_future()
         item: _Item[Any] = _Item(
@@ -176,6 +194,7 @@ class Scheduler:
             kind=kind,
             submitted=time.monotonic(),
             realtime=realtime,
+            urgent=urgent and realtime,
         )
         with self._cv:
             if self._stopping:
@@ -183,8 +202,15 @@ class Scheduler:
             heapq.heappush(self._rt if realtime else self._batch, item)
             self._live[item.seq] = item
             self._by_owner.setdefault(id(owner), set()).add(item.seq)
+            if item.urgent:
+                self._stop_optional_locked()
             self._cv.notify()
         return fut
+
+    def _stop_optional_locked(self) -> None:
+        for running in self._running.values():
+            if running.optional and running.token is not None:
+                running.token.stop()
 
     def cancel_owner(self, owner: object) -> int:
         """Drop every queued item of ``owner`` at once and cancel its futures.
@@ -200,6 +226,8 @@ class Scheduler:
                 if item is not None:
                     item.cancelled = True
                     dropped.append(item)
+                    if item.token is not None:  # running: stop it, its result is unwanted
+                        item.token.stop()
             if dropped:
                 # Rebuild rather than leave tombstones: the queue depth must be true.
                 self._rt = [i for i in self._rt if not i.cancelled]
@@ -231,7 +259,7 @@ class Scheduler:
         """
         if self._rt and self._rt[0].deadline <= now:
             return heapq.heappop(self._rt), False
-        if self._optional_running >= self._optional_limit:
+        if self._optional_running >= self._optional_limit or self._urgent_running:
             return None, False
         if self._batch:
             return heapq.heappop(self._batch), True
@@ -264,12 +292,19 @@ class Scheduler:
                     continue
                 self.running += 1
                 self._optional_running += optional
+                self._urgent_running += item.urgent
+                item.optional, item.token = optional, StopToken()
+                self._running[item.seq] = item
                 self.heartbeat = time.monotonic()
             started = time.monotonic()
             result: Any = None
             error: BaseException | None = None
+            stopped = False
             try:
-                result = item.fn()
+                with stoppable(item.token):
+                    result = item.fn()
+            except Interrupted:
+                stopped = True
             except Exception as exc:  # delivered to the awaiting stream, never lost
                 error = exc
             finished = time.monotonic()
@@ -278,13 +313,23 @@ class Scheduler:
             with self._cv:
                 self.running -= 1
                 self._optional_running -= optional
+                self._urgent_running -= item.urgent
+                del self._running[item.seq]
+                item.token = None
+                self.busy_s += finished - started
+                self._cv.notify_all()
+                if stopped and not item.cancelled:
+                    # Stopped for a newcomer: back in the queue, where it was.
+                    self.stopped_ahead += 1
+                    heapq.heappush(self._rt if item.realtime else self._batch, item)
+                    continue
+                if stopped:
+                    self._forget(item)
+                    continue
                 self.completed += 1
                 self.late += late
-                self.busy_s += finished - started
                 if item.realtime:
                     self._lateness.append((finished, max(0.0, finished - item.deadline)))
-                # A worker held back from optional work may take it now.
-                self._cv.notify_all()
                 self.heartbeat = finished
                 self._forget(item)
             try:

@@ -319,10 +319,15 @@ class SynthesisJob:
         return max(0.0, (self._chars_total - self._chars_done) * per_char)
 
     async def _submit(
-        self, fn: Callable[[], Any], deadline: float, kind: str
+        self, fn: Callable[[], Any], deadline: float, kind: str, urgent: bool = False
     ) -> tuple[Any, WorkTiming]:
         fut = self.scheduler.submit(
-            fn, deadline=deadline, realtime=self.settings.realtime, owner=self, kind=kind
+            fn,
+            deadline=deadline,
+            realtime=self.settings.realtime,
+            owner=self,
+            kind=kind,
+            urgent=urgent,
         )
         result, timing = await fut
         self.stats.compute_s += timing.run_s
@@ -383,7 +388,11 @@ class SynthesisJob:
         for k, clause in enumerate(self.clauses):
             if pending is None:
                 work = functools.partial(self._encode, clause, target if k == 0 else None)
-                pending = asyncio.ensure_future(self._submit(work, self._due(), "encode"))
+                # The first item is what the listener waits for: work ahead of time
+                # steps aside for it (see the scheduler).
+                pending = asyncio.ensure_future(
+                    self._submit(work, self._due(), "encode", urgent=k == 0)
+                )
             encoded, timing = await pending
             pending = None
             if k == 0:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnxruntime as ort
 
+from appliance.engine import interrupt
 from appliance.engine.base import BackendError, Encoded, FloatArray, IntArray, Scales, VoiceModel
 
 if TYPE_CHECKING:
@@ -31,6 +32,28 @@ def _session(path: Path, threads: int, spin: bool = False) -> ort.InferenceSessi
     # all workers together do not oversubscribe the CPUs.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def _run(
+    session: ort.InferenceSession, feeds: dict[str, np.ndarray], what: str
+) -> list[np.ndarray]:
+    """One session run; stoppable when the scheduler gave this thread a token."""
+    token = interrupt.current()
+    try:
+        if token is None:
+            outs: list[np.ndarray] = session.run(None, feeds)
+            return outs
+        opts = ort.RunOptions()
+        # ONNX Runtime checks the flag between nodes: the run ends within a node's time.
+        with token.hooked(lambda: setattr(opts, "terminate", True)):
+            outs = session.run(None, feeds, opts)
+            return outs
+    except interrupt.Interrupted:
+        raise
+    except Exception as exc:  # onnxruntime raises its own, unexported exception types
+        if token is not None and token.stopped:
+            raise interrupt.Interrupted(what) from exc
+        raise BackendError(f"{what} failed: {exc}") from exc
 
 
 class OnnxVoiceModel(VoiceModel):
@@ -107,10 +130,7 @@ class OnnxVoiceModel(VoiceModel):
     def _run_encoder(
         self, session: ort.InferenceSession, ids: IntArray, scales: Scales, speaker: int | None
     ) -> tuple[FloatArray, FloatArray, FloatArray | None]:
-        try:
-            outs = session.run(None, self._feeds(ids, scales, speaker))
-        except Exception as exc:  # onnxruntime raises its own, unexported exception types
-            raise BackendError(f"encoder failed: {exc}") from exc
+        outs = _run(session, self._feeds(ids, scales, speaker), "encoder")
         latent = np.ascontiguousarray(outs[0], dtype=np.float32)
         durations = np.asarray(outs[1], dtype=np.float32).reshape(-1)
         g = np.asarray(outs[2], dtype=np.float32) if len(outs) > 2 else None
@@ -161,19 +181,11 @@ class OnnxVoiceModel(VoiceModel):
         assert self._cut is not None
         if self._cut.g is not None and g is not None:
             feeds[self._cut.g] = g
-        try:
-            out = session.run(None, feeds)[0]
-        except Exception as exc:  # see encode
-            raise BackendError(f"{what} failed: {exc}") from exc
-        return np.asarray(out, dtype=np.float32)
+        return np.asarray(_run(session, feeds, what)[0], dtype=np.float32)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         session = self._fused_session()
         feeds = self._feeds(ids, scales, speaker)
         if "sid" not in {i.name for i in session.get_inputs()}:
             feeds.pop("sid", None)
-        try:
-            out = session.run(None, feeds)[0]
-        except Exception as exc:  # see encode
-            raise BackendError(f"model failed: {exc}") from exc
-        return np.asarray(out, dtype=np.float32).reshape(-1)
+        return np.asarray(_run(session, feeds, "model")[0], dtype=np.float32).reshape(-1)

@@ -1,0 +1,179 @@
+"""The EDF scheduler with real worker threads: order, decode-ahead, newcomers, cancels."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from appliance.engine import interrupt
+from appliance.engine.interrupt import Interrupted
+from appliance.scheduler import Scheduler
+
+
+class Blocking:
+    """A work item that runs until the test lets it finish, or its token stops it
+    (between steps, as ONNX Runtime stops between nodes)."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.finish = threading.Event()
+        self.runs = 0
+
+    def __call__(self) -> int:
+        self.runs += 1
+        token = interrupt.current()
+        assert token is not None
+        self.started.set()
+        while not self.finish.wait(0.002):
+            if token.stopped:
+                self.started.clear()
+                raise Interrupted("stopped")
+        return self.runs
+
+
+async def started(work: Blocking) -> None:
+    assert await asyncio.to_thread(work.started.wait, 5)
+
+
+@pytest.fixture
+async def two_workers() -> AsyncIterator[Scheduler]:
+    s = Scheduler(2, name="test")
+    s.start()
+    yield s
+    s.stop()
+
+
+async def test_due_work_runs_earliest_deadline_first_batch_last() -> None:
+    s = Scheduler(1, name="test")
+    s.start()
+    try:
+        gate = Blocking()
+        order: list[str] = []
+        now = time.monotonic()
+        first = s.submit(gate, deadline=now - 10, realtime=True, owner=1, kind="t")
+        await started(gate)
+        futs = [
+            s.submit(
+                lambda: order.append("batch"), deadline=now - 9, realtime=False, owner=2, kind="t"
+            ),
+            s.submit(
+                lambda: order.append("late"), deadline=now - 1, realtime=True, owner=3, kind="t"
+            ),
+            s.submit(
+                lambda: order.append("later"), deadline=now - 0.5, realtime=True, owner=4, kind="t"
+            ),
+            s.submit(
+                lambda: order.append("earliest"), deadline=now - 5, realtime=True, owner=5, kind="t"
+            ),
+        ]
+        gate.finish.set()
+        await asyncio.wait_for(asyncio.gather(first, *futs), 5)
+        assert order == ["earliest", "late", "later", "batch"]
+        assert s.depth() == 0
+    finally:
+        s.stop()
+
+
+async def test_work_ahead_never_takes_the_last_free_worker(two_workers: Scheduler) -> None:
+    s = two_workers
+    ahead = [Blocking(), Blocking()]
+    later = time.monotonic() + 100
+    futs = [
+        s.submit(w, deadline=later, realtime=True, owner=k, kind="t") for k, w in enumerate(ahead)
+    ]
+    await started(ahead[0])
+    await asyncio.sleep(0.05)
+    assert not ahead[1].started.is_set()  # the second worker stays free for due work
+    due = s.submit(lambda: "due", deadline=time.monotonic(), realtime=True, owner=9, kind="t")
+    assert (await asyncio.wait_for(due, 5))[0] == "due"
+    for w in ahead:
+        w.finish.set()
+    await asyncio.wait_for(asyncio.gather(*futs), 5)
+    assert s.snapshot()["ahead_runs"] == 2
+
+
+async def test_a_newcomer_stops_work_ahead_which_runs_again_after(two_workers: Scheduler) -> None:
+    s = two_workers
+    ahead = Blocking()
+    ahead_fut = s.submit(ahead, deadline=time.monotonic() + 100, realtime=True, owner=1, kind="t")
+    await started(ahead)
+    first = Blocking()
+    first_fut = s.submit(
+        first, deadline=time.monotonic(), realtime=True, owner=2, kind="t", urgent=True
+    )
+    await started(first)
+    # Stopped and queued again; nothing ahead of time starts while the newcomer runs.
+    for _ in range(100):
+        if s.snapshot()["stopped_ahead"] == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert s.snapshot()["stopped_ahead"] == 1
+    await asyncio.sleep(0.05)
+    assert ahead.runs == 1 and not ahead.started.is_set()
+    assert s.depth() == 2
+    first.finish.set()
+    assert (await asyncio.wait_for(first_fut, 5))[0] == 1
+    await started(ahead)  # the newcomer is served: the work ahead runs again
+    ahead.finish.set()
+    assert (await asyncio.wait_for(ahead_fut, 5))[0] == 2
+    assert s.depth() == 0
+    assert s.snapshot()["completed"] == 2
+
+
+async def test_due_work_is_not_stopped_for_a_newcomer(two_workers: Scheduler) -> None:
+    s = two_workers
+    due = Blocking()
+    due_fut = s.submit(due, deadline=time.monotonic(), realtime=True, owner=1, kind="t")
+    await started(due)
+    new = s.submit(
+        lambda: "new", deadline=time.monotonic(), realtime=True, owner=2, kind="t", urgent=True
+    )
+    assert (await asyncio.wait_for(new, 5))[0] == "new"
+    due.finish.set()
+    assert (await asyncio.wait_for(due_fut, 5))[0] == 1
+    assert s.snapshot()["stopped_ahead"] == 0
+
+
+async def test_batch_requests_are_never_urgent(two_workers: Scheduler) -> None:
+    s = two_workers
+    ahead = Blocking()
+    ahead_fut = s.submit(ahead, deadline=time.monotonic() + 100, realtime=True, owner=1, kind="t")
+    await started(ahead)
+    batch = s.submit(
+        lambda: "b", deadline=time.monotonic(), realtime=False, owner=2, kind="t", urgent=True
+    )
+    await asyncio.sleep(0.1)
+    assert ahead.runs == 1 and ahead.started.is_set()
+    assert not batch.done()  # batch work waits for the worker work ahead holds
+    ahead.finish.set()
+    await asyncio.wait_for(asyncio.gather(ahead_fut, batch), 5)
+    assert s.snapshot()["stopped_ahead"] == 0
+
+
+async def test_cancel_stops_the_running_item_and_drops_the_queued_ones(
+    two_workers: Scheduler,
+) -> None:
+    s = two_workers
+    owner = object()
+    due, ahead = Blocking(), Blocking()
+    now = time.monotonic()
+    futs = [
+        s.submit(due, deadline=now, realtime=True, owner=owner, kind="t"),
+        s.submit(ahead, deadline=now + 100, realtime=True, owner=owner, kind="t"),
+    ]
+    await started(due)
+    await started(ahead)
+    futs.append(s.submit(lambda: "never", deadline=now + 200, realtime=True, owner=owner, kind="t"))
+    assert s.cancel_owner(owner) == 3
+    for _ in range(100):
+        if s.depth() == 0 and s.snapshot()["running"] == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert s.depth() == 0 and s.snapshot()["running"] == 0
+    assert due.runs == 1 and ahead.runs == 1  # stopped, not run again
+    assert all(f.cancelled() for f in futs)
+    assert s.snapshot()["stopped_ahead"] == 0 and s.snapshot()["completed"] == 0
