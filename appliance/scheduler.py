@@ -22,11 +22,11 @@ is not due is stopped (:mod:`appliance.engine.interrupt`) and put back in the
 queue, and none starts.  The stopped run's partial work is lost; it was only
 ever using time nobody else was waiting for.  Due work is never stopped for a
 newcomer, so a newcomer may still wait for due windows a worker is running.
-Cancelling an owner also stops its running item, freeing the CPU at once.
-Inference never runs on
-the event loop: the loop submits and awaits an ``asyncio.Future`` that a
-worker resolves; cancelling an owner removes its queued items and cancels
-their futures, so nothing waits on work that will never run.
+
+Inference never runs on the event loop: the loop submits and awaits an
+``asyncio.Future`` that a worker resolves; cancelling an owner removes its
+queued items, stops its running one and cancels their futures, so nothing
+waits on work that will never run and no core works for a request that is gone.
 """
 
 from __future__ import annotations
