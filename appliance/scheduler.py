@@ -92,8 +92,7 @@ class Scheduler:
         self._by_owner: dict[int, set[int]] = {}
         self._live: dict[int, _Item[Any]] = {}
         self._running: dict[int, _Item[Any]] = {}
-        self._urgent_running = 0
-        self.running = 0
+        """Items the workers run now, by sequence number."""
         self.completed = 0
         self.late = 0
         self.cancelled = 0
@@ -103,7 +102,6 @@ class Scheduler:
         """Items run ahead of time that were stopped for a newcomer and queued again."""
         self.busy_s = 0.0
         """Worker-seconds spent running items (for utilisation)."""
-        self._optional_running = 0
         self._optional_limit = max(1, self._n - 1)
         # (finished, seconds past deadline) of recent real-time items, for admission.
         self._lateness: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)
@@ -154,7 +152,7 @@ class Scheduler:
                 "queue_depth": len(self._live),
                 "queued_realtime": len(self._rt),
                 "queued_batch": len(self._batch),
-                "running": self.running,
+                "running": len(self._running),
                 "workers": self._n,
                 "completed": self.completed,
                 "late_windows": self.late,
@@ -167,7 +165,7 @@ class Scheduler:
     def heartbeat_age(self) -> float:
         """Seconds since a worker last proved it is alive; 0 while idle-waiting."""
         with self._cv:
-            if self.running == 0:
+            if not self._running:
                 return 0.0
             return time.monotonic() - self.heartbeat
 
@@ -259,7 +257,9 @@ class Scheduler:
         """
         if self._rt and self._rt[0].deadline <= now:
             return heapq.heappop(self._rt), False
-        if self._optional_running >= self._optional_limit or self._urgent_running:
+        running = self._running.values()
+        ahead = sum(i.optional for i in running)
+        if ahead >= self._optional_limit or any(i.urgent for i in running):
             return None, False
         if self._batch:
             return heapq.heappop(self._batch), True
@@ -284,15 +284,12 @@ class Scheduler:
                     item, optional = self._pick(now)
                     if item is not None:
                         break
-                    if self.running == 0:
+                    if not self._running:
                         # Only an idle pool vouches for itself; a stuck worker must show.
                         self.heartbeat = now
                     self._cv.wait(timeout=self._wait_s(now))
                 if item.cancelled:
                     continue
-                self.running += 1
-                self._optional_running += optional
-                self._urgent_running += item.urgent
                 item.optional, item.token = optional, StopToken()
                 self._running[item.seq] = item
                 self.heartbeat = time.monotonic()
@@ -311,20 +308,16 @@ class Scheduler:
             late = item.realtime and finished > item.deadline
             timing = WorkTiming(started - item.submitted, finished - started, finished, late)
             with self._cv:
-                self.running -= 1
-                self._optional_running -= optional
-                self._urgent_running -= item.urgent
                 del self._running[item.seq]
                 item.token = None
                 self.busy_s += finished - started
                 self._cv.notify_all()
-                if stopped and not item.cancelled:
-                    # Stopped for a newcomer: back in the queue, where it was.
-                    self.stopped_ahead += 1
-                    heapq.heappush(self._rt if item.realtime else self._batch, item)
-                    continue
                 if stopped:
-                    self._forget(item)
+                    if item.cancelled:
+                        self._forget(item)
+                    else:  # stopped for a newcomer: back in the queue, where it was
+                        self.stopped_ahead += 1
+                        heapq.heappush(self._rt if item.realtime else self._batch, item)
                     continue
                 self.completed += 1
                 self.late += late
