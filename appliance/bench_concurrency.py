@@ -304,13 +304,18 @@ async def _sweep_level(socket_path: str, n: int, duration_s: float, pid: int | N
     return level
 
 
-async def _warm(socket_path: str) -> None:
-    # One request first: the daemon measures its real-time factor from it.
+async def _unpaced(socket_path: str, text: str) -> StreamResult:
+    """One request on its own connection, read as fast as it comes."""
     conn = await StreamConnection.open(socket_path)
     try:
-        await consume_realtime(conn, TEXTS[0], play_out=False, client_buffer_s=1e9)
+        return await consume_realtime(conn, text, play_out=False, client_buffer_s=1e9)
     finally:
         await conn.close()
+
+
+async def _warm(socket_path: str) -> None:
+    # One request first: the daemon measures its real-time factor from it.
+    await _unpaced(socket_path, TEXTS[0])
 
 
 def run_sweep(
@@ -335,14 +340,6 @@ def run_sweep(
 # ------------------------------------------------------------------ a newcomer under load
 
 
-async def _short_ttfp(socket_path: str, text: str) -> StreamResult:
-    conn = await StreamConnection.open(socket_path)
-    try:
-        return await consume_realtime(conn, text, play_out=False, client_buffer_s=1e9)
-    finally:
-        await conn.close()
-
-
 def run_newcomer(
     socket_path: str, streams: int = 4, rounds: int = 4, per_round: int = 6
 ) -> dict[str, Any]:
@@ -362,14 +359,14 @@ def run_newcomer(
         refused = 0
         for _ in range(rounds):
             for _ in range(3):
-                res = await _short_ttfp(socket_path, text)
+                res = await _unpaced(socket_path, text)
                 if res.ttfp_ms is not None:
                     idle.append(res.ttfp_ms)
             conns = [await StreamConnection.open(socket_path) for _ in range(streams)]
             running = [asyncio.ensure_future(consume_realtime(c, long_text)) for c in conns]
             await asyncio.sleep(3.0)
             for _ in range(per_round):
-                res = await _short_ttfp(socket_path, text)
+                res = await _unpaced(socket_path, text)
                 if res.outcome == "busy":
                     refused += 1
                 elif res.ttfp_ms is not None:
