@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from appliance.engine import interrupt
 from appliance.engine.interrupt import Interrupted
-from appliance.scheduler import Scheduler
+from appliance.scheduler import Scheduler, WorkTiming
 
 
 class Blocking:
@@ -37,6 +37,24 @@ class Blocking:
 
 async def started(work: Blocking) -> None:
     assert await asyncio.to_thread(work.started.wait, 5)
+
+
+async def run_blocking(
+    s: Scheduler, deadline: float, owner: object, urgent: bool = False
+) -> tuple[Blocking, asyncio.Future[tuple[int, WorkTiming]]]:
+    """Submit a real-time :class:`Blocking` item and wait until a worker runs it."""
+    work = Blocking()
+    fut = s.submit(work, deadline=deadline, realtime=True, owner=owner, kind="t", urgent=urgent)
+    await started(work)
+    return work, fut
+
+
+async def until(pred: Callable[[], bool]) -> None:
+    """Wait up to a second for ``pred`` (the workers act on their own threads)."""
+    for _ in range(100):
+        if pred():
+            return
+        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -98,19 +116,10 @@ async def test_work_ahead_never_takes_the_last_free_worker(two_workers: Schedule
 
 async def test_a_newcomer_stops_work_ahead_which_runs_again_after(two_workers: Scheduler) -> None:
     s = two_workers
-    ahead = Blocking()
-    ahead_fut = s.submit(ahead, deadline=time.monotonic() + 100, realtime=True, owner=1, kind="t")
-    await started(ahead)
-    first = Blocking()
-    first_fut = s.submit(
-        first, deadline=time.monotonic(), realtime=True, owner=2, kind="t", urgent=True
-    )
-    await started(first)
+    ahead, ahead_fut = await run_blocking(s, time.monotonic() + 100, owner=1)
+    first, first_fut = await run_blocking(s, time.monotonic(), owner=2, urgent=True)
     # Stopped and queued again; nothing ahead of time starts while the newcomer runs.
-    for _ in range(100):
-        if s.snapshot()["stopped_ahead"] == 1:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: s.snapshot()["stopped_ahead"] == 1)
     assert s.snapshot()["stopped_ahead"] == 1
     await asyncio.sleep(0.05)
     assert ahead.runs == 1 and not ahead.started.is_set()
@@ -126,9 +135,7 @@ async def test_a_newcomer_stops_work_ahead_which_runs_again_after(two_workers: S
 
 async def test_due_work_is_not_stopped_for_a_newcomer(two_workers: Scheduler) -> None:
     s = two_workers
-    due = Blocking()
-    due_fut = s.submit(due, deadline=time.monotonic(), realtime=True, owner=1, kind="t")
-    await started(due)
+    due, due_fut = await run_blocking(s, time.monotonic(), owner=1)
     new = s.submit(
         lambda: "new", deadline=time.monotonic(), realtime=True, owner=2, kind="t", urgent=True
     )
@@ -140,9 +147,7 @@ async def test_due_work_is_not_stopped_for_a_newcomer(two_workers: Scheduler) ->
 
 async def test_batch_requests_are_never_urgent(two_workers: Scheduler) -> None:
     s = two_workers
-    ahead = Blocking()
-    ahead_fut = s.submit(ahead, deadline=time.monotonic() + 100, realtime=True, owner=1, kind="t")
-    await started(ahead)
+    ahead, ahead_fut = await run_blocking(s, time.monotonic() + 100, owner=1)
     batch = s.submit(
         lambda: "b", deadline=time.monotonic(), realtime=False, owner=2, kind="t", urgent=True
     )
@@ -159,20 +164,13 @@ async def test_cancel_stops_the_running_item_and_drops_the_queued_ones(
 ) -> None:
     s = two_workers
     owner = object()
-    due, ahead = Blocking(), Blocking()
     now = time.monotonic()
-    futs = [
-        s.submit(due, deadline=now, realtime=True, owner=owner, kind="t"),
-        s.submit(ahead, deadline=now + 100, realtime=True, owner=owner, kind="t"),
-    ]
-    await started(due)
-    await started(ahead)
-    futs.append(s.submit(lambda: "never", deadline=now + 200, realtime=True, owner=owner, kind="t"))
+    due, due_fut = await run_blocking(s, now, owner)
+    ahead, ahead_fut = await run_blocking(s, now + 100, owner)
+    never = s.submit(lambda: "never", deadline=now + 200, realtime=True, owner=owner, kind="t")
+    futs = [due_fut, ahead_fut, never]
     assert s.cancel_owner(owner) == 3
-    for _ in range(100):
-        if s.depth() == 0 and s.snapshot()["running"] == 0:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: s.depth() == 0 and s.snapshot()["running"] == 0)
     assert s.depth() == 0 and s.snapshot()["running"] == 0
     assert due.runs == 1 and ahead.runs == 1  # stopped, not run again
     assert all(f.cancelled() for f in futs)
