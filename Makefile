@@ -19,8 +19,8 @@ run: venv
 test: venv lint typecheck pytest
 
 lint: venv
-	$(BIN)/ruff check appliance tuning tests
-	$(BIN)/ruff format --check appliance tuning tests
+	$(BIN)/ruff check appliance tuning tests bench
+	$(BIN)/ruff format --check appliance tuning tests bench
 
 typecheck: venv
 	$(BIN)/mypy
@@ -29,7 +29,7 @@ pytest: venv
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: venv
-	$(BIN)/python -m appliance.bench $(BENCH_ARGS)
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

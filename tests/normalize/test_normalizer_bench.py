@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appliance.normalize.bench import TYPICAL_SENTENCES, bench_normalizer
+from bench.normalize import TYPICAL_SENTENCES, bench_normalizer
 
 
 def test_bench_reports_per_sentence_times() -> None:

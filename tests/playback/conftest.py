@@ -15,7 +15,7 @@ import numpy.typing as npt
 import pytest
 
 from appliance.playback import Player
-from appliance.playback.pulsesink import PulseServer, PulseUnavailable
+from bench.pulsesink import PulseServer, PulseUnavailable
 from tests.playback.audio import make_config, wait_flowing
 
 # 20 ms: low enough that stop -> silence stays well under 50 ms (about latency + 10 ms),

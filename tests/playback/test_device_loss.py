@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from appliance.playback import NoAudioDevice, Player
-from appliance.playback.pulsesink import PulseServer, first_loud
+from bench.pulsesink import PulseServer, first_loud
 from tests.playback.audio import make_config, push_all, tone, wait_flowing
 
 

@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from appliance.config import PlaybackConfig
-from appliance.playback.bench import bench_playback
+from bench.playback import bench_playback
 from tests.playback.audio import tone
 
 

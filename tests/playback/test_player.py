@@ -11,7 +11,7 @@ import pytest
 import soxr
 
 from appliance.playback import Player
-from appliance.playback.pulsesink import PulseServer, last_loud
+from bench.pulsesink import PulseServer, last_loud
 from tests.playback.audio import best_alignment, push_all, tone, tone_sequence, windowed_match
 
 Speech = tuple[npt.NDArray[np.float32], int]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soxr
 
-from appliance.playback.pulsesink import PulseServer
+from bench.pulsesink import PulseServer
 from tests.conftest import Daemon, DaemonFactory
 from tests.playback.audio import best_alignment, windowed_match
 from tests.wire import Wire

@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from appliance.bench_concurrency import StreamConnection, StreamResult, consume_realtime
+from bench.concurrency import StreamConnection, StreamResult, consume_realtime
 from tests.conftest import Daemon
 
 # About 12 s of audio: long enough that streams overlap for the whole test.

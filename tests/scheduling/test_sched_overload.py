@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from appliance.bench_concurrency import StreamResult
+from bench.concurrency import StreamResult
 from tests.conftest import DaemonFactory
 from tests.scheduling.sched_helpers import LONG_TEXT, one_stream, stats
 

@@ -10,7 +10,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from appliance.bench_concurrency import StreamConnection
+from bench.concurrency import StreamConnection
 from tests.conftest import Daemon, DaemonFactory
 from tests.scheduling.sched_helpers import (
     LONG_TEXT,

@@ -7,7 +7,7 @@ client that reads ahead), and counts a *stall* whenever a chunk arrives after
 the audio before it has finished playing.  ``busy`` answers are honoured:
 the client waits ``retry_after_ms`` and asks again.
 
-    python -m appliance.bench_concurrency --socket PATH --pid PID [--quick]
+    python -m bench.concurrency --socket PATH --pid PID [--quick]
 """
 
 from __future__ import annotations

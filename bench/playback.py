@@ -1,14 +1,14 @@
 """Time to first sound and stop-to-silence, measured at a PulseAudio null sink.
 
 ``bench_playback(make_audio, sample_rate)`` starts a private PulseAudio server (see
-:mod:`appliance.playback.pulsesink`), opens a :class:`Player` on it, records the sink's
+:mod:`bench.pulsesink`), opens a :class:`Player` on it, records the sink's
 monitor with ``parec`` and, per run:
 
 1. ``t0`` = the request: :meth:`Player.submit`, then ``make_audio()`` is called and its
    chunks are pushed as they come (so synthesis time, i.e. TTFP, is inside the figure when
    ``make_audio`` synthesizes; ``ttfp_ms`` = ``t0`` → first chunk);
 2. first sound = the first recorded sample louder than ``threshold`` after ``t0``; its time
-   comes from the recording's clock (see :class:`~appliance.playback.pulsesink.Recording`:
+   comes from the recording's clock (see :class:`~bench.pulsesink.Recording`:
    sample index → monotonic time, an estimate that errs late by the monitor's delivery
    delay, a few ms).  The audio's own lead-in (quiet samples before its first loud one,
    found with the same threshold) is subtracted, so a voice that starts with 40 ms of
@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from appliance.config import PlaybackConfig
 from appliance.playback.player import Player
-from appliance.playback.pulsesink import PulseServer, first_loud, last_loud
+from bench.pulsesink import PulseServer, first_loud, last_loud
 
 AudioSource = Callable[[], Iterable[npt.NDArray[np.float32]] | npt.NDArray[np.float32]]
 

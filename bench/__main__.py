@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bench_normalizer() -> dict[str, Any]:
-    from appliance.normalize.bench import bench_normalizer
+    from bench.normalize import bench_normalizer
 
     r: dict[str, Any] = bench_normalizer()
     print("\n## Normaliser cost per sentence\n")
@@ -242,7 +242,7 @@ def _bench_normalizer() -> dict[str, Any]:
 
 def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, Any]:
     """Concurrency sweep (real-time consumers, 100 ms jitter buffer) and the RSS soak."""
-    from appliance import bench_concurrency as bc
+    from bench import concurrency as bc
 
     proc, sock = start_daemon(out)
     try:
@@ -283,7 +283,7 @@ def _bench_playback(out: Path) -> dict[str, Any]:
     """
     from appliance.client import Client
     from appliance.config import PlaybackConfig
-    from appliance.playback.bench import bench_playback
+    from bench.playback import bench_playback
 
     proc, sock = start_daemon(out)
 
