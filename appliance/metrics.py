@@ -1,13 +1,35 @@
-"""Counters and latency distributions for ``stats``."""
+"""The daemon's numbers, kept in one Prometheus registry.
+
+:class:`Metrics` owns a ``prometheus_client.CollectorRegistry``: counters for
+requests (by front end and result), errors (by code), audio produced, chunks and
+stalls; histograms for the time to first audio and its parts; and, through a
+collector the service core plugs in (:meth:`Metrics.watch`), gauges read live at
+scrape time (queue depth, streams, connections, backend and playback state).
+``GET /metrics`` exposes that registry as it is, and ``stats`` (protocol v1) reads
+its counts from the same registry (:meth:`Metrics.snapshot`), so the two can never
+disagree.  The only thing kept beside it is a window of recent observations per
+latency (:class:`Distribution`) for the exact percentiles ``stats`` reports,
+which histogram buckets cannot give.
+"""
 
 from __future__ import annotations
 
-import collections
 import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+_TTFP_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
+_PART_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+_RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0)
+
+COMPLETED = "completed"
+CANCELLED = "cancelled"
 
 
 class Distribution:
@@ -28,13 +50,15 @@ class Distribution:
     def values(self) -> npt.NDArray[np.float64]:
         return self._ring[: min(self.count, len(self._ring))]
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, count: int | None = None) -> dict[str, Any]:
+        """Percentiles of the window; ``count`` (all observations ever) when given."""
         arr = self.values()
+        total = self.count if count is None else count
         if not arr.size:
-            return {"count": self.count}
+            return {"count": total}
         p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
         return {
-            "count": self.count,
+            "count": total,
             "p50": round(float(p50), 2),
             "p90": round(float(p90), 2),
             "p95": round(float(p95), 2),
@@ -43,44 +67,234 @@ class Distribution:
         }
 
 
+@dataclass
+class LiveNumbers:
+    """What the service core reports at scrape time (read, never counted here)."""
+
+    queue_depth: int = 0
+    streams: dict[str, int] = field(default_factory=dict)
+    """Live streams by front end."""
+    live_stalls: int = 0
+    """Stalls so far of the streams still live (finished ones are in ``ttsd_stalls_total``)."""
+    connections: dict[str, int] = field(default_factory=dict)
+    backend: dict[str, Any] = field(default_factory=dict)
+    playback: dict[str, Any] | None = None
+    """``Player.stats()`` plus its ``state``; None when playback is off."""
+    health: str = "ok"
+    serving: bool = True
+
+
+class _LiveCollector:
+    """Gauges read from the service core at scrape time."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._metrics
+        yield GaugeMetricFamily("ttsd_uptime_seconds", "Seconds since start", value=m.uptime_s())
+        source = m.live
+        if source is None:
+            return
+        live = source()
+        yield GaugeMetricFamily(
+            "ttsd_queue_depth", "Work items waiting for an inference worker", live.queue_depth
+        )
+        g = GaugeMetricFamily("ttsd_streams", "Live streams by front end", labels=["frontend"])
+        for name, n in sorted(live.streams.items()):
+            g.add_metric([name], n)
+        yield g
+        yield GaugeMetricFamily(
+            "ttsd_live_stream_stalls",
+            "Client underruns so far of the streams still live",
+            live.live_stalls,
+        )
+        g = GaugeMetricFamily(
+            "ttsd_connections", "Open connections by front end", labels=["frontend"]
+        )
+        for name, n in sorted(live.connections.items()):
+            g.add_metric([name], n)
+        yield g
+        b = live.backend
+        g = GaugeMetricFamily(
+            "ttsd_backend_info", "The backend serving now (value 1)", labels=["backend", "gpu"]
+        )
+        g.add_metric([str(b.get("backend", "onnx-cpu")), str(b.get("gpu") or "none")], 1)
+        yield g
+        for key in ("failovers", "recoveries", "recovery_failures"):
+            yield CounterMetricFamily(
+                f"ttsd_backend_{key}", f"GPU backend {key.replace('_', ' ')}", int(b.get(key, 0))
+            )
+        g = GaugeMetricFamily(
+            "ttsd_health", "Health status (1 for the current one)", labels=["status"]
+        )
+        for status in ("ok", "degraded", "failing"):
+            g.add_metric([status], 1 if live.health == status else 0)
+        yield g
+        yield GaugeMetricFamily(
+            "ttsd_serving", "1 while new requests are taken", 1 if live.serving else 0
+        )
+        p = live.playback
+        if p is not None:
+            yield CounterMetricFamily(
+                "ttsd_playback_underruns", "Speaker underruns", int(p.get("underruns", 0))
+            )
+            g = GaugeMetricFamily(
+                "ttsd_playback_state", "Speaker state (1 for the current one)", labels=["state"]
+            )
+            for state in ("ok", "degraded", "off"):
+                g.add_metric([state], 1 if p.get("state") == state else 0)
+            yield g
+
+
 class Metrics:
-    def __init__(self) -> None:
+    """Counters and histograms in one registry (:attr:`registry`), fed by the core."""
+
+    def __init__(self, keep: int = 10000) -> None:
         self.started = time.monotonic()
-        self.counters: collections.Counter[str] = collections.Counter()
-        self.errors: collections.Counter[str] = collections.Counter()
-        self.frontends: collections.Counter[str] = collections.Counter()
-        """Requests served, by the front end they came through."""
-        self.ttfp_ms = Distribution()
-        self.rtf = Distribution()
-        self.parts: dict[str, Distribution] = collections.defaultdict(Distribution)
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._requests = Counter(
+            "ttsd_requests",
+            "Requests ended, by front end and result",
+            ["frontend", "result"],
+            registry=r,
+        )
+        self._errors = Counter("ttsd_errors", "Errors by code", ["code"], registry=r)
+        self._audio = Counter("ttsd_audio_seconds", "Seconds of audio produced", registry=r)
+        self._chunks = Counter("ttsd_chunks", "Audio chunks produced", registry=r)
+        self._stalls = Counter(
+            "ttsd_stalls", "Client underruns of finished requests (late chunks)", registry=r
+        )
+        self._ttfp = Histogram(
+            "ttsd_ttfp_seconds", "Time to first audio", buckets=_TTFP_BUCKETS, registry=r
+        )
+        self._parts = Histogram(
+            "ttsd_ttfp_part_seconds",
+            "Time to first audio by part (frontend, queue, encode, first_decode, write)",
+            ["part"],
+            buckets=_PART_BUCKETS,
+            registry=r,
+        )
+        self._rtf = Histogram(
+            "ttsd_rtf", "Compute time per second of audio", buckets=_RTF_BUCKETS, registry=r
+        )
+        # Windows for the exact percentiles of ``stats`` (not counts: those are above).
+        self._keep = keep
+        self.ttfp_ms = Distribution(keep)
+        self.rtf = Distribution(keep)
+        self.parts: dict[str, Distribution] = {}
+        self.live: Callable[[], LiveNumbers] | None = None
+        r.register(_LiveCollector(self))
+
+    # ------------------------------------------------------------ what the core calls
 
     def request_done(self, stats: dict[str, Any], cancelled: bool, frontend: str = "") -> None:
-        self.counters["requests_cancelled" if cancelled else "requests_completed"] += 1
-        if frontend:
-            self.frontends[frontend] += 1
-        self.counters["audio_ms"] += int(stats.get("audio_ms") or 0)
-        self.counters["chunks"] += int(stats.get("chunks") or 0)
-        self.counters["stalls"] += int(stats.get("stalls") or 0)
+        self._requests.labels(frontend or "unknown", CANCELLED if cancelled else COMPLETED).inc()
+        self._audio.inc(max(0.0, float(stats.get("audio_ms") or 0)) / 1000.0)
+        self._chunks.inc(max(0, int(stats.get("chunks") or 0)))
+        self._stalls.inc(max(0, int(stats.get("stalls") or 0)))
         if stats.get("ttfp_ms") is not None:
-            self.ttfp_ms.add(float(stats["ttfp_ms"]))
+            ttfp = float(stats["ttfp_ms"])
+            self._ttfp.observe(ttfp / 1000.0)
+            self.ttfp_ms.add(ttfp)
         if stats.get("rtf") is not None:
+            self._rtf.observe(float(stats["rtf"]))
             self.rtf.add(float(stats["rtf"]))
         for name, value in (stats.get("ttfp_parts_ms") or {}).items():
-            self.parts[name].add(float(value))
+            self._parts.labels(name).observe(float(value) / 1000.0)
+            dist = self.parts.get(name)
+            if dist is None:
+                dist = self.parts[name] = Distribution(self._keep)
+            dist.add(float(value))
 
     def error(self, code: str) -> None:
-        self.errors[code] += 1
+        self._errors.labels(code).inc()
+
+    def watch(self, live: Callable[[], LiveNumbers]) -> None:
+        """The service core's live numbers, read at every scrape (the latest caller wins)."""
+        self.live = live
+
+    # ------------------------------------------------------------ reading the registry
 
     def uptime_s(self) -> float:
         return time.monotonic() - self.started
 
+    def _samples(self, names: Iterable[str]) -> dict[str, list[tuple[dict[str, str], float]]]:
+        wanted = set(names)
+        out: dict[str, list[tuple[dict[str, str], float]]] = {n: [] for n in wanted}
+        for collector in (self._requests, self._errors, self._audio, self._chunks, self._stalls):
+            for family in collector.collect():
+                for s in family.samples:
+                    if s.name in wanted:
+                        out[s.name].append((s.labels, s.value))
+        for hist in (self._ttfp, self._parts, self._rtf):
+            for family in hist.collect():
+                for s in family.samples:
+                    if s.name in wanted:
+                        out[s.name].append((s.labels, s.value))
+        return out
+
+    @property
+    def errors(self) -> dict[str, int]:
+        """Errors by code, from the registry."""
+        return {
+            labels["code"]: int(v)
+            for labels, v in self._samples(["ttsd_errors_total"])["ttsd_errors_total"]
+        }
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """``stats``' counters, from the registry."""
+        s = self._samples(
+            [
+                "ttsd_requests_total",
+                "ttsd_audio_seconds_total",
+                "ttsd_chunks_total",
+                "ttsd_stalls_total",
+            ]
+        )
+        completed = sum(v for lb, v in s["ttsd_requests_total"] if lb["result"] == COMPLETED)
+        cancelled = sum(v for lb, v in s["ttsd_requests_total"] if lb["result"] == CANCELLED)
+
+        def one(name: str) -> float:
+            return sum(v for _lb, v in s[name])
+
+        return {
+            "requests_completed": int(completed),
+            "requests_cancelled": int(cancelled),
+            "audio_ms": round(one("ttsd_audio_seconds_total") * 1000),
+            "chunks": int(one("ttsd_chunks_total")),
+            "stalls": int(one("ttsd_stalls_total")),
+        }
+
+    def served(self) -> int:
+        c = self.counters
+        return c["requests_completed"] + c["requests_cancelled"]
+
     def snapshot(self) -> dict[str, Any]:
+        s = self._samples(
+            [
+                "ttsd_requests_total",
+                "ttsd_ttfp_seconds_count",
+                "ttsd_rtf_count",
+                "ttsd_ttfp_part_seconds_count",
+            ]
+        )
+        by_frontend: dict[str, int] = {}
+        for labels, v in s["ttsd_requests_total"]:
+            by_frontend[labels["frontend"]] = by_frontend.get(labels["frontend"], 0) + int(v)
+        part_counts = {lb["part"]: int(v) for lb, v in s["ttsd_ttfp_part_seconds_count"]}
+        ttfp_count = int(sum(v for _lb, v in s["ttsd_ttfp_seconds_count"]))
+        rtf_count = int(sum(v for _lb, v in s["ttsd_rtf_count"]))
         return {
             "uptime_s": round(self.uptime_s(), 1),
-            "counters": dict(self.counters),
-            "errors": dict(self.errors),
-            "requests_by_frontend": dict(self.frontends),
-            "ttfp_ms": self.ttfp_ms.summary(),
-            "ttfp_parts_ms": {k: v.summary() for k, v in self.parts.items()},
-            "rtf": self.rtf.summary(),
+            "counters": self.counters,
+            "errors": self.errors,
+            "requests_by_frontend": by_frontend,
+            "ttfp_ms": self.ttfp_ms.summary(ttfp_count),
+            "ttfp_parts_ms": {
+                k: v.summary(part_counts.get(k, 0)) for k, v in sorted(self.parts.items())
+            },
+            "rtf": self.rtf.summary(rtf_count),
         }
