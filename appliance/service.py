@@ -37,6 +37,7 @@ from appliance.admission import Admission, Decision, StreamLoad
 from appliance.engine.base import Scales
 from appliance.errors import ErrorCode, ServiceError
 from appliance.frontend import Clause, FrontendLimits, prepare
+from appliance.metrics import LiveNumbers
 from appliance.playback import NoAudioDevice, Utterance
 from appliance.runtime import Runtime
 from appliance.speech import Chunk, SpeechRequest
@@ -388,6 +389,7 @@ class Service:
         self._idle = asyncio.Event()
         self._idle.set()
         self._warmup: asyncio.Future[Any] | None = None
+        self.runtime.metrics.watch(self.live_numbers)
 
     # ------------------------------------------------------------ requests
 
@@ -597,6 +599,27 @@ class Service:
         if rt.player is not None:
             snap["playback"] = rt.player.stats()
         return snap
+
+    def live_numbers(self) -> LiveNumbers:
+        """The gauges ``/metrics`` reads at each scrape (counters live in the registry)."""
+        rt = self.runtime
+        streams: dict[str, int] = {}
+        for s in self.streams:
+            streams[s.frontend] = streams.get(s.frontend, 0) + 1
+        health = self.health()
+        playback = None
+        if rt.player is not None:
+            playback = {**rt.player.stats(), "state": health["playback"].get("state")}
+        return LiveNumbers(
+            queue_depth=rt.scheduler.depth(),
+            streams=streams,
+            live_stalls=sum(s.job.stats.stalls for s in self.streams if s.job is not None),
+            connections={d.name: d.connections() for d in self.doors},
+            backend=rt.backend_state(),
+            playback=playback,
+            health=str(health["status"]),
+            serving=bool(health["serving"]),
+        )
 
     def health(self) -> dict[str, Any]:
         """Whether requests can be served.  The speaker has its own field: a box without
