@@ -201,6 +201,22 @@ class GpuConfig:
 
 
 @dataclass(frozen=True)
+class HttpConfig:
+    """The OpenAI-compatible HTTP front end, health check and metrics (docs/http.md)."""
+
+    listen: str | None = None
+    """``HOST:PORT`` (``[::1]:8880`` for IPv6); None = off.  Anything but loopback needs a key."""
+    api_key: str | None = None
+    """Requests then need ``Authorization: Bearer KEY`` (``/healthz`` excepted)."""
+    api_key_file: str | None = None
+    """A file holding the key (first line), read at start: keeps it out of the config."""
+    voice_map: dict[str, str] = field(default_factory=dict)
+    """OpenAI voice name (``alloy`` …) → ttsd voice; unlisted OpenAI names get the default."""
+    max_connections: int = field(default=64, metadata=_rng(1, 100_000))
+    max_body_bytes: int = field(default=1024 * 1024, metadata=_rng(1024, 1024 * 1024))
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -216,6 +232,7 @@ class Config:
     tuning: TuningConfig = field(default_factory=TuningConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
 
 
 # Keys that can change while the daemon runs (SIGHUP); everything else needs a restart.
@@ -269,6 +286,14 @@ def _convert(path: str, tp: Any, value: Any) -> Any:
                 f"{path}: must be one of {', '.join(map(str, choices))}, got {value!r}"
             )
         return value
+    if origin is dict:
+        key_tp, value_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return {
+            _convert(f"{path}", key_tp, k): _convert(f"{path}.{k}", value_tp, v)
+            for k, v in value.items()
+        }
     if origin is tuple:
         (item_tp, _ellipsis) = typing.get_args(tp)
         if not isinstance(value, list | tuple):

@@ -172,6 +172,10 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
 def _front_ends(cfg: Config, service: Service) -> list[Door]:
     """The doors beyond protocol v1 that the config turns on (each on the same core)."""
     doors: list[Door] = []
+    if cfg.http.listen:
+        from appliance.http import HttpDoor
+
+        doors.append(HttpDoor(service, cfg.http))
     return doors
 
 
@@ -233,6 +237,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from tuning.numa import bind_self
 
         bind_self(cfg.tuning, nvml.load())  # logs what it did
+    if args.http:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, http=dataclasses.replace(cfg.http, listen=args.http))
     from appliance.paths import default_socket_path
 
     path = Path(args.socket or cfg.server.socket or default_socket_path())
@@ -285,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("serve", help="run the daemon in the foreground")
     p.add_argument("--socket", help="socket path (default: per user, or /run/ttsd/ttsd.sock)")
     p.add_argument("--config", help="YAML config (default: /etc/ttsd/config.yaml if present)")
+    p.add_argument(
+        "--http", metavar="HOST:PORT", help="serve the OpenAI-compatible HTTP API (http.listen)"
+    )
     p.set_defaults(fn=cmd_serve)
     p = sub.add_parser("check-config", help="validate a config file")
     p.add_argument("file", nargs="?", default=None)
