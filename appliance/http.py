@@ -348,10 +348,9 @@ class HttpDoor:
             }
             for v in info.get("voices", [])
         ]
-        aliases = {name: self._voice_for(name) for name in OPENAI_VOICES}
-        return web.json_response(
-            {"voices": voices, "default": info.get("default_voice"), "openai_aliases": aliases}
-        )
+        default = info.get("default_voice")
+        aliases = {name: self._voice_for(name) or default for name in OPENAI_VOICES}
+        return web.json_response({"voices": voices, "default": default, "openai_aliases": aliases})
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response(
