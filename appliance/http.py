@@ -445,9 +445,12 @@ class HttpDoor:
         loop = asyncio.get_running_loop()
         pool = self._pool
         try:
-            encoder: Encoder = await loop.run_in_executor(
-                pool, make_encoder, body.response_format, stream.sample_rate
-            )
+            if body.response_format in ("pcm", "wav"):
+                encoder: Encoder = make_encoder(body.response_format, stream.sample_rate)
+            else:  # libsndfile opens its codec: off the loop
+                encoder = await loop.run_in_executor(
+                    pool, make_encoder, body.response_format, stream.sample_rate
+                )
         except (RuntimeError, ValueError) as exc:  # libsndfile refused the rate
             log.exception("http: cannot make a %s encoder", body.response_format)
             raise ServiceError(ErrorCode.INTERNAL, f"cannot encode {body.response_format}") from exc

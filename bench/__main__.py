@@ -196,18 +196,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--quick", action="store_true", help="fewer runs, short soak")
     parser.add_argument(
-        "--only", nargs="*", default=None, help="core normalizer concurrency playback"
+        "--only", nargs="*", default=None, help="core http normalizer concurrency playback"
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = 10 if args.quick else args.runs
-    want = set(args.only or ["core", "normalizer", "concurrency", "playback"])
+    want = set(args.only or ["core", "http", "normalizer", "concurrency", "playback"])
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
         results["core"] = bench_core(out, runs)
         print_core(results["core"])
+    if "http" in want:
+        results["http"] = _optional("http", lambda: _bench_http(out, runs))
     if "normalizer" in want:
         results["normalizer"] = _optional("normalizer", _bench_normalizer)
     if "concurrency" in want:
@@ -219,6 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
+
+
+def _bench_http(out: Path, runs: int) -> dict[str, Any]:
+    from bench.http import bench_http, print_http
+
+    rows = bench_http(out, runs, {"short": SHORT, "long": LONG})
+    print_http(rows)
+    return rows
 
 
 def _bench_normalizer() -> dict[str, Any]:
