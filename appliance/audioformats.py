@@ -154,7 +154,6 @@ class SoundfileOut:
 
     def __init__(self, fmt: str, sample_rate: int) -> None:
         self.content_type = CONTENT_TYPES[fmt]
-        self._resample: PcmEncoder | None = None
         rate = sample_rate
         kwargs: dict[str, Any] = {}
         if fmt == "flac":
@@ -167,10 +166,12 @@ class SoundfileOut:
             if rate not in _OPUS_RATES:
                 # Opus takes only these rates: the next one up keeps the whole band.
                 rate = next((r for r in _OPUS_RATES if r >= sample_rate), 48000)
-                self._resample = PcmEncoder(sample_rate, rate, "f32le")
         else:
             raise ValueError(f"no soundfile encoder for {fmt!r}")
         self.sample_rate = rate
+        # 16-bit samples made exactly as protocol v1 makes them (FLAC is then bit-exact
+        # with v1's s16le), resampled on the way when Opus needs it.
+        self._pcm = PcmEncoder(sample_rate, rate, "s16le")
         self._sink = _Sink()
         self._file = soundfile.SoundFile(
             self._sink,
@@ -201,21 +202,18 @@ class SoundfileOut:
         return self._sink.take()
 
     def encode(self, samples: FloatArray, last: bool = False) -> bytes:
-        x = samples
-        if self._resample is not None:
-            # The resampler's tail is flushed once, by finish().
-            x = np.frombuffer(self._resample(samples, False), dtype="<f4")
-        if len(x):
-            self._file.write(np.ascontiguousarray(x, dtype=np.float32))
+        # A resampler's tail is flushed once, by finish().
+        self._write(self._pcm(samples, False))
         return self._sink.take()
 
     def finish(self) -> bytes:
-        if self._resample is not None:
-            tail = np.frombuffer(self._resample(np.zeros(0, np.float32), True), dtype="<f4")
-            if len(tail):
-                self._file.write(np.ascontiguousarray(tail, dtype=np.float32))
+        self._write(self._pcm(np.zeros(0, np.float32), True))
         self._file.close()
         return self._sink.take()
+
+    def _write(self, pcm: bytes) -> None:
+        if pcm:
+            self._file.write(np.frombuffer(pcm, dtype="<i2"))
 
     def close(self) -> None:
         """Release the encoder without finishing (the client went away)."""

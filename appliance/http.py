@@ -124,6 +124,9 @@ class SpeechBody:
     stream_format: str = "audio"
     model: str | None = None
     """Accepted and ignored: ttsd has one model per voice."""
+    noise_scale: float | None = None
+    noise_w: float | None = None
+    """ttsd extensions (protocol v1's meanings; 0 = the same audio every time)."""
 
     @classmethod
     def from_dict(cls, d: Any) -> SpeechBody:
@@ -161,7 +164,17 @@ class SpeechBody:
         model = d.get("model")
         if model is not None and not isinstance(model, str):
             raise BadField("model", "'model' must be a string")
-        return cls(text, voice, fmt, float(speed), sfmt, model)
+        noise: dict[str, float | None] = {}
+        for key in ("noise_scale", "noise_w"):
+            value = d.get(key)
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0.0 <= value <= 2.0
+            ):
+                raise BadField(key, f"'{key}' must be a number within 0.0–2.0")
+            noise[key] = float(value) if value is not None else None
+        return cls(text, voice, fmt, float(speed), sfmt, model, **noise)
 
     def applied_speed(self) -> float:
         """OpenAI allows 0.25–4.0; the voices stay intelligible within 0.5–2.0: clamped."""
@@ -175,6 +188,8 @@ class SpeechBody:
             "speed": self.speed,
             "stream_format": self.stream_format,
             "model": self.model,
+            "noise_scale": self.noise_scale,
+            "noise_w": self.noise_w,
         }
 
 
@@ -395,7 +410,11 @@ class HttpDoor:
         try:
             body = await self._read_body(request)
             req = SpeechRequest(
-                text=body.input, voice=self._voice_for(body.voice), speed=body.applied_speed()
+                text=body.input,
+                voice=self._voice_for(body.voice),
+                speed=body.applied_speed(),
+                noise_scale=body.noise_scale,
+                noise_w=body.noise_w,
             )
         except BadField as exc:
             self.service.record_error(exc.code)

@@ -34,6 +34,7 @@ CASES: list[tuple[str, Any, int, str, str | None]] = [
     ("speed not a number", {"input": "Hi.", "speed": "fast"}, 400, "bad_request", "speed"),
     ("stream format", {"input": "Hi.", "stream_format": "ws"}, 400, "bad_request", "stream_format"),
     ("model not a string", {"input": "Hi.", "model": 1}, 400, "bad_request", "model"),
+    ("noise out of range", {"input": "Hi.", "noise_scale": 3}, 400, "bad_request", "noise_scale"),
 ]
 
 
