@@ -487,6 +487,7 @@ class HttpDoor:
         resp.enable_chunked_encoding()
         deltas = [0]
         srv = self.service.runtime.config.server
+        _bound_kernel_buffer(request, srv.max_output_buffer_bytes)
         gone: list[str] = []
         """Why the client is lost ("too_slow", "disconnect"), once it is."""
 
@@ -600,6 +601,17 @@ async def write_raw(resp: web.StreamResponse, request: web.Request, data: bytes)
     if not resp.prepared:
         await resp.prepare(request)
     await resp.write(data)
+
+
+def _bound_kernel_buffer(request: web.Request, limit: int) -> None:
+    """Hold a connection's unsent audio under ``server.max_output_buffer_bytes`` in the
+    kernel too (autotuning would let it grow to megabytes: a minute of audio that a client
+    which stopped reading would count as "held", delaying ``client_too_slow``)."""
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limit)
 
 
 def _abort(request: web.Request) -> None:

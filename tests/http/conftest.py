@@ -50,11 +50,18 @@ def wait_http(base: str, daemon: Daemon, timeout: float = 30.0) -> None:
 
 
 def start_http(
-    daemon_factory: DaemonFactory, http: dict[str, Any] | None = None, **config: Any
+    daemon_factory: DaemonFactory,
+    http: dict[str, Any] | None = None,
+    cli_flag: bool = False,
+    **config: Any,
 ) -> HttpDaemon:
+    """A daemon listening on a free loopback port, given by ``http.listen`` or, with
+    ``cli_flag``, by ``ttsd serve --http``."""
     port = free_port()
-    cfg: dict[str, Any] = {"http": {"listen": f"127.0.0.1:{port}", **(http or {})}, **config}
-    daemon = daemon_factory(cfg)
+    listen = f"127.0.0.1:{port}"
+    cfg: dict[str, Any] = {"http": {**({} if cli_flag else {"listen": listen}), **(http or {})}}
+    cfg.update(config)
+    daemon = daemon_factory(cfg, args=["--http", listen] if cli_flag else None)
     base = f"http://127.0.0.1:{port}"
     wait_http(base, daemon)
     return HttpDaemon(daemon, base, (http or {}).get("api_key"))
@@ -66,7 +73,7 @@ def http_daemon(daemon_factory: DaemonFactory) -> HttpDaemon:
     return start_http(
         daemon_factory,
         {"voice_map": {"alloy": "en_US-joe-medium"}},
-        server={"max_text_chars": 2000, "client_too_slow_s": 2.0},
+        server={"max_text_chars": 2000, "client_too_slow_s": 2.0, "max_output_buffer_bytes": 65536},
     )
 
 

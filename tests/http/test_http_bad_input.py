@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import time
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.http.conftest import HttpDaemon
+from tests.conftest import DaemonFactory
+from tests.http.conftest import HttpDaemon, start_http
 
 CASES: list[tuple[str, Any, int, str, str | None]] = [
     # name, body (bytes or JSON), status, code, param
@@ -119,4 +122,57 @@ def test_errors_are_counted_and_the_daemon_serves_on(http_daemon: HttpDaemon) ->
     metrics, n = asyncio.run(go())
     assert 'ttsd_errors_total{code="bad_request"}' in metrics
     assert n > 10000
+    assert http_daemon.daemon.alive()
+
+
+def test_connections_over_the_cap_get_503(daemon_factory: DaemonFactory) -> None:
+    d = start_http(daemon_factory, {"max_connections": 2})
+    host, port = d.base.removeprefix("http://").rsplit(":", 1)
+
+    async def go() -> tuple[int, str, int]:
+        idle = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        async with aiohttp.ClientSession() as s:
+            async with s.get(d.v1 + "/models") as r:
+                over = (r.status, (await r.json())["error"]["code"])
+        for _reader, writer in idle:
+            writer.close()
+        await asyncio.sleep(0.5)
+        async with aiohttp.ClientSession() as s, s.get(d.v1 + "/models") as r:
+            return over[0], over[1], r.status
+
+    assert asyncio.run(go()) == (503, "too_many_connections", 200)
+    d.daemon.stop()
+
+
+def test_a_client_that_stops_reading_is_cut_off(http_daemon: HttpDaemon) -> None:
+    """``server.client_too_slow_s`` (2 s here) past the audio it holds: cut, counted, freed."""
+    host, port = http_daemon.base.removeprefix("http://").rsplit(":", 1)
+    text = "A client that never reads what it asked for must not hold the daemon. " * 25
+    body = json.dumps({"input": text, "response_format": "pcm"}).encode()
+
+    def errors() -> float:
+        async def go() -> str:
+            async with aiohttp.ClientSession() as s, s.get(http_daemon.base + "/metrics") as r:
+                return await r.text()
+
+        for line in asyncio.run(go()).splitlines():
+            if line.startswith('ttsd_errors_total{code="client_too_slow"}'):
+                return float(line.split()[-1])
+        return 0.0
+
+    before = errors()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, never read
+    sock.connect((host, int(port)))
+    sock.sendall(
+        b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    deadline = time.monotonic() + 120
+    while errors() < before + 1:
+        assert time.monotonic() < deadline, "the slow client was never cut off"
+        time.sleep(0.5)
+    sock.close()
     assert http_daemon.daemon.alive()

@@ -17,7 +17,7 @@ LONG = "Every spring someone paints the chapel door blue, and nobody knows who. 
 
 
 def test_healthz_is_503_while_draining(daemon_factory: DaemonFactory) -> None:
-    d = start_http(daemon_factory, server={"shutdown_timeout_s": 60.0})
+    d = start_http(daemon_factory, cli_flag=True, server={"shutdown_timeout_s": 60.0})
 
     async def go() -> dict[str, Any]:
         out: dict[str, Any] = {}
