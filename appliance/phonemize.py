@@ -22,8 +22,9 @@ import re
 import sys
 import threading
 import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -31,6 +32,36 @@ from appliance.engine.base import IntArray
 
 if TYPE_CHECKING:
     from appliance.voices import VoiceInfo
+
+
+class Override(Protocol):
+    """Characters [start, end) of a clause said with ``ipa`` (frontend.PhonemeOverride)."""
+
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def ipa(self) -> str: ...
+
+
+def ipa_symbols(ipa: str, id_map: Mapping[str, Sequence[int]], voice: str) -> list[str]:
+    """IPA as written → the voice's phoneme symbols, one per code point as espeak's are.
+
+    Raises ``bad_request`` naming the first symbol the voice has no id for.
+    """
+    from appliance.protocol import ErrorCode, ProtocolError
+
+    out: list[str] = []
+    for ch in unicodedata.normalize("NFD", " ".join(ipa.split())):
+        if ch not in id_map:
+            raise ProtocolError(
+                ErrorCode.BAD_REQUEST,
+                f"phoneme {ch!r} (U+{ord(ch):04X}) in {ipa!r} is not a symbol of voice {voice}",
+            )
+        out.append(ch)
+    return out
+
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +163,30 @@ class Phonemizer:
             if out:
                 out.append(" ")
             out.extend(sentence)
+        return out
+
+    def ipa(self, ipa: str) -> list[str]:
+        """IPA as written (``<phoneme ph>``, a lexicon entry) → this voice's symbols."""
+        return ipa_symbols(ipa, self._id_map, self.info.name)
+
+    def phonemes_with(self, text: str, overrides: Sequence[Override]) -> list[str]:
+        """Phonemes of ``text`` with the given character ranges said as written."""
+        if not overrides:
+            return self.phonemes(text)
+        out: list[str] = []
+        pos = 0
+        for o in (*overrides, None):
+            gap = text[pos : o.start if o is not None else len(text)]
+            if any(c.isalnum() for c in gap):
+                piece = self.phonemes(gap)
+            else:  # only punctuation: espeak says nothing for it, but the voice pauses
+                piece = [c for c in gap.strip() if c in self._id_map]
+            if o is not None:
+                piece = [*piece, *([" "] if piece else []), *self.ipa(o.ipa)]
+                pos = o.end
+            if out and piece and piece[0] not in BOUNDARY_PHONEMES and out[-1] != " ":
+                out.append(" ")
+            out.extend(piece)
         return out
 
     def ids_for(self, phonemes: list[str]) -> IntArray:
