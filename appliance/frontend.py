@@ -435,10 +435,10 @@ def _segment_text(doc: ssml.SsmlDocument, seg: _Segment, language: str) -> Mappe
     """Clean and normalise one segment; say-as and phoneme content go their own way."""
     special: list[tuple[int, int, ssml.SayAsSpan | ssml.PhonemeSpan]] = []
     spans: list[ssml.SayAsSpan | ssml.PhonemeSpan] = [*doc.say_as, *doc.phonemes]
-    for sp in spans:
-        a, b = max(sp.start, seg.start), min(sp.end, seg.end)
+    for span in spans:
+        a, b = max(span.start, seg.start), min(span.end, seg.end)
         if a < b and not any(x < b and a < y for x, y, _ in special):
-            special.append((a, b, sp))
+            special.append((a, b, span))
     special.sort(key=lambda t: t[0])
     runs: list[tuple[int, int, ssml.SayAsSpan | ssml.PhonemeSpan | None]] = []
     pos = seg.start

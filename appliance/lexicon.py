@@ -20,17 +20,21 @@ start and again on SIGHUP; ``ttsd check-config`` validates it.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from appliance.phonemize import ipa_symbols
 from appliance.protocol import ProtocolError
 from appliance.textmap import MappedText
+
+if TYPE_CHECKING:
+    from appliance.voices import VoiceInfo
 
 MAX_FILE_BYTES = 1 << 20
 MAX_ENTRIES = 10_000
@@ -208,3 +212,24 @@ def _entry(where: str, phrase: Any, value: Any) -> Entry:
     if "<" in text or "[[" in text:
         raise LexiconError(f"{at}: a respelling is plain text")
     return Entry(phrase.strip(), say=" ".join(text.split()))
+
+
+def load_checked(path: str | Path, voices: Iterable[VoiceInfo]) -> Lexicon:
+    """Load ``path`` and check its IPA entries against ``voices`` (blocking file I/O)."""
+    lexicon = Lexicon.load(path)
+    lexicon.check_voices((v.name, v.language, v.phoneme_id_map) for v in voices)
+    return lexicon
+
+
+def load_for_config(path: str | Path, voices_dir: str | None) -> Lexicon:
+    """``ttsd check-config``: the lexicon checked against the voices the daemon would load."""
+    from appliance.voices import VoiceError, VoiceInfo, discover
+
+    infos = []
+    for name, model in discover(voices_dir).items():
+        try:
+            cfg = json.loads(Path(f"{model}.json").read_text(encoding="utf-8"))
+            infos.append(VoiceInfo.from_config(name, cfg))
+        except (OSError, ValueError, KeyError, VoiceError) as exc:
+            raise LexiconError(f"voice {name}: cannot read its config: {exc}") from None
+    return load_checked(path, infos)
