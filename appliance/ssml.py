@@ -453,8 +453,11 @@ class _Parser:
             self.p.Parse(self.data, True)
         except expat.ExpatError as exc:
             reason = expat.errors.messages.get(exc.code, str(exc)) if exc.code else str(exc)
+            # expat counts columns in bytes; say characters, as an editor does.
+            at = self._char(max(0, self.p.ErrorByteIndex))
+            column = at - (self.source.rfind("\n", 0, at) + 1) + 1
             raise _bad(
-                f"SSML is not well-formed: {reason} (line {exc.lineno}, column {exc.offset + 1})"
+                f"SSML is not well-formed: {reason} (line {exc.lineno}, column {column})"
             ) from None
         return SsmlDocument(
             source=self.source,
