@@ -186,7 +186,7 @@ def test_config_key() -> None:
     assert parse_config({}).voices.lexicon is None
     assert parse_config({"voices": {"lexicon": "/etc/ttsd/lexicon.yaml"}}).voices.lexicon
     for bad in ("", "  ", "a\0b", 3):
-        with pytest.raises(ConfigError, match="voices.lexicon"):
+        with pytest.raises(ConfigError, match=r"voices\.lexicon"):
             parse_config({"voices": {"lexicon": bad}})
 
 

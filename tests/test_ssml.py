@@ -176,7 +176,7 @@ def test_nested_prosody_multiplies() -> None:
         "<speak><prosody rate='slow'>a <prosody rate='slow' volume='soft'>b</prosody></prosody>"
         "</speak>"
     )
-    inner = [p for p in doc.prosody if p.start == 2][0]
+    inner = next(p for p in doc.prosody if p.start == 2)
     assert inner.rate == pytest.approx(0.5625)
     assert inner.volume == pytest.approx(0.5)
 
