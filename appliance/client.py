@@ -54,7 +54,7 @@ def resolve_socket(path: str | os.PathLike[str] | None = None) -> str:
     env = os.environ.get(ENV_SOCKET)
     if env:
         return env
-    from appliance.server import default_socket_path
+    from appliance.paths import default_socket_path
 
     candidate = default_socket_path()
     system = Path("/run/ttsd/ttsd.sock")

@@ -48,6 +48,16 @@ class ServerConfig:
     max_output_buffer_bytes: int = field(default=2 * 1024 * 1024, metadata=_rng(65536, 1 << 30))
     client_too_slow_s: float = field(default=30.0, metadata=_rng(0.1, 3600))
     shutdown_timeout_s: float = field(default=5.0, metadata=_rng(0, 600))
+    reserved_connections: int = field(default=4, metadata=_rng(0, 1000))
+    """Connection slots only root and the daemon's own user may take (a health check gets
+    in however many connections others hold)."""
+    idle_timeout_s: float = field(default=300.0, metadata=_rng(0, 86400))
+    """A connection with no request in flight and nothing received for this long is
+    closed; 0 = never."""
+    frame_timeout_s: float = field(default=10.0, metadata=_rng(0.1, 3600))
+    """A message begun but not finished within this long: ``bad_request``, closed."""
+    max_streams: int = field(default=256, metadata=_rng(1, 100_000))
+    """Daemon-wide cap on synthesis requests in flight, whatever front end they came from."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,18 @@ class StreamingConfig:
     first_clause_chars: int = field(default=64, metadata=_rng(10, 5000))
     """The first clause of a request is kept this short: its encoder time is the TTFP."""
     join_fade_ms: float = field(default=4.0, metadata=_rng(0, 50))
+    text_first_chars: int = field(default=40, metadata=_rng(1, 5000))
+    """Text that streams in: the first segment is also released at a clause mark
+    (, ; : or a dash) once it holds this many characters."""
+    text_max_chars: int = field(default=250, metadata=_rng(20, 5000))
+    """Text that streams in: a segment never waits for more than this many characters
+    (cut at the last space)."""
+    text_idle_ms: float = field(default=300.0, metadata=_rng(0, 60000))
+    """Text that streams in: after this long without new text, what is buffered is spoken
+    up to its last word boundary."""
+    text_timeout_s: float = field(default=60.0, metadata=_rng(0.1, 86400))
+    """Text that streams in: a stream with no append and no finish for this long ends with
+    ``text_timeout``."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +234,14 @@ LIVE_KEYS: frozenset[str] = frozenset(
         "server.max_output_buffer_bytes",
         "server.client_too_slow_s",
         "server.shutdown_timeout_s",
+        "server.max_streams",
+        "server.reserved_connections",
+        "server.idle_timeout_s",
+        "server.frame_timeout_s",
+        "streaming.text_first_chars",
+        "streaming.text_max_chars",
+        "streaming.text_idle_ms",
+        "streaming.text_timeout_s",
         "voices.lexicon",
         "scheduler.watermark_ms",
         "scheduler.admission_backlog_ms",

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from appliance.errors import ServiceError
 from appliance.phonemize import ipa_symbols
-from appliance.protocol import ProtocolError
 from appliance.textmap import MappedText
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ class Lexicon:
                         continue
                     try:
                         ipa_symbols(e.ipa, id_map, name)
-                    except ProtocolError as exc:
+                    except ServiceError as exc:
                         raise LexiconError(
                             f"{self.source or 'lexicon'}: {key}: {e.phrase!r}: {exc.message}"
                         ) from None

@@ -71,7 +71,10 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
             log.error("lexicon: %s", exc)
             runtime.close()
             return 1
-    server = Server(runtime, socket_path, activated)
+    from appliance.service import Service
+
+    service = Service(runtime)
+    server = Server(service, socket_path, activated)
     try:
         await server.start()
     except OSError as exc:
@@ -109,7 +112,7 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
             last_trim[0] = now
             loop.run_in_executor(None, memory.trim)
 
-    server.on_request_done.append(on_request_done)
+    service.on_request_done.append(on_request_done)
 
     def stop() -> None:
         notifier.stopping()
@@ -159,6 +162,7 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     finally:
         for t in list(tasks):
             t.cancel()
+        service.close()
         runtime.close()
         notifier.close()
     return 0
@@ -243,7 +247,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from tuning.numa import bind_self
 
         bind_self(cfg.tuning, nvml.load())  # logs what it did
-    from appliance.server import default_socket_path
+    from appliance.paths import default_socket_path
 
     path = Path(args.socket or cfg.server.socket or default_socket_path())
     memory.limit_malloc_arenas(2)  # before any thread allocates

@@ -50,12 +50,12 @@ def ipa_symbols(ipa: str, id_map: Mapping[str, Sequence[int]], voice: str) -> li
 
     Raises ``bad_request`` naming the first symbol the voice has no id for.
     """
-    from appliance.protocol import ErrorCode, ProtocolError
+    from appliance.errors import ErrorCode, ServiceError
 
     out: list[str] = []
     for ch in unicodedata.normalize("NFD", " ".join(ipa.split())):
         if ch not in id_map:
-            raise ProtocolError(
+            raise ServiceError(
                 ErrorCode.BAD_REQUEST,
                 f"phoneme {ch!r} (U+{ord(ch):04X}) in {ipa!r} is not a symbol of voice {voice}",
             )

@@ -26,8 +26,7 @@ import xml.parsers.expat as expat
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.protocol import ErrorCode
-from appliance.protocol import ProtocolError as ServiceError
+from appliance.errors import ErrorCode, ServiceError
 from appliance.textmap import MappedText
 
 MAX_DEPTH = 32
