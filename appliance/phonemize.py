@@ -152,6 +152,7 @@ class Phonemizer:
         self._boundary_ids = frozenset(
             i for p in BOUNDARY_PHONEMES for i in self._id_map.get(p, [])
         )
+        self._space_ids = frozenset(self._id_map.get(" ", []))
 
     def phonemes(self, text: str) -> list[str]:
         """All phonemes of ``text`` as one utterance (espeak's sentences joined by a space)."""
@@ -206,6 +207,10 @@ class Phonemizer:
 
     def is_boundary(self, phoneme_id: int) -> bool:
         return phoneme_id in self._boundary_ids
+
+    def is_space(self, phoneme_id: int) -> bool:
+        """The id of a word gap (where SSML marks between words are placed)."""
+        return phoneme_id in self._space_ids
 
     def word_count(self, ids: IntArray) -> int:
         space = set(self._id_map.get(" ", []))

@@ -393,8 +393,11 @@ class Service:
                     ErrorCode.TOO_MANY_REQUESTS,
                     f"the daemon has {cfg.server.max_streams} requests in flight",
                 )
-            if req.text_format != "text":
-                raise ServiceError(ErrorCode.BAD_REQUEST, "text_format 'ssml' is not supported")
+            if req.text_format == "ssml" and req.text_stream:
+                # An SSML document is parsed whole; a stream of text has no end to wait for.
+                raise ServiceError(
+                    ErrorCode.BAD_REQUEST, "text_format 'ssml' cannot be used with text_stream"
+                )
             voice, sid = self.resolve_voice(req.voice, req.speaker, req.language)
             if req.realtime:
                 # Batch requests are always taken: they only use time no stream needs.
@@ -443,7 +446,13 @@ class Service:
         limits = self.frontend_limits()
         language = stream.voice.language
         if not req.text_stream:
-            return ClauseQueue(await self.prepare_text(req.text, language, limits), closed=True)
+            clauses = await self.prepare_text(req.text, language, limits, req.text_format)
+            # <phoneme> and lexicon IPA against this voice's symbols, before any audio.
+            ph = stream.voice.phonemizer
+            for c in clauses:
+                for o in c.phonemes:
+                    ph.ipa(o.ipa)
+            return ClauseQueue(clauses, closed=True)
         queue = ClauseQueue(closed=False)
         later = FrontendLimits(limits.max_chars, limits.clause_chars, limits.clause_chars)
 
@@ -463,10 +472,20 @@ class Service:
             stream.feed.append(req.text)
         return queue
 
-    async def prepare_text(self, text: str, language: str, limits: FrontendLimits) -> list[Clause]:
+    async def prepare_text(
+        self, text: str, language: str, limits: FrontendLimits, text_format: str = "text"
+    ) -> list[Clause]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._frontend_pool, functools.partial(prepare, text, language, limits)
+            self._frontend_pool,
+            functools.partial(
+                prepare,
+                text,
+                language,
+                limits,
+                text_format=text_format,
+                lexicon=self.runtime.lexicon,
+            ),
         )
 
     def resolve_voice(
