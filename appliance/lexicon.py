@@ -34,6 +34,8 @@ from appliance.phonemize import ipa_symbols
 from appliance.textmap import MappedText
 
 if TYPE_CHECKING:
+    from appliance.frontend import Clause
+    from appliance.phonemize import Phonemizer
     from appliance.voices import VoiceInfo
 
 MAX_FILE_BYTES = 1 << 20
@@ -233,3 +235,42 @@ def load_for_config(path: str | Path, voices_dir: str | None) -> Lexicon:
         except (OSError, ValueError, KeyError, VoiceError) as exc:
             raise LexiconError(f"voice {name}: cannot read its config: {exc}") from None
     return load_checked(path, infos)
+
+
+def phoneme_report(clauses: Sequence[Clause], phonemizer: Phonemizer) -> list[dict[str, Any]]:
+    """Each clause as the voice says it: its text, span, phonemes, and phonemes per word.
+
+    Words are paired with espeak's words when the counts agree (the phonemes in context);
+    otherwise each word is phonemized on its own.  Raises ``bad_request`` for an IPA
+    symbol the voice does not know.
+    """
+    out: list[dict[str, Any]] = []
+    for c in clauses:
+        phonemes = "".join(phonemizer.phonemes_with(c.text, c.phonemes))
+        words = [(m.start(), m.end()) for m in re.finditer(r"\S+", c.text)]
+        said = phonemes.split()
+        if len(said) != len(words):
+            said = []
+            for a, b in words:
+                inside = [o for o in c.phonemes if a <= o.start and o.end <= b]
+                shifted = [_Shifted(o.start - a, o.end - a, o.ipa) for o in inside]
+                said.append("".join(phonemizer.phonemes_with(c.text[a:b], shifted)))
+        out.append(
+            {
+                "text": c.text,
+                "span": list(c.span),
+                "phonemes": phonemes,
+                "words": [
+                    {"text": c.text[a:b], "phonemes": p}
+                    for (a, b), p in zip(words, said, strict=True)
+                ],
+            }
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class _Shifted:
+    start: int
+    end: int
+    ipa: str

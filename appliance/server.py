@@ -50,6 +50,7 @@ from appliance.protocol import (
     EndEvent,
     ErrorEvent,
     FinishRequest,
+    PhonemesRequest,
     SimpleEvent,
     SimpleRequest,
     StartEvent,
@@ -544,6 +545,8 @@ class Connection:
         coro = (
             self._synthesize(req, state)
             if isinstance(req, SynthesizeRequest)
+            else self._phonemes(req)
+            if isinstance(req, PhonemesRequest)
             else self._simple(req)
         )
         task = asyncio.create_task(coro)
@@ -649,6 +652,15 @@ class Connection:
                 stream.finish()
         except ServiceError as exc:
             self._error_soon(req.target, exc, refused=True)
+
+    async def _phonemes(self, req: PhonemesRequest) -> None:
+        try:
+            result = await self.service.phonemes(req.text, req.voice, req.text_format)
+            await self.send(SimpleEvent(req.id, "phonemes", result).to_dict())
+        except ServiceError as exc:
+            self._error_soon(req.id, exc)
+        except (ClientTooSlow, ConnectionError, OSError):
+            return
 
     async def _simple(self, req: SimpleRequest) -> None:
         svc = self.service

@@ -488,6 +488,26 @@ class Service:
             ),
         )
 
+    async def phonemes(
+        self, text: str, voice_name: str | None, text_format: str = "text"
+    ) -> dict[str, Any]:
+        """What ``voice_name`` says for ``text``, word by word (see lexicon.phoneme_report)."""
+        from appliance.lexicon import phoneme_report
+
+        try:
+            voice, _ = self.resolve_voice(voice_name, None)
+            clauses = await self.prepare_text(
+                text, voice.language, self.frontend_limits(), text_format
+            )
+            loop = asyncio.get_running_loop()
+            report = await loop.run_in_executor(
+                self._frontend_pool, phoneme_report, clauses, voice.phonemizer
+            )
+        except ServiceError as exc:
+            self.record_error(exc.code)
+            raise
+        return {"voice": voice.name, "clauses": report}
+
     def resolve_voice(
         self, name: str | None, speaker: str | int | None, language: str | None = None
     ) -> tuple[VoiceRuntime, int | None]:
