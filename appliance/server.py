@@ -69,6 +69,7 @@ __all__ = ["Connection", "Peer", "Server", "default_socket_path", "peer_of"]
 log = logging.getLogger(__name__)
 
 _READ_SIZE = 65536
+_MAX_EARLY_TEXT = 1024
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux ≥ 4.13
 _MAX_GROUPS = 65536
 
@@ -138,6 +139,9 @@ class RequestState:
     task: asyncio.Task[None] | None = None
     stream: Stream | None = None
     cancel_reason: str | None = None
+    text_stream: bool = False
+    early_text: list[AppendRequest | FinishRequest] | None = None
+    """Appends and finish that arrived while the stream was still being opened."""
 
     def cancel(self, reason: str) -> None:
         if self.cancel_reason is None:
@@ -412,6 +416,8 @@ class Connection:
             if r.stream is not None and r.stream.takes_text:
                 with contextlib.suppress(ServiceError):
                     r.stream.finish()
+            elif r.text_stream and r.stream is None:
+                r.early_text = [*(r.early_text or ()), FinishRequest(r.id)]
         while self.requests and not self._closed:
             tasks = [r.task for r in self.requests.values() if r.task is not None]
             await asyncio.wait(tasks, timeout=0.1)
@@ -541,6 +547,7 @@ class Connection:
             )
             return
         state = RequestState(req.id, req.op)
+        state.text_stream = isinstance(req, SynthesizeRequest) and req.text_stream
         self.requests[req.id] = state
         coro = (
             self._synthesize(req, state)
@@ -637,12 +644,29 @@ class Connection:
         self._write(SimpleEvent(req.id, "cancelled", {"target": req.target}).to_dict())
 
     def _text(self, req: AppendRequest | FinishRequest) -> None:
+        """``append`` / ``finish``: no reply on success; an error says which."""
         state = self.requests.get(req.target)
+        if state is not None and state.text_stream and state.stream is None:
+            # Still being admitted and prepared: keep the order, apply them once open.
+            # (Bounded: the request's text is capped when they are applied, and a flood
+            # of empty appends is capped here.)
+            early = state.early_text if state.early_text is not None else []
+            if len(early) >= _MAX_EARLY_TEXT:
+                self._error_soon(
+                    req.target,
+                    ServiceError(ErrorCode.TOO_MANY_REQUESTS, "too many appends before start"),
+                    refused=True,
+                )
+                return
+            early.append(req)
+            state.early_text = early
+            return
         stream = state.stream if state is not None else None
         if stream is None or not stream.takes_text:
             self._error_soon(
                 None,
                 ServiceError(ErrorCode.BAD_REQUEST, f"{req.target} is not an open text stream"),
+                refused=True,
             )
             return
         try:
@@ -700,6 +724,9 @@ class Connection:
         state.stream = stream
         if state.cancel_reason is not None:
             stream.cancel(state.cancel_reason)
+        for early in state.early_text or ():
+            self._text(early)
+        state.early_text = None
         try:
             if speak:
                 result = await self._speak(req, stream)
