@@ -180,6 +180,11 @@ class Phonemizer:
             gap = text[pos : o.start if o is not None else len(text)]
             if any(c.isalnum() for c in gap):
                 piece = self.phonemes(gap)
+                # espeak drops punctuation that opens a text (", and then"); after an
+                # override it is the override's comma, and the voice should pause.
+                lead = [c for c in gap[: len(gap) - len(gap.lstrip(" ,;:"))] if c in ",;:"]
+                if lead and out:
+                    piece = [*lead, " ", *piece]
             else:  # only punctuation: espeak says nothing for it, but the voice pauses
                 piece = [c for c in gap.strip() if c in self._id_map]
             if o is not None:
