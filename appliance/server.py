@@ -776,4 +776,7 @@ class Connection:
                 SimpleEvent(req.id, "started", {"latency_ms": round(latency_ms, 2)}).to_dict()
             )
 
-        return await stream.run_speech(queued, started)
+        def mark(name: str) -> None:
+            self._write(SimpleEvent(req.id, "mark", {"name": name}).to_dict())
+
+        return await stream.run_speech(queued, started, mark)

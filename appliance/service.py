@@ -23,6 +23,7 @@ Nothing here imports a wire format.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import itertools
@@ -39,7 +40,7 @@ from appliance.errors import ErrorCode, ServiceError
 from appliance.frontend import Clause, FrontendLimits, prepare
 from appliance.playback import NoAudioDevice, Utterance
 from appliance.runtime import Runtime
-from appliance.speech import Chunk, SpeechRequest
+from appliance.speech import Chunk, Mark, SpeechRequest
 from appliance.streaming import ClauseQueue, JobSettings, JobStats, SynthesisJob, VoiceRuntime
 from appliance.textstream import SegmentRule, TextFeed
 
@@ -47,6 +48,9 @@ log = logging.getLogger(__name__)
 reqlog = logging.getLogger("ttsd.request")
 
 Emit = Callable[[Chunk], Awaitable[None]]
+
+_MARK_POLL_S = 0.005
+"""How often ``speak`` checks the device's progress for SSML marks (well under a word)."""
 
 _FRONTEND_THREADS = 2
 """Text normalisation is a few ms of pure Python per request: two threads keep one long
@@ -272,9 +276,11 @@ class Stream:
         self,
         on_queued: Callable[[int], Awaitable[None]],
         on_started: Callable[[float], None],
+        on_mark: Callable[[str], None] | None = None,
     ) -> StreamResult:
         """``speak``: synthesize into the player; ``on_queued(position)``, then
-        ``on_started(latency_ms)`` when the first sample reaches the device."""
+        ``on_started(latency_ms)`` when the first sample reaches the device, and
+        ``on_mark(name)`` for each SSML mark when the device is handed its sample."""
         rt = self.service.runtime
         player = rt.player
         job = self.job
@@ -282,6 +288,7 @@ class Stream:
         outcome = "error"
         stats: dict[str, Any] = {}
         started_task: asyncio.Task[None] | None = None
+        marks_task: asyncio.Task[None] | None = None
         try:
             if player is None:
                 raise ServiceError(ErrorCode.NO_AUDIO_DEVICE, "playback is off in this daemon")
@@ -301,10 +308,38 @@ class Stream:
             if self.cancel_reason is not None:
                 utt.cancel()
 
+            marks: collections.deque[Mark] = collections.deque()
+            marks_changed = asyncio.Event()
+
             async def emit(chunk: Chunk) -> None:
                 if not utt.push(chunk.samples):
                     # Cut, dropped or stopped: no one will hear the rest, so stop making it.
                     raise asyncio.CancelledError()
+                if chunk.marks and on_mark is not None:
+                    marks.extend(chunk.marks)
+                    marks_changed.set()
+
+            async def relay_marks() -> None:
+                # The player counts the frames it hands to the device; a mark is reported
+                # once its sample is among them (polled: the audio thread must not call
+                # into the loop for every callback).
+                assert on_mark is not None and started_task is not None
+                await asyncio.shield(started_task)  # 'started' goes out first
+                if utt.latency_ms is None and utt.done:
+                    return  # never started: nothing was heard
+                while True:
+                    while not marks:
+                        marks_changed.clear()
+                        await marks_changed.wait()
+                    mark = marks[0]
+                    # (2 ms early: the resampler may hand over a few frames fewer at the end)
+                    target = max(0.0, mark.offset_ms - 2.0) * utt.out_rate / 1000.0
+                    while utt.frames_played < target:
+                        if utt.done:
+                            return  # ended before that sample was played: not heard
+                        await asyncio.sleep(_MARK_POLL_S)
+                    marks.popleft()
+                    on_mark(mark.name)
 
             async def produce() -> None:
                 try:
@@ -320,9 +355,15 @@ class Stream:
 
             self._job_task = asyncio.create_task(produce())
             started_task = asyncio.create_task(relay_started())
+            if on_mark is not None:
+                marks_task = asyncio.create_task(relay_marks())
             with contextlib.suppress(asyncio.CancelledError):
                 await self._job_task
             info = await utt.wait_ended()
+            if marks_task is not None:
+                # Marks on the last samples: the device has them now.
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(marks_task), timeout=0.2)
             # Let 'started' go out first when it happened.
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(asyncio.shield(started_task), timeout=0.5)
@@ -346,6 +387,8 @@ class Stream:
         finally:
             if started_task is not None:
                 started_task.cancel()
+            if marks_task is not None:
+                marks_task.cancel()
             self._end(outcome, stats)
 
     service_key: Hashable = None
