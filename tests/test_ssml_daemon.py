@@ -301,3 +301,17 @@ def test_lexicon_changes_the_audio_of_that_word(
         with_lex = np.frombuffer(c.synthesize_all("one seven three", **ZERO).audio, dtype="<f4")
     assert heard(with_lex).split() == ["one", "two", "three"]
     assert words_said(daemon, "seven")["seven"] != "tˈuː"
+
+
+def test_ttsctl_phonemes_prints_words(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    from appliance.ctl import main as ttsctl
+
+    assert ttsctl(["--socket", daemon.socket, "phonemes", "Hello 2 cats."]) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [w for w, _ in lines] == ["Hello", "two", "cats."]
+    assert lines[0][1] == "həlˈoʊ"
+    ssml = "<speak><phoneme ph='wˈʌn'>seven</phoneme></speak>"
+    assert ttsctl(["--socket", daemon.socket, "phonemes", "--ssml", ssml]) == 0
+    assert capsys.readouterr().out.split() == ["seven", "wˈʌn"]
+    assert ttsctl(["--socket", daemon.socket, "phonemes", "--ssml", "<speak>"]) == 1
+    assert "bad_request" in capsys.readouterr().err
