@@ -339,6 +339,8 @@ class Connection:
         """Whose speech ``stop`` silences: the peer's uid once known, so ``ttsctl stop``
         from another process of the same user stops what ``ttsctl say`` started."""
         self._closed = False
+        self._abort = False
+        self._last_activity = time.monotonic()
         self._high_water = 0
         self._apply_limits()
 
@@ -437,10 +439,14 @@ class Connection:
             timeout: float | None = None
             if partial:
                 timeout = limits.frame_timeout_s
-            elif not self.requests and limits.idle_timeout_s > 0:
+            elif limits.idle_timeout_s > 0:
+                # Idle counts from the last byte read or the last request ended; while
+                # requests run, just look again later.
                 timeout = limits.idle_timeout_s
+                if not self.requests:
+                    timeout -= time.monotonic() - self._last_activity
             try:
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(max(0.0, timeout) if timeout is not None else None):
                     data = await self.reader.read(_READ_SIZE)
             except TimeoutError:
                 if partial:
@@ -452,14 +458,17 @@ class Connection:
                         ).to_dict()
                     )
                     return False
-                if self.requests:
+                if self.requests or (
+                    time.monotonic() - self._last_activity < limits.idle_timeout_s
+                ):
                     continue
-                log.info("connection %d idle for %g s: closing", self.number, timeout)
+                log.info("connection %d idle: closing", self.number)
                 return False
             except (ConnectionError, OSError):
                 return False
             if not data:
                 return True
+            self._last_activity = time.monotonic()
             fed += len(data)
             try:
                 unpacker.feed(data)
@@ -510,6 +519,7 @@ class Connection:
             )
             for r in list(self.requests.values()):
                 r.cancel("disconnect")
+            self._abort = True  # what it did not read is dropped, not flushed for ever
             return False
         except (ConnectionError, OSError):
             return False
@@ -562,6 +572,7 @@ class Connection:
 
     def _request_finished(self, rid: int, _task: asyncio.Task[None]) -> None:
         self.requests.pop(rid, None)
+        self._last_activity = time.monotonic()
 
     def _error_soon(self, rid: int | None, exc: ServiceError, refused: bool = False) -> None:
         self.service.record_error(exc.code)
@@ -627,7 +638,10 @@ class Connection:
             return
         self._closed = True
         with contextlib.suppress(Exception):
-            self.writer.close()
+            if self._abort:
+                self.writer.transport.abort()
+            else:
+                self.writer.close()
 
     # ------------------------------------------------------------ ops
 
