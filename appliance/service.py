@@ -343,7 +343,7 @@ class Stream:
                 # into the loop for every callback).
                 assert on_mark is not None and started_task is not None
                 await asyncio.shield(started_task)  # 'started' goes out first
-                if utt.latency_ms is None and utt.done:
+                if utt.latency_ms is None and utt.end_info is not None:
                     return  # never started: nothing was heard
                 while True:
                     while not marks:
@@ -353,7 +353,7 @@ class Stream:
                     # (2 ms early: the resampler may hand over a few frames fewer at the end)
                     target = max(0.0, mark.offset_ms - 2.0) * utt.out_rate / 1000.0
                     while utt.frames_played < target:
-                        if utt.done:
+                        if utt.end_info is not None:
                             return  # ended before that sample was played: not heard
                         await asyncio.sleep(_MARK_POLL_S)
                     marks.popleft()
