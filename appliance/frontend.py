@@ -523,7 +523,8 @@ def prepare_ssml(
     for item in _segments(doc):
         if isinstance(item, ssml.Break):
             flush_marks_to_end()
-            pending_pause += item.ms
+            # Breaks in a row add up, to one break's maximum: silence is sent as samples.
+            pending_pause = min(ssml.MAX_BREAK_MS, pending_pause + item.ms)
         elif isinstance(item, ssml.Mark):
             pending_marks.append(item.name)
         elif isinstance(item, ssml.Boundary):

@@ -104,6 +104,12 @@ BREAK_CASES = [
     ),
     ("<speak><s>x.</s><break/><s>y.</s></speak>", ["x.", "y."], [0, 400], [0, 0]),
     ("<speak>x<break strength='none'/>y</speak>", ["x", "y"], [0, 0], [0, 0]),
+    (
+        "<speak>x" + "<break time='9s'/>" * 3 + "y" + "<break time='6s'/>" * 2 + "</speak>",
+        ["x", "y"],
+        [0, 10_000],
+        [0, 10_000],
+    ),
 ]
 
 
