@@ -354,13 +354,17 @@ def _clause(
     words: LanguageLexicon | None,
     fixed: tuple[tuple[int, int, str], ...] = (),
     marks: list[ssml.Mark] | None = None,
-    **extras: object,
+    speed: float = 1.0,
+    volume: float = 1.0,
 ) -> Clause:
     """One clause from its text.
 
     ``fixed``: source ranges said with the given IPA (``<phoneme>``); ``marks``: SSML marks
     inside this clause, placed before the first character that comes after them in the source.
     """
+    lo, hi = part.span(0, len(part))
+    # Only the <phoneme> ranges of this clause (a document may have many).
+    fixed = tuple((a, b, ipa) for a, b, ipa in fixed if a < hi and lo < b)
     protected = [(a, b) for a, b, _ in fixed]
     if words is not None:
         part = words.respell(part, protected)
@@ -387,7 +391,8 @@ def _clause(
         word_spans=spans,
         phonemes=tuple(overrides),
         marks=clause_marks,
-        **extras,  # type: ignore[arg-type]
+        speed=speed,
+        volume=volume,
     )
 
 
