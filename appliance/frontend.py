@@ -21,11 +21,13 @@ both, after normalisation.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from appliance import ssml
 from appliance.errors import ErrorCode
@@ -399,6 +401,31 @@ def _clause(
 # --- SSML --------------------------------------------------------------------------------------
 
 
+class _Spanned(Protocol):
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+
+
+S = TypeVar("S", bound=_Spanned)
+
+
+class _SpanIndex(Generic[S]):
+    """Spans sorted by start, for "which overlap [lo, hi)" without a scan of all of them
+    (a document can hold thousands of elements and as many segments)."""
+
+    def __init__(self, spans: Iterable[S]) -> None:
+        self.spans = sorted(spans, key=lambda sp: (sp.start, -sp.end))
+        self.starts = [sp.start for sp in self.spans]
+        self.longest = max((sp.end - sp.start for sp in self.spans), default=0)
+
+    def overlapping(self, lo: int, hi: int) -> list[S]:
+        i = bisect.bisect_left(self.starts, lo - self.longest)
+        j = bisect.bisect_left(self.starts, hi)
+        return [sp for sp in self.spans[i:j] if sp.end > lo]
+
+
 @dataclass
 class _Segment:
     """Spoken text between two structure points (break, <s>/<p>, prosody change)."""
@@ -411,7 +438,9 @@ class _Segment:
     """Marks strictly inside the segment's text."""
 
 
-def _segments(doc: ssml.SsmlDocument) -> list[_Segment | ssml.Event]:
+def _segments(
+    doc: ssml.SsmlDocument, prosody: _SpanIndex[ssml.ProsodySpan]
+) -> list[_Segment | ssml.Event]:
     """Text segments and the breaks, marks and boundaries between them, in order."""
     n = len(doc.text)
     cuts = {0, n}
@@ -435,9 +464,11 @@ def _segments(doc: ssml.SsmlDocument) -> list[_Segment | ssml.Event]:
         if b <= a:
             continue
         speed = volume = 1.0
-        for pr in doc.prosody:  # innermost last: its factors already include the outer ones
-            if pr.start <= a and b <= pr.end:
-                speed, volume = pr.rate, pr.volume
+        # The innermost prosody around the segment: its factors include the outer ones.
+        around = [pr for pr in prosody.overlapping(a, b) if pr.start <= a and b <= pr.end]
+        if around:
+            inner = max(around, key=lambda pr: (pr.start, -pr.end))
+            speed, volume = inner.rate, inner.volume
         seg = _Segment(a, b, speed, volume)
         while mark_i < len(inner_marks) and inner_marks[mark_i].position < b:
             seg.marks.append(inner_marks[mark_i])
@@ -446,11 +477,15 @@ def _segments(doc: ssml.SsmlDocument) -> list[_Segment | ssml.Event]:
     return out
 
 
-def _segment_text(doc: ssml.SsmlDocument, seg: _Segment, language: str) -> MappedText:
+def _segment_text(
+    doc: ssml.SsmlDocument,
+    seg: _Segment,
+    language: str,
+    index: _SpanIndex[ssml.SayAsSpan | ssml.PhonemeSpan],
+) -> MappedText:
     """Clean and normalise one segment; say-as and phoneme content go their own way."""
     special: list[tuple[int, int, ssml.SayAsSpan | ssml.PhonemeSpan]] = []
-    spans: list[ssml.SayAsSpan | ssml.PhonemeSpan] = [*doc.say_as, *doc.phonemes]
-    for span in spans:
+    for span in index.overlapping(seg.start, seg.end):  # outermost first
         a, b = max(span.start, seg.start), min(span.end, seg.end)
         if a < b and not any(x < b and a < y for x, y, _ in special):
             special.append((a, b, span))
@@ -512,7 +547,9 @@ def prepare_ssml(
         raise ProtocolError(ErrorCode.EMPTY_TEXT, "SSML has nothing to speak")
     check_script(whole, language)
     words = lexicon.for_language(language) if lexicon is not None else None
-    fixed = tuple((doc.text.starts[p.start], doc.text.ends[p.end - 1], p.ph) for p in doc.phonemes)
+    special: _SpanIndex[ssml.SayAsSpan | ssml.PhonemeSpan] = _SpanIndex(
+        [*doc.say_as, *doc.phonemes]
+    )
     clauses: list[Clause] = []
     pending_pause = 0
     pending_marks: list[str] = []
@@ -525,7 +562,7 @@ def prepare_ssml(
             clauses[-1] = dataclasses.replace(last, marks=last.marks + extra)
             pending_marks.clear()
 
-    for item in _segments(doc):
+    for item in _segments(doc, _SpanIndex(doc.prosody)):
         if isinstance(item, ssml.Break):
             flush_marks_to_end()
             # Breaks in a row add up, to one break's maximum: silence is sent as samples.
@@ -536,7 +573,7 @@ def prepare_ssml(
             if clauses and not clauses[-1].sentence_end and item.position > 0:
                 clauses[-1] = dataclasses.replace(clauses[-1], sentence_end=True)
         else:
-            made = _segment_clauses(doc, item, language, limits, words, fixed, first)
+            made = _segment_clauses(doc, item, language, limits, words, special, first)
             if not made:
                 pending_marks.extend(m.name for m in item.marks)
                 continue
@@ -568,10 +605,16 @@ def _segment_clauses(
     language: str,
     limits: FrontendLimits,
     words: LanguageLexicon | None,
-    fixed: tuple[tuple[int, int, str], ...],
+    special: _SpanIndex[ssml.SayAsSpan | ssml.PhonemeSpan],
     first: bool,
 ) -> list[Clause]:
-    mt = _segment_text(doc, seg, language)
+    mt = _segment_text(doc, seg, language, special)
+    # <phoneme> content as source ranges: the clauses find theirs by the character map.
+    fixed = tuple(
+        (doc.text.starts[p.start], doc.text.ends[p.end - 1], p.ph)
+        for p in special.overlapping(seg.start, seg.end)
+        if isinstance(p, ssml.PhonemeSpan)
+    )
     parts: list[tuple[MappedText, bool]] = []
     for sentence in split_sentences(mt):
         pieces = split_clauses(

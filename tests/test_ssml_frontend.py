@@ -322,3 +322,31 @@ def test_refusals(src: str, code: str) -> None:
 
 def test_mark_type_is_exported() -> None:
     assert ClauseMark("a", 0).position == 0
+
+
+def test_nested_prosody_the_innermost_factor_applies() -> None:
+    clauses = ssml(
+        "<speak><prosody rate='slow' volume='soft'>a <prosody rate='slow'>b</prosody> c"
+        "</prosody> d</speak>"
+    )
+    assert [c.text for c in clauses] == ["a", "b", "c", "d"]
+    assert [c.speed for c in clauses] == pytest.approx([0.75, 0.5625, 0.75, 1.0])
+    assert [c.volume for c in clauses] == pytest.approx([0.5, 0.5, 0.5, 1.0])
+
+
+def test_many_elements_stay_cheap() -> None:
+    """Segments × elements must not be quadratic (a big max_text_chars allows many)."""
+    import time
+
+    big = FrontendLimits(max_chars=1_000_000, clause_chars=160, first_clause_chars=80)
+    unit = "<say-as interpret-as='digits'>7</say-as><break time='1ms'/><phoneme ph='a'>a</phoneme> "
+    small = "<speak>" + unit * 200 + "</speak>"
+    large = "<speak>" + unit * 2000 + "</speak>"
+    t0 = time.perf_counter()
+    prepare(small, "en_US", big, text_format="ssml")
+    t_small = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    clauses = prepare(large, "en_US", big, text_format="ssml")
+    t_large = time.perf_counter() - t0
+    assert len(clauses) == 2001  # "seven" | "a seven" × 1999 | "a"
+    assert t_large < 30 * t_small  # 10× the elements; quadratic would be ~100×
