@@ -76,6 +76,8 @@ _MAX_GROUPS = 65536
 class ClientTooSlow(Exception):
     """The client did not read its output within the configured time."""
 
+    code = ErrorCode.CLIENT_TOO_SLOW
+
 
 @dataclass(frozen=True)
 class Peer:
