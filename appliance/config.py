@@ -167,8 +167,10 @@ class TuningConfig:
     """``ttsd serve`` binds itself to the GPU's NUMA node before any thread starts."""
     numa_mempolicy: Literal["preferred", "bind", "none"] = "preferred"
     """Memory policy of that binding: ``bind`` fails allocations when the node is full."""
-    state_file: str = "/run/ttsd/tuning.json"
-    """Originals are saved here (inside ``root``) before anything changes."""
+    state_file: str = "/run/ttsd-tuning/tuning.json"
+    """Originals are saved here (inside ``root``) before anything changes.  Its directory
+    and every one above it must be writable by root only (not /run/ttsd, which belongs
+    to the service user): ``tune revert`` writes what the file says, as root."""
     gpu_index: int = field(default=0, metadata=_rng(0, 64))
     root: str = "/"
     """Prefix of every sysfs/procfs/state path; tests point it at a fake tree."""
