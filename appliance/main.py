@@ -256,9 +256,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from tuning.numa import bind_self
 
         bind_self(cfg.tuning, nvml.load())  # logs what it did
-    from appliance.paths import default_socket_path
+    from appliance.paths import default_socket_path, prepare_socket_dir
 
     path = Path(args.socket or cfg.server.socket or default_socket_path())
+    try:
+        prepare_socket_dir(path)  # here too: refuse before a minute of loading voices
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", path, exc)
+        return 1
     memory.limit_malloc_arenas(2)  # before any thread allocates
     return asyncio.run(_serve(cfg, args.config, path))
 
