@@ -25,6 +25,7 @@ import pytest
 # not be able to read the interpreter's own files (a Python under /root).
 import appliance.logsetup  # noqa: F401
 from appliance.client import Client, TtsdError
+from appliance.ctl import main as ttsctl_main
 from appliance.main import main as ttsd_main
 from appliance.paths import default_socket_path, prepare_socket_dir
 
@@ -156,6 +157,9 @@ def test_client_refuses_a_squatted_fallback_directory(
         rc, out = victim.run(_client_ping)
         assert rc == 3, out
         assert "refused: connect:" in out and "refusing to use it" in out
+        rc, out = victim.run(lambda: ttsctl_main(["ping"]))
+        assert rc == 1, out
+        assert out.startswith("ttsctl: connect: ") and "refusing to use it" in out
         assert _nobody_connected(listener)
     finally:
         listener.close()
