@@ -5,10 +5,9 @@ from __future__ import annotations
 import signal
 import time
 
-from conftest import Daemon, DaemonFactory
-from wire import Wire
-
 from appliance.config import MAX_CONFIG_BYTES
+from tests.conftest import Daemon, DaemonFactory
+from tests.wire import Wire
 
 
 def _ping_s(w: Wire, rid: int) -> float:
