@@ -139,6 +139,12 @@ class Stream:
         """Audio the client holds but has not played yet (if it plays in real time)."""
         return self.job.buffer_s() if self.job is not None else 0.0
 
+    def audio_left_s(self) -> float | None:
+        """Like :meth:`buffer_s`, None before the first chunk."""
+        if self.job is None or self.job.stats.t_first is None:
+            return None
+        return self.job.buffer_s()
+
     # -- control
 
     def append(self, text: str, flush: bool = False) -> None:
@@ -241,7 +247,9 @@ class Stream:
             raise
         except Exception as exc:
             if door_exc and exc is door_exc[0]:
-                outcome = type(exc).__name__
+                # The door's own failure (its client went away or stopped reading): the
+                # door reports it; here it only names the outcome in the request log.
+                outcome = "door:" + str(getattr(exc, "code", type(exc).__name__))
                 raise
             # A bug or a backend failure must end this request, not the daemon.
             log.exception("stream %d failed", self.number)
@@ -266,7 +274,7 @@ class Stream:
                 stats = self.job.stats.to_dict()
         if self.feed is not None:
             self.feed.close()
-        if outcome not in ("end", "cancelled"):
+        if outcome not in ("end", "cancelled") and not outcome.startswith("door:"):
             self.service.record_error(outcome)
         self.service._unregister(self)
         reqlog.info(
@@ -524,10 +532,17 @@ class Service:
         stream.feed = TextFeed(
             queue,
             prepare_segment,
-            SegmentRule(s.text_first_chars, s.text_max_chars, s.text_idle_ms),
+            SegmentRule(
+                s.text_first_chars,
+                s.text_max_chars,
+                s.text_idle_ms,
+                s.text_low_water_ms,
+                limits.first_clause_chars,
+            ),
             limits.max_chars,
             s.text_timeout_s,
             stream.fail,
+            audio_left=stream.audio_left_s,
         )
         if req.text:
             stream.feed.append(req.text)

@@ -196,14 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--quick", action="store_true", help="fewer runs, short soak")
     parser.add_argument(
-        "--only", nargs="*", default=None, help="core normalizer ssml concurrency playback"
+        "--only",
+        nargs="*",
+        default=None,
+        help="core normalizer ssml concurrency playback textstream",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = 10 if args.quick else args.runs
-    want = set(args.only or ["core", "normalizer", "ssml", "concurrency", "playback"])
+    want = set(args.only or ["core", "normalizer", "ssml", "concurrency", "playback", "textstream"])
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
         results["core"] = bench_core(out, runs)
@@ -218,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
+    if "textstream" in want:
+        results["textstream"] = _optional("textstream", lambda: _bench_textstream(out, runs))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
@@ -276,6 +281,21 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def _bench_textstream(out: Path, runs: int) -> list[dict[str, Any]]:
+    """Text fed as a language model writes it (3–5-character tokens at 20 and 50 /s)."""
+    from bench import textstream
+
+    proc, sock = start_daemon(out)
+    try:
+        rows = textstream.run(sock, runs=max(3, runs // 5))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    print("\n## Text that streams in (tokens of 3–5 characters)\n")
+    print(textstream.format_table(rows))
+    return rows
 
 
 def _bench_playback(out: Path) -> dict[str, Any]:
