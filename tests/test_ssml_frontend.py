@@ -204,6 +204,7 @@ SAY_AS = [
     ("characters", None, "IBM", "i b m"),
     ("spell-out", None, "R2-D2", "r two dash d two"),
     ("verbatim", None, "ok", "o k"),
+    ("characters", None, "ABC", "eh b c"),  # the letter a, not the article
     ("cardinal", None, "12,345", "twelve thousand three hundred forty-five"),
     ("cardinal", None, "-7", "minus seven"),
     ("ordinal", None, "21", "twenty-first"),

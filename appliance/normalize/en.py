@@ -448,7 +448,9 @@ class EnglishNormalizer:
         words: list[str] = []
         for token in _URL_TOKEN.findall(text):
             if token.isalpha():
-                words.extend(token.lower())
+                # A lone "a" between letters is read as the article (schwa); "eh" is
+                # the letter's name to espeak.
+                words.extend("eh" if c == "a" else c for c in token.lower())
             elif not token.isspace():
                 words.append(self._spell_token(token))
         return " ".join(w for w in words if w)
