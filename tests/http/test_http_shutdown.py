@@ -4,6 +4,7 @@ stream in flight goes on, and the daemon exits when it is done."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 from typing import Any
@@ -57,4 +58,43 @@ def test_healthz_is_503_while_draining(daemon_factory: DaemonFactory) -> None:
     assert status == 503 and body["status"] == "draining" and body["serving"] is False, out["seen"]
     assert out["new_speech"] == (503, "shutting_down")
     assert out["received_during_drain"] > 8192 and out["alive_during_drain"]
+    assert d.daemon.proc.wait(timeout=30) == 0
+
+
+def test_streams_cut_by_the_shutdown_say_so(daemon_factory: DaemonFactory) -> None:
+    """Past ``shutdown_timeout_s``: an SSE stream ends with an ``error`` event
+    (``shutting_down``); an audio stream is cut before its last chunk (truncated)."""
+    d = start_http(daemon_factory, server={"shutdown_timeout_s": 0.5})
+
+    async def go() -> tuple[list[dict[str, Any]], str]:
+        async with aiohttp.ClientSession() as s:
+            sse = await s.post(
+                d.v1 + "/audio/speech",
+                json={"input": LONG, "response_format": "pcm", "stream_format": "sse"},
+            )
+            audio = await s.post(
+                d.v1 + "/audio/speech", json={"input": LONG, "response_format": "pcm"}
+            )
+            assert sse.status == 200 and audio.status == 200
+            await sse.content.readline()
+            await audio.content.readexactly(4096)
+            d.daemon.proc.send_signal(signal.SIGTERM)
+            events = []
+            async for line in sse.content:  # read slowly, like a player
+                if line.startswith(b"data: "):
+                    events.append(json.loads(line[6:]))
+                await asyncio.sleep(0.01)
+            try:
+                while await audio.content.read(65536):
+                    await asyncio.sleep(0.01)
+                ending = "complete"
+            except aiohttp.ClientPayloadError:
+                ending = "truncated"
+            return events, ending
+
+    events, ending = asyncio.run(go())
+    assert events[-1]["type"] == "error", events[-1]
+    assert events[-1]["error"]["code"] == "shutting_down"
+    assert {e["type"] for e in events[:-1]} == {"speech.audio.delta"}
+    assert ending == "truncated"
     assert d.daemon.proc.wait(timeout=30) == 0
