@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
 from typing import Any, Protocol
 
 import numpy as np
@@ -173,6 +174,8 @@ class SoundfileOut:
         # with v1's s16le), resampled on the way when Opus needs it.
         self._pcm = PcmEncoder(sample_rate, rate, "s16le")
         self._sink = _Sink()
+        self._lock = threading.Lock()
+        """One call at a time: encode runs in worker threads, close may come from the loop."""
         self._file = soundfile.SoundFile(
             self._sink,
             "w",
@@ -202,23 +205,31 @@ class SoundfileOut:
         return self._sink.take()
 
     def encode(self, samples: FloatArray, last: bool = False) -> bytes:
-        # A resampler's tail is flushed once, by finish().
-        self._write(self._pcm(samples, False))
-        return self._sink.take()
+        with self._lock:
+            if self._file.closed:
+                return b""
+            # A resampler's tail is flushed once, by finish().
+            self._write(self._pcm(samples, False))
+            return self._sink.take()
 
     def finish(self) -> bytes:
-        self._write(self._pcm(np.zeros(0, np.float32), True))
-        self._file.close()
-        return self._sink.take()
+        with self._lock:
+            if self._file.closed:
+                return b""
+            self._write(self._pcm(np.zeros(0, np.float32), True))
+            self._file.close()
+            return self._sink.take()
 
     def _write(self, pcm: bytes) -> None:
         if pcm:
             self._file.write(np.frombuffer(pcm, dtype="<i2"))
 
     def close(self) -> None:
-        """Release the encoder without finishing (the client went away)."""
-        if not self._file.closed:
-            self._file.close()
+        """Release the encoder without finishing (the client went away).  Waits for an
+        encode still running in a worker thread: libsndfile must not be closed under it."""
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()
 
 
 def make_encoder(fmt: str, sample_rate: int) -> Encoder:

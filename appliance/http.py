@@ -573,9 +573,15 @@ class HttpDoor:
             _abort(request)
             return resp
         finally:
-            close = getattr(encoder, "close", None)
-            if close is not None:
-                close()
+            if isinstance(encoder, SoundfileOut):
+                # An encode may still run in a worker (its await was cancelled): close after
+                # it, off the loop.
+                try:
+                    await asyncio.shield(loop.run_in_executor(pool, encoder.close))
+                except RuntimeError:  # the pool is shut down: the daemon is closing
+                    encoder.close()
+                except asyncio.CancelledError:
+                    pass  # the shielded close still runs
 
     async def _fail(
         self, request: web.Request, resp: web.StreamResponse, exc: ServiceError, sse: bool

@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.client import Client
@@ -88,13 +89,14 @@ def test_metrics_parse_move_and_match_stats(http_daemon: HttpDaemon) -> None:
     assert st["frontends"]["http"]["connections"] >= 0
 
 
-def test_disconnect_mid_stream_frees_the_queue_at_once(http_daemon: HttpDaemon) -> None:
+@pytest.mark.parametrize("fmt", ["wav", "opus"])
+def test_disconnect_mid_stream_frees_the_queue_at_once(http_daemon: HttpDaemon, fmt: str) -> None:
     before = scrape(http_daemon)
 
     async def go() -> tuple[int, float]:
         async with aiohttp.ClientSession() as s:
             r = await s.post(
-                http_daemon.v1 + "/audio/speech", json={"input": LONG, "response_format": "wav"}
+                http_daemon.v1 + "/audio/speech", json={"input": LONG, "response_format": fmt}
             )
             first = await r.content.readany()
             r.close()  # drops the connection mid-stream
