@@ -151,6 +151,7 @@ class Speech:
     def _cancel_request(self) -> None:
         if self.rid is not None and self.module.client is not None:
             self.module.spawn(self.module.cancel(self.module.client, self.rid))
+            self.rid = None  # once is enough
 
     # -- the work
     async def run(self) -> None:
@@ -215,7 +216,7 @@ class Speech:
         events = client.synthesize(text, **opts)
         try:
             async for ev in events:
-                if self.rid is None and isinstance(ev.get("id"), int):
+                if ev.get("event") == "start" and isinstance(ev.get("id"), int):
                     self.rid = ev["id"]
                 if self.finished:
                     # Stopped or paused before ttsd's first answer: cancel it now.
@@ -450,6 +451,10 @@ class Module:
             out.append(data)
 
     async def _speak(self, lines: LineReader, kind: str) -> None:
+        # A new message while one is speaking: speech-dispatcher sends STOP first, but if
+        # this SPEAK overtook it, the old message ends (703) before anything is answered,
+        # so no audio of it can come between this command's replies.
+        self._stop_speech()
         self.out.line(wire.RECEIVING_MESSAGE)
         block = await self._read_block(lines)
         if block is None:
@@ -461,9 +466,6 @@ class Module:
         if kind != "text" and len(block) > 1:
             self.out.line(wire.MORE_THAN_ONE_LINE)
             return
-        # A new message while one is speaking: speech-dispatcher sends STOP first, but if
-        # this SPEAK overtook it, the old message still ends (703) before the new begins.
-        self._stop_speech()
         self.out.line(wire.SPEAKING)
         if kind == "icon":
             # The server plays sound icons itself, from its own icon directory.
@@ -528,6 +530,9 @@ class Module:
         return pairs
 
     async def _set(self, lines: LineReader) -> None:
+        # The server sets up the next message only once the last has ended; a SET while
+        # speaking means a STOP was overtaken: end the old message as for SPEAK.
+        self._stop_speech()
         pairs = await self._params(lines, wire.RECEIVING_SETTINGS)
         if pairs is None:
             return
