@@ -27,8 +27,8 @@ EXTERNAL = (
 NESTED = "<speak>" + "<prosody rate='fast'>" * 10000 + "deep" + "</prosody>" * 10000 + "</speak>"
 
 HOSTILE: dict[str, bytes] = {
-    "entities": "<speak>1 &lt; 2 &amp;&amp; 3 &gt; 2 &quot;q&quot; &apos;a&apos; &#65;&#x42; &#0; "
-    "&#xD800; &#1114112; &bogus; &amp</speak>".encode(),
+    "entities": b"<speak>1 &lt; 2 &amp;&amp; 3 &gt; 2 &quot;q&quot; &apos;a&apos; &#65;&#x42; &#0; "
+    b"&#xD800; &#1114112; &bogus; &amp</speak>",
     "billion_laughs": BILLION_LAUGHS.encode(),
     "external_entity": EXTERNAL.encode(),
     "nested_10000": NESTED.encode(),
