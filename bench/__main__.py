@@ -202,14 +202,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--quick", action="store_true", help="fewer runs, short soak")
     parser.add_argument(
-        "--only", nargs="*", default=None, help="core normalizer concurrency playback"
+        "--only", nargs="*", default=None, help="core normalizer concurrency playback speechd"
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = 10 if args.quick else args.runs
-    want = set(args.only or ["core", "normalizer", "concurrency", "playback"])
+    want = set(args.only or ["core", "normalizer", "concurrency", "playback", "speechd"])
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
         results["core"] = bench_core(out, runs)
@@ -222,9 +222,23 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
+    if "speechd" in want:
+        results["speechd"] = _optional("speechd", lambda: _bench_speechd(out, max(runs, 20)))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
+
+
+def _bench_speechd(out: Path, runs: int) -> dict[str, Any]:
+    """speech-dispatcher modules: sd_ttsd vs sd_espeak-ng vs piper-tts in sd_generic."""
+    from bench.speechd import bench_speechd
+
+    proc, sock = start_daemon(out)
+    try:
+        return bench_speechd(out, sock, runs)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 def _bench_normalizer() -> dict[str, Any]:
