@@ -172,6 +172,10 @@ class Speech:
         except asyncio.CancelledError:
             self.finish(wire.STOP)
             raise
+        except Exception:  # a bug here must still end the message, or the server waits for ever
+            log.exception("speaking failed")
+            self.finish(wire.STOP)
+            return
         self.finish(wire.END)
 
     async def _speak(self) -> None:
