@@ -180,20 +180,26 @@ class Speech:
 
     async def _speak(self) -> None:
         m = self.module
-        if self.kind == "text":
+        if self.kind == "text" and not self.text.lstrip().startswith("<"):
+            # Not SSML (speech-dispatcher 0.11 always wraps in <speak>; other callers of
+            # the module protocol may not): plain text, no markup, no entities.
+            items: list[markup.Item] = [markup.Text(self.text)]
+        elif self.kind == "text":
             if m.ssml_supported is not False and m.fits_one_request(self.text):
                 try:
                     await self._request(self.text, ssml=True)
                     return
                 except TtsdError as exc:
-                    if (
-                        self.sent_audio
-                        or exc.code != "bad_request"
-                        or "text_format" not in str(exc)
-                    ):
+                    # Refused before any audio: a daemon without SSML, or SSML it will
+                    # not take (not well-formed, too long).  The module's own scanner is
+                    # lenient and keeps the marks; a daemon without SSML is remembered.
+                    if self.sent_audio or exc.code not in ("bad_request", "text_too_long"):
                         raise
-                    m.ssml_supported = False
-                    log.info("this ttsd takes no SSML; marks are kept by the module (%s)", exc)
+                    if "text_format" in exc.message:
+                        m.ssml_supported = False
+                        log.info("this ttsd takes no SSML; the module keeps the marks (%s)", exc)
+                    else:
+                        log.info("ttsd refused the SSML (%s); speaking it as plain text", exc)
             items = markup.to_items(self.text)
         elif self.kind == "char":
             items = [markup.Text(names.char_words(self.text))]
@@ -464,6 +470,7 @@ class Module:
         if block is None:
             return
         text = b"\n".join(block).decode("utf-8", "replace")
+        log.debug("%s: %r", kind, text[:200])
         if not text.strip() and not (kind == "char" and text):
             self.out.line(wire.CANT_SPEAK)
             return
