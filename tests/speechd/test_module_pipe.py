@@ -236,3 +236,37 @@ def test_first_line_must_be_init(tmp_path: Path, daemon: Daemon) -> None:
 
 def test_every_ending_is_one_of_the_three(module: ModulePipe) -> None:
     assert ENDINGS == (702, 703, 704)
+
+
+def test_ssml_goes_to_ttsd_as_ssml_when_it_takes_it(module: ModulePipe, daemon: Daemon) -> None:
+    """With a daemon that parses SSML the markup takes effect (x-slow prosody is longer);
+    with one that does not, the module says so in its log and speaks the text itself."""
+    from appliance.client import Client, TtsdError
+
+    with Client(daemon.socket) as c:
+        try:
+            c.synthesize_all("<speak>probe</speak>", text_format="ssml")
+            takes_ssml = True
+        except TtsdError as exc:
+            assert exc.code == "bad_request" and "text_format" in exc.message
+            takes_ssml = False
+    lengths = {}
+    for name, body in (
+        ("plain", "<speak>The quick brown fox jumps over the lazy dog.</speak>"),
+        (
+            "slow",
+            '<speak><prosody rate="x-slow">The quick brown fox jumps over the lazy dog.'
+            "</prosody></speak>",
+        ),
+    ):
+        module.set()
+        module.speak(body)
+        events = module.events_until_end()
+        assert events[-1].code == 702
+        lengths[name] = len(audio_of(events))
+    if takes_ssml:
+        assert lengths["slow"] > 1.4 * lengths["plain"], lengths
+        assert "takes no SSML" not in module.log()
+    else:
+        assert "takes no SSML" in module.log()
+        assert 0.8 < lengths["slow"] / lengths["plain"] < 1.25, lengths
