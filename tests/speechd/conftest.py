@@ -24,7 +24,9 @@ def module(daemon: Daemon, tmp_path: Path) -> Iterator[ModulePipe]:
         pipe.quit()
 
 
-@pytest.fixture(scope="session")
+# Module scope: torn down after the speech-dispatcher tests, so the shared daemon does not
+# keep their connection while other tests look at it.
+@pytest.fixture(scope="module")
 def speechd_pulse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulseServer]:
     try:
         server = PulseServer.start(Path(tmp_path_factory.mktemp("spd-pulse")))
@@ -35,7 +37,7 @@ def speechd_pulse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulseSer
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def speechd(
     daemon: Daemon, speechd_pulse: PulseServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SpeechdServer]:
