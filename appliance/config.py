@@ -102,6 +102,9 @@ class StreamingConfig:
     text_idle_ms: float = field(default=300.0, metadata=_rng(0, 60000))
     """Text that streams in: after this long without new text, what is buffered is spoken
     up to its last word boundary."""
+    text_low_water_ms: float = field(default=400.0, metadata=_rng(0, 60000))
+    """Text that streams in: when the listener has less than this much audio left, a
+    waiting segment is released at its last clause mark or word boundary; 0 = never."""
     text_timeout_s: float = field(default=60.0, metadata=_rng(0.1, 86400))
     """Text that streams in: a stream with no append and no finish for this long ends with
     ``text_timeout``."""
@@ -235,6 +238,7 @@ LIVE_KEYS: frozenset[str] = frozenset(
         "streaming.text_first_chars",
         "streaming.text_max_chars",
         "streaming.text_idle_ms",
+        "streaming.text_low_water_ms",
         "streaming.text_timeout_s",
         "scheduler.watermark_ms",
         "scheduler.admission_backlog_ms",

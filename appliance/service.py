@@ -135,6 +135,12 @@ class Stream:
         """Audio the client holds but has not played yet (if it plays in real time)."""
         return self.job.buffer_s() if self.job is not None else 0.0
 
+    def audio_left_s(self) -> float | None:
+        """Like :meth:`buffer_s`, None before the first chunk."""
+        if self.job is None or self.job.stats.t_first is None:
+            return None
+        return self.job.buffer_s()
+
     # -- control
 
     def append(self, text: str, flush: bool = False) -> None:
@@ -472,10 +478,17 @@ class Service:
         stream.feed = TextFeed(
             queue,
             prepare_segment,
-            SegmentRule(s.text_first_chars, s.text_max_chars, s.text_idle_ms),
+            SegmentRule(
+                s.text_first_chars,
+                s.text_max_chars,
+                s.text_idle_ms,
+                s.text_low_water_ms,
+                limits.first_clause_chars,
+            ),
             limits.max_chars,
             s.text_timeout_s,
             stream.fail,
+            audio_left=stream.audio_left_s,
         )
         if req.text:
             stream.feed.append(req.text)

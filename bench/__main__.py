@@ -196,14 +196,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--quick", action="store_true", help="fewer runs, short soak")
     parser.add_argument(
-        "--only", nargs="*", default=None, help="core normalizer concurrency playback speechd"
+        "--only",
+        nargs="*",
+        default=None,
+        help="core normalizer concurrency playback textstream speechd",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = 10 if args.quick else args.runs
-    want = set(args.only or ["core", "normalizer", "concurrency", "playback", "speechd"])
+    want = set(
+        args.only or ["core", "normalizer", "concurrency", "playback", "textstream", "speechd"]
+    )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
         results["core"] = bench_core(out, runs)
@@ -216,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
+    if "textstream" in want:
+        results["textstream"] = _optional("textstream", lambda: _bench_textstream(out, runs))
     if "speechd" in want:
         results["speechd"] = _optional("speechd", lambda: _bench_speechd(out, max(runs, 20)))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
@@ -279,6 +286,21 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def _bench_textstream(out: Path, runs: int) -> list[dict[str, Any]]:
+    """Text fed as a language model writes it (3–5-character tokens at 20 and 50 /s)."""
+    from bench import textstream
+
+    proc, sock = start_daemon(out)
+    try:
+        rows = textstream.run(sock, runs=max(3, runs // 5))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    print("\n## Text that streams in (tokens of 3–5 characters)\n")
+    print(textstream.format_table(rows))
+    return rows
 
 
 def _bench_playback(out: Path) -> dict[str, Any]:
