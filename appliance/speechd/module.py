@@ -324,7 +324,7 @@ class Module:
                 raise
             self.client = client
             self.ssml_supported = None  # a restarted daemon may be a newer one
-            log.info("connected to ttsd %s at %s", self.info.get("version"), self.socket_path)
+            log.info("connected to ttsd (%s) at %s", self.info.get("backend"), self.socket_path)
             return client
 
     async def drop_client(self) -> None:
@@ -613,7 +613,8 @@ async def _init(module: Module) -> str:
     await module.ensure_client()
     info = module.info
     names_ = ", ".join(str(v["name"]) for v in module.voices) or "no voices"
-    return f"ttsd {info.get('version', '?')} at {module.socket_path}: {names_}"
+    backend = info.get("backend", "?")
+    return f"ttsd ({backend}) at {module.socket_path}: {names_}; pitch is not supported"
 
 
 async def amain(config_path: str | None) -> int:
