@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,14 +123,13 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
             door.close_listener()
         server.request_stop()
 
-    def reload() -> None:
-        notifier.reloading()
-        try:
-            new = load_config(config_path)
-        except ConfigError as exc:
-            log.error("reload refused: %s", exc)
-            notifier.ready(status=_status_line(runtime))
-            return
+    # SIGHUP: the file is read and parsed in an executor (a large or hostile file must not
+    # stall the loop past WatchdogSec), then applied on the loop.  One reload at a time;
+    # a SIGHUP during one asks for another after it, since the file may have changed
+    # after it was read.
+    reloads = _Reloads()
+
+    def apply_config(new: Config) -> None:
         old_flat, new_flat = flatten(state["cfg"]), flatten(new)
         changed = [k for k in new_flat if new_flat[k] != old_flat.get(k)]
         for k in changed:
@@ -145,7 +144,25 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
             log.info("reloaded: %s", ", ".join(sorted(live)))
         else:
             log.info("reload: nothing to change live")
-        notifier.ready(status=_status_line(runtime))
+
+    async def reload_once() -> None:
+        notifier.reloading()
+        try:
+            new = await loop.run_in_executor(None, load_config, config_path)
+        except ConfigError as exc:
+            log.error("reload refused: %s", exc)
+        else:
+            apply_config(new)
+        finally:
+            notifier.ready(status=_status_line(runtime))
+
+    def reload() -> None:
+        task = reloads.request(reload_once)
+        if task is None:
+            log.info("reload: already reloading; the file is read again after this one")
+            return
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
@@ -173,6 +190,32 @@ def _front_ends(cfg: Config, service: Service) -> list[Door]:
     """The doors beyond protocol v1 that the config turns on (each on the same core)."""
     doors: list[Door] = []
     return doors
+
+
+class _Reloads:
+    """At most one reload running; requests during it fold into one more run after it."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+        self.again = False
+
+    def request(self, reload_once: Callable[[], Awaitable[None]]) -> asyncio.Task[None] | None:
+        """The task started for this request; None when it joined the running one."""
+        if self.task is not None:
+            self.again = True
+            return None
+        self.task = asyncio.get_running_loop().create_task(self._run(reload_once))
+        return self.task
+
+    async def _run(self, reload_once: Callable[[], Awaitable[None]]) -> None:
+        try:
+            while True:
+                self.again = False
+                await reload_once()
+                if not self.again:
+                    return
+        finally:
+            self.task = None
 
 
 def _inject_stall(runtime: Runtime, seconds: float) -> None:
@@ -233,9 +276,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from tuning.numa import bind_self
 
         bind_self(cfg.tuning, nvml.load())  # logs what it did
-    from appliance.paths import default_socket_path
+    from appliance.paths import default_socket_path, prepare_socket_dir
 
     path = Path(args.socket or cfg.server.socket or default_socket_path())
+    try:
+        prepare_socket_dir(path)  # here too: refuse before a minute of loading voices
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", path, exc)
+        return 1
     memory.limit_malloc_arenas(2)  # before any thread allocates
     return asyncio.run(_serve(cfg, args.config, path))
 

@@ -41,7 +41,7 @@ import msgpack
 
 from appliance.config import Config
 from appliance.errors import ErrorCode, ServiceError
-from appliance.paths import default_socket_path
+from appliance.paths import default_socket_path, prepare_socket_dir
 from appliance.pcm import PcmEncoder
 from appliance.protocol import (
     AppendRequest,
@@ -75,6 +75,8 @@ _MAX_GROUPS = 65536
 
 class ClientTooSlow(Exception):
     """The client did not read its output within the configured time."""
+
+    code = ErrorCode.CLIENT_TOO_SLOW
 
 
 @dataclass(frozen=True)
@@ -195,7 +197,7 @@ class Server:
             log.info("serving on an activated socket")
             return
         path = self.socket_path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        prepare_socket_dir(path)  # the per-user default: 0700, ours, not a symlink
         self._remove_stale(path)
         # Created owner-only, then opened up to the configured mode: no window
         # in which the socket is reachable by anyone else.

@@ -243,7 +243,9 @@ class Stream:
             raise
         except Exception as exc:
             if door_exc and exc is door_exc[0]:
-                outcome = type(exc).__name__
+                # The door's own failure (its client went away or stopped reading): the
+                # door reports it; here it only names the outcome in the request log.
+                outcome = "door:" + str(getattr(exc, "code", type(exc).__name__))
                 raise
             # A bug or a backend failure must end this request, not the daemon.
             log.exception("stream %d failed", self.number)
@@ -268,7 +270,7 @@ class Stream:
                 stats = self.job.stats.to_dict()
         if self.feed is not None:
             self.feed.close()
-        if outcome not in ("end", "cancelled"):
+        if outcome not in ("end", "cancelled") and not outcome.startswith("door:"):
             self.service.record_error(outcome)
         self.service._unregister(self)
         reqlog.info(
