@@ -3,6 +3,7 @@ against the real daemon."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,27 @@ def test_stop_answers_703_at_once_and_no_audio_follows(module: ModulePipe) -> No
     module.set()
     module.speak("Next.")
     assert codes(module.events_until_end())[-1] == 702
+
+
+def test_stop_cancels_the_ttsd_request(module: ModulePipe, daemon: Daemon) -> None:
+    from appliance.client import Client
+
+    def cancelled() -> int:
+        with Client(daemon.socket) as c:
+            return int(c.stats()["counters"].get("requests_cancelled", 0))
+
+    before = cancelled()
+    module.set()
+    # One long sentence: one ttsd request, still streaming when STOP comes.
+    module.speak("<speak>" + LONG.replace(".", ",") + "</speak>")
+    module.expect(701)
+    module.expect(705)
+    module.send("STOP\n")
+    assert module.events_until_end(timeout=10)[-1].code == 703
+    deadline = time.monotonic() + 20
+    while cancelled() == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cancelled() > before
 
 
 def test_stop_before_the_first_audio(module: ModulePipe) -> None:
