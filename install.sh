@@ -401,8 +401,7 @@ unit_sandbox() {
         case $key in
             User | Group | SupplementaryGroups | ProtectHome | PrivateTmp | ProtectSystem \
                 | NoNewPrivileges | ProtectProc | PrivateMounts | SystemCallFilter \
-                | SystemCallArchitectures | SystemCallErrorNumber | LockPersonality \
-                | RestrictNamespaces | RestrictAddressFamilies | CapabilityBoundingSet)
+                | SystemCallArchitectures | SystemCallErrorNumber | LockPersonality)
                 printf -- '-p\n%s=%s\n' "$key" "$value"
                 ;;
         esac

@@ -375,3 +375,36 @@ def test_uninstall_keeps_a_tuning_state_that_still_holds_originals(tree: Path, s
     if Path(state).parent.name != "ttsd":
         # Without a state file in it, the service's runtime directory goes.
         assert not (tree / "run/ttsd").exists()
+
+
+@pytest.mark.parametrize("exit_code", [0, 1])
+def test_under_systemd_the_check_runs_ttsd_under_the_units_sandbox(
+    shm_dir: Path, tmp_path: Path, exit_code: int
+) -> None:
+    """This machine has no systemd as pid 1: a stand-in systemd-run records its arguments."""
+    python = install_fn(f"PYTHON={sys.executable}; choose_python; echo $PYTHON").stdout.split()[-1]
+    venv = fake_venv(shm_dir, python, "#!/bin/sh\necho ttsd 0\n")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    record = tmp_path / "args"
+    (bindir / "systemd-run").write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$@" > {record}\nexit {exit_code}\n'
+    )
+    (bindir / "systemd-run").chmod(0o755)
+    proc = install_fn(
+        f"PATH={bindir}:$PATH; VENV={venv}; UNITDIR={REPO}/systemd; ROOT=\n"
+        "HIDDEN_DIRS=(/nonexistent); systemd_running() { true; }; check_service_python",
+        check=False,
+    )
+    args = record.read_text().splitlines()
+    assert args[:4] == ["--wait", "--pipe", "--quiet", "--collect"]
+    pairs = set(zip(args[4::2], args[5::2], strict=False))
+    for prop in ("User=ttsd", "ProtectHome=yes", "PrivateTmp=yes", "ProtectSystem=strict"):
+        assert ("-p", prop) in pairs, args
+    assert ("-p", "SystemCallFilter=@system-service") in pairs, args
+    assert args[-3:] == ["--", f"{venv}/bin/ttsd", "--version"]
+    if exit_code == 0:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode == 1
+        assert "does not start under the unit's sandbox" in proc.stderr
