@@ -362,9 +362,10 @@ build_venv() {
     copy_python
     say "Python environment $VENV"
     # A venv made by an older install.sh from an interpreter the service cannot see is
-    # made again.
+    # made again, and so is one that is not from the copy this run made.
     if [[ -e $venv ]] && { ! "$venv/bin/python" -c 'import sys' 2>/dev/null \
-        || hidden_need "$venv/bin/python" >/dev/null; }; then
+        || hidden_need "$venv/bin/python" >/dev/null \
+        || { ((COPY_PYTHON)) && [[ $(readlink -f "$venv/bin/python") != "$ROOT$PYTHON_HOME"/* ]]; }; }; then
         note "making the venv again from $PYTHON"
         rm -rf -- "$venv"
     fi
@@ -456,7 +457,9 @@ install_files() {
     say "Files"
     mkdir -p "$ROOT$PREFIX" "$ROOT$ETCDIR" "$ROOT$UNITDIR"
     install -d -m 0750 "$ROOT$CACHEDIR"
-    system chown "$USER_NAME:$USER_NAME" "$CACHEDIR"
+    # -R: a cache filled by hand as root (sudo ttsd prepare) must be readable by the service;
+    # systemd's CacheDirectory= does the same at start, but prepare below runs before that.
+    system chown -R "$USER_NAME:$USER_NAME" "$CACHEDIR"
     put_link "$VENV/bin/ttsd" "$ROOT$BINDIR/ttsd"
     put_link "$VENV/bin/ttsctl" "$ROOT$BINDIR/ttsctl"
     put_file 0644 "$SRC/docs/service.md" "$ROOT$DOCDIR/service.md"
@@ -622,7 +625,9 @@ do_uninstall() {
     keep_or_remove_rundir "$TUNING_DIR"
     remove_path "$ROOT$UNITDIR/ttsd.service"
     remove_path "$ROOT$UNITDIR/ttsd.socket"
-    system systemctl daemon-reload
+    if [[ -n $ROOT ]] || systemd_running; then
+        system systemctl daemon-reload
+    fi
     local name
     for name in ttsd ttsctl; do
         # Only our own links: never a ttsd someone else put there.
