@@ -17,8 +17,9 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from appliance.errors import ErrorCode
+from appliance.errors import ServiceError as ProtocolError
 from appliance.normalize import normalize
-from appliance.protocol import ErrorCode, ProtocolError
 from appliance.textmap import MappedText
 
 
@@ -156,14 +157,23 @@ def _is_abbreviation_end(text: str, dot: int) -> bool:
     return len(word) == 1 and word.isalpha() and nxt.isupper()
 
 
+def is_sentence_end_at(text: str, pos: int) -> bool:
+    """Does the run of sentence punctuation at ``pos`` end a sentence ("Dr." does not)?"""
+    m = _SENT_END.match(text, pos)
+    if m is None:
+        return False
+    if text[pos] == "." and m.group().rstrip("\"')]") == ".":
+        return not _is_abbreviation_end(text, pos)
+    return True
+
+
 def split_sentences(mt: MappedText) -> list[MappedText]:
     out: list[MappedText] = []
     start = 0
     text = mt.text
     for m in _SENT_END.finditer(text):
-        if text[m.start()] == "." and m.group().rstrip("\"')]") == ".":
-            if _is_abbreviation_end(text, m.start()):
-                continue
+        if not is_sentence_end_at(text, m.start()):
+            continue
         end = m.end()
         piece = mt.slice(start, end)
         if piece.text.strip():

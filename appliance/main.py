@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from appliance.config import LIVE_KEYS, Config, ConfigError, flatten, load_confi
 
 if TYPE_CHECKING:
     from appliance.runtime import Runtime
+    from appliance.service import Door, Service
 
 log = logging.getLogger("ttsd")
 
@@ -62,11 +63,21 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         # Opened once and kept running, so no device opening stands between a request
         # and its first sound.  Never raises: no device means "off" with a warning.
         runtime.player = await loop.run_in_executor(None, Player.open, cfg.playback)
-    server = Server(runtime, socket_path, activated)
+    from appliance.service import Service
+
+    service = Service(runtime)
+    server = Server(service, socket_path, activated)
+    doors = _front_ends(cfg, service)
     try:
         await server.start()
-    except OSError as exc:
-        log.error("cannot listen on %s: %s", socket_path, exc)
+        for door in doors:
+            await door.start()
+    except (OSError, ValueError) as exc:
+        log.error("cannot listen: %s", exc)
+        for door in doors:
+            await door.close()
+        server.close_listener()
+        service.close()
         runtime.close()
         return 1
     state = {"cfg": cfg}
@@ -100,22 +111,25 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
             last_trim[0] = now
             loop.run_in_executor(None, memory.trim)
 
-    server.on_request_done.append(on_request_done)
+    service.on_request_done.append(on_request_done)
 
     def stop() -> None:
         notifier.stopping()
         for t in list(tasks):
             t.cancel()
+        # Every door stops taking requests first; then the core drains what is in flight
+        # (server.shutdown), whatever door it came through.
+        for door in doors:
+            door.close_listener()
         server.request_stop()
 
-    def reload() -> None:
-        notifier.reloading()
-        try:
-            new = load_config(config_path)
-        except ConfigError as exc:
-            log.error("reload refused: %s", exc)
-            notifier.ready(status=_status_line(runtime))
-            return
+    # SIGHUP: the file is read and parsed in an executor (a large or hostile file must not
+    # stall the loop past WatchdogSec), then applied on the loop.  One reload at a time;
+    # a SIGHUP during one asks for another after it, since the file may have changed
+    # after it was read.
+    reloads = _Reloads()
+
+    def apply_config(new: Config) -> None:
         old_flat, new_flat = flatten(state["cfg"]), flatten(new)
         changed = [k for k in new_flat if new_flat[k] != old_flat.get(k)]
         for k in changed:
@@ -130,7 +144,25 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
             log.info("reloaded: %s", ", ".join(sorted(live)))
         else:
             log.info("reload: nothing to change live")
-        notifier.ready(status=_status_line(runtime))
+
+    async def reload_once() -> None:
+        notifier.reloading()
+        try:
+            new = await loop.run_in_executor(None, load_config, config_path)
+        except ConfigError as exc:
+            log.error("reload refused: %s", exc)
+        else:
+            apply_config(new)
+        finally:
+            notifier.ready(status=_status_line(runtime))
+
+    def reload() -> None:
+        task = reloads.request(reload_once)
+        if task is None:
+            log.info("reload: already reloading; the file is read again after this one")
+            return
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
@@ -144,11 +176,46 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     try:
         await server.serve()
     finally:
+        for door in doors:
+            await door.close()
         for t in list(tasks):
             t.cancel()
+        service.close()
         runtime.close()
         notifier.close()
     return 0
+
+
+def _front_ends(cfg: Config, service: Service) -> list[Door]:
+    """The doors beyond protocol v1 that the config turns on (each on the same core)."""
+    doors: list[Door] = []
+    return doors
+
+
+class _Reloads:
+    """At most one reload running; requests during it fold into one more run after it."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+        self.again = False
+
+    def request(self, reload_once: Callable[[], Awaitable[None]]) -> asyncio.Task[None] | None:
+        """The task started for this request; None when it joined the running one."""
+        if self.task is not None:
+            self.again = True
+            return None
+        self.task = asyncio.get_running_loop().create_task(self._run(reload_once))
+        return self.task
+
+    async def _run(self, reload_once: Callable[[], Awaitable[None]]) -> None:
+        try:
+            while True:
+                self.again = False
+                await reload_once()
+                if not self.again:
+                    return
+        finally:
+            self.task = None
 
 
 def _inject_stall(runtime: Runtime, seconds: float) -> None:
@@ -209,9 +276,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from tuning.numa import bind_self
 
         bind_self(cfg.tuning, nvml.load())  # logs what it did
-    from appliance.server import default_socket_path
+    from appliance.paths import default_socket_path, prepare_socket_dir
 
     path = Path(args.socket or cfg.server.socket or default_socket_path())
+    try:
+        prepare_socket_dir(path)  # here too: refuse before a minute of loading voices
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", path, exc)
+        return 1
     memory.limit_malloc_arenas(2)  # before any thread allocates
     return asyncio.run(_serve(cfg, args.config, path))
 

@@ -48,12 +48,16 @@ class Metrics:
         self.started = time.monotonic()
         self.counters: collections.Counter[str] = collections.Counter()
         self.errors: collections.Counter[str] = collections.Counter()
+        self.frontends: collections.Counter[str] = collections.Counter()
+        """Requests served, by the front end they came through."""
         self.ttfp_ms = Distribution()
         self.rtf = Distribution()
         self.parts: dict[str, Distribution] = collections.defaultdict(Distribution)
 
-    def request_done(self, stats: dict[str, Any], cancelled: bool) -> None:
+    def request_done(self, stats: dict[str, Any], cancelled: bool, frontend: str = "") -> None:
         self.counters["requests_cancelled" if cancelled else "requests_completed"] += 1
+        if frontend:
+            self.frontends[frontend] += 1
         self.counters["audio_ms"] += int(stats.get("audio_ms") or 0)
         self.counters["chunks"] += int(stats.get("chunks") or 0)
         self.counters["stalls"] += int(stats.get("stalls") or 0)
@@ -75,6 +79,7 @@ class Metrics:
             "uptime_s": round(self.uptime_s(), 1),
             "counters": dict(self.counters),
             "errors": dict(self.errors),
+            "requests_by_frontend": dict(self.frontends),
             "ttfp_ms": self.ttfp_ms.summary(),
             "ttfp_parts_ms": {k: v.summary() for k, v in self.parts.items()},
             "rtf": self.rtf.summary(),

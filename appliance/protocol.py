@@ -14,42 +14,18 @@ from typing import Any, ClassVar
 
 import msgpack
 
+from appliance.errors import ErrorCode, ServiceError
+from appliance.pcm import PCM_FORMATS
+from appliance.speech import MODES, PRIORITIES, TEXT_FORMATS, Chunk, Mark, SpeechRequest
+
 PROTOCOL_VERSION = 1
 
 
-class ErrorCode:
-    BAD_REQUEST = "bad_request"
-    UNKNOWN_OP = "unknown_op"
-    EMPTY_TEXT = "empty_text"
-    TEXT_TOO_LONG = "text_too_long"
-    UNSUPPORTED_TEXT = "unsupported_text"
-    UNKNOWN_VOICE = "unknown_voice"
-    DUPLICATE_ID = "duplicate_id"
-    BUSY = "busy"
-    NO_AUDIO_DEVICE = "no_audio_device"
-    FRAME_TOO_LARGE = "frame_too_large"
-    UNAUTHORIZED = "unauthorized"
-    CLIENT_TOO_SLOW = "client_too_slow"
-    TOO_MANY_CONNECTIONS = "too_many_connections"
-    TOO_MANY_CONNECTIONS_FOR_USER = "too_many_connections_for_user"
-    TOO_MANY_REQUESTS = "too_many_requests"
-    SHUTTING_DOWN = "shutting_down"
-    INTERNAL = "internal"
+ProtocolError = ServiceError
+"""The name protocol v1 code uses for a :class:`ServiceError` (the same class)."""
 
 
-class ProtocolError(Exception):
-    """A request that cannot be served; becomes an ``error`` event."""
-
-    def __init__(self, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.extra = extra
-
-
-FORMATS = ("s16le", "f32le")
-MODES = ("dialog", "reading", "sentence")
-PRIORITIES = ("important", "message", "text", "notification", "progress")
+FORMATS = PCM_FORMATS
 
 
 # ---------------------------------------------------------------- field checks
@@ -147,6 +123,8 @@ class SynthesizeRequest:
     volume: float = 1.0
     mode: str | None = None
     realtime: bool = True
+    text_stream: bool = False
+    text_format: str = "text"
     # speak only
     priority: str = "message"
     op: str = "synthesize"
@@ -154,7 +132,8 @@ class SynthesizeRequest:
     @classmethod
     def from_dict(cls, d: dict[str, Any], op: str = "synthesize") -> SynthesizeRequest:
         rid = _req_id(d)
-        text = d.get("text")
+        text_stream = bool(_opt_bool(d, "text_stream"))
+        text = d.get("text", "" if text_stream else None)
         if not isinstance(text, str):
             raise ProtocolError(ErrorCode.BAD_REQUEST, "'text' is required and must be a string")
         speaker = d.get("speaker")
@@ -179,6 +158,8 @@ class SynthesizeRequest:
             volume=v if (v := _opt_num(d, "volume", 0.0, 2.0)) is not None else 1.0,
             mode=_opt_choice(d, "mode", MODES),
             realtime=r if (r := _opt_bool(d, "realtime")) is not None else True,
+            text_stream=text_stream,
+            text_format=_opt_choice(d, "text_format", TEXT_FORMATS) or "text",
             priority=(_opt_choice(d, "priority", PRIORITIES) or "message")
             if op == "speak"
             else "message",
@@ -199,7 +180,28 @@ class SynthesizeRequest:
             d["volume"] = self.volume
         if not self.realtime:
             d["realtime"] = False
+        if self.text_stream:
+            d["text_stream"] = True
+        if self.text_format != "text":
+            d["text_format"] = self.text_format
         return d
+
+    def speech(self) -> SpeechRequest:
+        """The neutral request the service core takes."""
+        return SpeechRequest(
+            text=self.text,
+            text_stream=self.text_stream,
+            text_format=self.text_format,
+            voice=self.voice,
+            speaker=self.speaker,
+            speed=self.speed,
+            noise_scale=self.noise_scale,
+            noise_w=self.noise_w,
+            volume=self.volume,
+            mode=self.mode,
+            realtime=self.realtime,
+            priority=self.priority,
+        )
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,55 @@ class CancelRequest:
         return {"op": "cancel", "id": self.id, "target": self.target}
 
 
-Request = SimpleRequest | SynthesizeRequest | CancelRequest
+@dataclass(frozen=True)
+class AppendRequest:
+    """More text for an open ``text_stream`` request; no id, no reply on success."""
+
+    OP: ClassVar[str] = "append"
+
+    target: int
+    text: str
+    flush: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AppendRequest:
+        target = _target(d)
+        text = d.get("text")
+        if not isinstance(text, str):
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "'text' is required and must be a string")
+        return cls(target=target, text=text, flush=bool(_opt_bool(d, "flush")))
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"op": "append", "target": self.target, "text": self.text}
+        if self.flush:
+            d["flush"] = True
+        return d
+
+
+@dataclass(frozen=True)
+class FinishRequest:
+    """No more text for an open ``text_stream`` request; no id, no reply on success."""
+
+    OP: ClassVar[str] = "finish"
+
+    target: int
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FinishRequest:
+        return cls(target=_target(d))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": "finish", "target": self.target}
+
+
+def _target(d: dict[str, Any]) -> int:
+    target = d.get("target")
+    if isinstance(target, bool) or not isinstance(target, int):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "'target' must be an integer id")
+    return target
+
+
+Request = SimpleRequest | SynthesizeRequest | CancelRequest | AppendRequest | FinishRequest
 
 SIMPLE_OPS = frozenset({"info", "stats", "health", "warmup", "ping", "stop"})
 
@@ -237,6 +287,10 @@ def parse_request(msg: Any) -> Request:
         return SynthesizeRequest.from_dict(msg, op)
     if op == "cancel":
         return CancelRequest.from_dict(msg)
+    if op == "append":
+        return AppendRequest.from_dict(msg)
+    if op == "finish":
+        return FinishRequest.from_dict(msg)
     if op in SIMPLE_OPS:
         return SimpleRequest(op=op, id=_req_id(msg))
     # Validate the id first so the error can carry it back.
@@ -285,8 +339,10 @@ class ChunkEvent:
     text_span: tuple[int, int]
     sentence_end: bool
 
+    marks: tuple[Mark, ...] = ()
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "id": self.id,
             "event": "chunk",
             "seq": self.seq,
@@ -296,6 +352,22 @@ class ChunkEvent:
             "text_span": list(self.text_span),
             "sentence_end": self.sentence_end,
         }
+        if self.marks:
+            d["marks"] = [{"name": m.name, "offset_ms": round(m.offset_ms, 3)} for m in self.marks]
+        return d
+
+    @classmethod
+    def from_chunk(cls, rid: int, chunk: Chunk, audio: bytes) -> ChunkEvent:
+        return cls(
+            id=rid,
+            seq=chunk.seq,
+            audio=audio,
+            offset_ms=chunk.offset_ms,
+            duration_ms=chunk.duration_ms,
+            text_span=chunk.text_span,
+            sentence_end=chunk.sentence_end,
+            marks=chunk.marks,
+        )
 
 
 @dataclass(frozen=True)
@@ -364,13 +436,26 @@ def pack(message: dict[str, Any]) -> bytes:
     return out
 
 
+class BadMap:
+    """A decoded map whose keys Python cannot hold in a dict (an array or a map as a
+    key): the message is refused with ``bad_request``, the stream stays in step."""
+
+
+def _map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any] | BadMap:
+    try:
+        return dict(pairs)
+    except TypeError:
+        return BadMap()
+
+
 def make_unpacker(max_message_bytes: int) -> msgpack.Unpacker:
     """A streaming decoder that refuses single objects over the cap.
 
     ``max_buffer_size`` bounds what one message may occupy.  Invalid UTF-8 in a
     string decodes to lone surrogates instead of raising: a strict decoder
     would lose its place in the stream, while this way the request is refused
-    with ``bad_request`` and the connection goes on.
+    with ``bad_request`` and the connection goes on.  So is a map with an
+    unhashable key (see :class:`BadMap`).
     """
     return msgpack.Unpacker(
         raw=False,
@@ -378,4 +463,5 @@ def make_unpacker(max_message_bytes: int) -> msgpack.Unpacker:
         max_buffer_size=max_message_bytes,
         strict_map_key=False,
         use_list=True,
+        object_pairs_hook=_map,
     )

@@ -1,17 +1,25 @@
-"""The asyncio Unix-socket server: lifecycle, peer check, one handler per connection.
+"""Protocol v1 over a Unix socket: framing, peer checks, limits and dispatch.
 
 Lifecycle phases: ``start`` (bind or adopt an activated socket), ``serve``,
-``shutdown`` (close the listener, let in-flight requests finish up to a
-timeout, end the rest with an error event, remove the socket file we made).
+``shutdown`` (close the listener, let the service core drain in-flight requests up
+to a timeout and end the rest with ``shutting_down``, remove the socket file we made
+— only if it is still ours).
 
 Each connection is one :class:`Connection` whose ``handle`` reads frames and
-dispatches; every request runs as its own task, kept in a set with a
-done-callback.  A bad frame is an error event, not the end of the
-connection; only bytes that cannot be decoded as msgpack close it.
+dispatches; every request runs as its own task, kept in a dict with a done-callback.
+A bad frame is an error event, not the end of the connection; only bytes that cannot
+be decoded as msgpack close it.  What a request *does* lives in the service core
+(:mod:`appliance.service`); this module only maps protocol v1 onto it.
+
+Bounds: the output of a connection is held under ``max_output_buffer_bytes`` on every
+path (error replies included): past it the connection is not read until the client
+reads, and is closed after ``client_too_slow_s``.  A half-closed client (EOF on read)
+sends no more requests but still gets every answer.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import errno
@@ -19,28 +27,29 @@ import functools
 import logging
 import os
 import pwd
+import select
 import socket
 import stat
 import struct
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from appliance.admission import Admission, Decision, StreamLoad
-from appliance.engine.base import FloatArray, Scales
-from appliance.frontend import Clause, prepare
-from appliance.playback import NoAudioDevice, Utterance
+from appliance.config import Config
+from appliance.errors import ErrorCode, ServiceError
+from appliance.paths import default_socket_path, prepare_socket_dir
+from appliance.pcm import PcmEncoder
 from appliance.protocol import (
+    AppendRequest,
     CancelRequest,
     ChunkEvent,
     EndEvent,
-    ErrorCode,
     ErrorEvent,
-    ProtocolError,
+    FinishRequest,
     SimpleEvent,
     SimpleRequest,
     StartEvent,
@@ -51,29 +60,23 @@ from appliance.protocol import (
     request_id_of,
 )
 from appliance.runtime import Runtime
-from appliance.streaming import (
-    JobSettings,
-    JobStats,
-    OutputFormatter,
-    SynthesisJob,
-    VoiceRuntime,
-)
+from appliance.service import Service, Stream
+from appliance.speech import Chunk
+
+__all__ = ["Connection", "Peer", "Server", "default_socket_path", "peer_of"]
 
 log = logging.getLogger(__name__)
-reqlog = logging.getLogger("ttsd.request")
 
 _READ_SIZE = 65536
+_MAX_EARLY_TEXT = 1024
+_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux ≥ 4.13
+_MAX_GROUPS = 65536
 
 
 class ClientTooSlow(Exception):
     """The client did not read its output within the configured time."""
 
-
-def default_socket_path() -> Path:
-    if os.geteuid() == 0:
-        return Path("/run/ttsd/ttsd.sock")
-    runtime_dir = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/ttsd-{os.getuid()}"
-    return Path(runtime_dir) / "ttsd" / "ttsd.sock"
+    code = ErrorCode.CLIENT_TOO_SLOW
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,8 @@ class Peer:
     pid: int
     uid: int
     gid: int
+    groups: frozenset[int] | None = None
+    """Supplementary groups of the peer process itself (SO_PEERGROUPS), when known."""
 
 
 def peer_of(sock: socket.socket) -> Peer | None:
@@ -89,7 +94,25 @@ def peer_of(sock: socket.socket) -> Peer | None:
     except OSError:
         return None
     pid, uid, gid = struct.unpack("3i", raw)
-    return Peer(pid, uid, gid)
+    return Peer(pid, uid, gid, _peer_groups(sock))
+
+
+def _peer_groups(sock: socket.socket) -> frozenset[int] | None:
+    """The groups the peer process holds, from the kernel: not the user database, which
+    can say more (groups gained since login) or less (a process that dropped some)."""
+    size = 4 * 64
+    while size <= 4 * _MAX_GROUPS:
+        try:
+            raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, size)
+        except OSError as exc:
+            if exc.errno == errno.ERANGE:
+                size *= 4
+                continue
+            return None
+        groups = array.array("I")
+        groups.frombytes(raw[: len(raw) - len(raw) % 4])
+        return frozenset(groups)
+    return None
 
 
 def _user_groups(uid: int, gid: int) -> set[int]:
@@ -100,52 +123,68 @@ def _user_groups(uid: int, gid: int) -> set[int]:
     return set(os.getgrouplist(name, gid))
 
 
+def _peer_hung_up(sock: socket.socket) -> bool:
+    """The client closed both directions (POLLHUP), not only its writing side."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLHUP | select.POLLERR)
+    try:
+        return any(ev & (select.POLLHUP | select.POLLERR) for _fd, ev in poller.poll(0))
+    except OSError:
+        return True
+
+
 @dataclass
 class RequestState:
     id: int
     op: str
     task: asyncio.Task[None] | None = None
-    job_task: asyncio.Task[None] | None = None
-    job: SynthesisJob | None = None
+    stream: Stream | None = None
     cancel_reason: str | None = None
-    started: bool = False
-    realtime: bool = True
-    utterance: Utterance | None = None
+    text_stream: bool = False
+    early_text: list[AppendRequest | FinishRequest] | None = None
+    """Appends and finish that arrived while the stream was still being opened."""
 
     def cancel(self, reason: str) -> None:
         if self.cancel_reason is None:
             self.cancel_reason = reason
-        if self.job_task is not None and not self.job_task.done():
-            self.job_task.cancel()
-        if self.utterance is not None:
-            self.utterance.cancel()
+        if self.stream is not None:
+            self.stream.cancel(reason)
 
 
 class Server:
     def __init__(
         self,
-        runtime: Runtime,
+        service: Service | Runtime,
         socket_path: Path,
         activated: socket.socket | None = None,
     ) -> None:
-        self.runtime = runtime
+        self.service = service if isinstance(service, Service) else Service(service)
         self.socket_path = socket_path
         self._activated = activated
         self._server: asyncio.AbstractServer | None = None
         self._socket_gid: int | None = None
+        self._socket_id: tuple[int, int] | None = None
         self.connections: set[Connection] = set()
         self._conn_tasks: set[asyncio.Task[None]] = set()
         self._per_uid: dict[int, int] = {}
         self._stop = asyncio.Event()
         self.stopping = False
         self._conn_seq = 0
-        self.on_request_done: list[Callable[[], None]] = []
-        self.admission = Admission(runtime.scheduler.workers)
+        self.service.add_door("protocol-v1", lambda: len(self.connections))
+
+    @property
+    def runtime(self) -> Runtime:
+        return self.service.runtime
+
+    @property
+    def config(self) -> Config:
+        """Read on every use: a SIGHUP reload reaches connections already open."""
+        return self.service.runtime.config
 
     # ------------------------------------------------------------ start-up
 
     async def start(self) -> None:
-        cfg = self.runtime.config.server
+        cfg = self.config.server
         if self._activated is not None:
             sock = self._activated
             sock.setblocking(False)
@@ -158,7 +197,7 @@ class Server:
             log.info("serving on an activated socket")
             return
         path = self.socket_path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        prepare_socket_dir(path)  # the per-user default: 0700, ours, not a symlink
         self._remove_stale(path)
         # Created owner-only, then opened up to the configured mode: no window
         # in which the socket is reachable by anyone else.
@@ -170,12 +209,17 @@ class Server:
         finally:
             os.umask(old)
         os.chmod(path, cfg.socket_mode)
-        self._socket_gid = os.stat(path).st_gid
+        st = os.stat(path)
+        self._socket_gid = st.st_gid
+        self._socket_id = (st.st_dev, st.st_ino)
         log.info("listening on %s (mode %o)", path, cfg.socket_mode)
 
     @staticmethod
     def _remove_stale(path: Path) -> None:
-        """Replace a socket file left by a crash; refuse to steal a live daemon's socket."""
+        """Replace a socket file left by a crash; refuse to touch one a daemon may use.
+
+        Only "connection refused" proves no one listens.  Anything else (EAGAIN from a
+        full accept queue, a timeout, a permission error) may be a live daemon."""
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -191,9 +235,11 @@ class Server:
             path.unlink(missing_ok=True)
             return
         except OSError as exc:
-            log.warning("cannot probe %s (%s); replacing it", path, exc)
-            path.unlink(missing_ok=True)
-            return
+            raise OSError(
+                errno.EADDRINUSE,
+                f"{path} may belong to a running daemon (probe: {exc.strerror or exc});"
+                " not replacing it",
+            ) from exc
         finally:
             probe.close()
         raise OSError(errno.EADDRINUSE, f"another daemon is serving on {path}")
@@ -220,91 +266,59 @@ class Server:
         """None if the peer may connect, else the reason it may not."""
         if peer is None:
             return "peer credentials unavailable"
-        cfg = self.runtime.config.server
+        cfg = self.config.server
         if peer.uid in (0, os.getuid()) or peer.uid in cfg.allowed_uids:
             return None
         if peer.gid in cfg.allowed_gids or peer.gid == self._socket_gid:
             return None
-        loop = asyncio.get_running_loop()
-        groups = await loop.run_in_executor(None, _user_groups, peer.uid, peer.gid)
+        groups: set[int]
+        if peer.groups is not None:
+            groups = set(peer.groups)
+        else:
+            loop = asyncio.get_running_loop()
+            groups = await loop.run_in_executor(None, _user_groups, peer.uid, peer.gid)
         if self._socket_gid in groups or groups & set(cfg.allowed_gids):
             return None
         return f"uid {peer.uid} is not allowed"
 
+    @staticmethod
+    def privileged(peer: Peer | None) -> bool:
+        """Root and the daemon's own user: they keep a few connection slots to themselves."""
+        return peer is not None and peer.uid in (0, os.getuid())
+
     # ------------------------------------------------------------ shutdown
+
+    def close_listener(self) -> None:
+        if self._server is not None:
+            self._server.close()
 
     async def shutdown(self) -> None:
         if self.stopping:
             return
         self.stopping = True
         log.info("shutting down: closing listener")
-        if self._server is not None:
-            self._server.close()
-        timeout = self.runtime.config.server.shutdown_timeout_s
-        inflight = [r.task for c in self.connections for r in c.requests.values() if r.task]
-        if inflight:
-            log.info("waiting up to %.1f s for %d in-flight requests", timeout, len(inflight))
-            _done, pending = await asyncio.wait(inflight, timeout=timeout)
-            if pending:
-                log.warning("ending %d requests that did not finish in time", len(pending))
-                for c in list(self.connections):
-                    for r in list(c.requests.values()):
-                        r.cancel("shutdown")
-                await asyncio.wait(pending, timeout=2.0)
+        self.close_listener()
+        await self.service.shutdown(self.config.server.shutdown_timeout_s)
         for c in list(self.connections):
             c.close()
         if self._conn_tasks:
             await asyncio.wait(list(self._conn_tasks), timeout=2.0)
-        if self._activated is None:
-            with contextlib.suppress(FileNotFoundError):
-                self.socket_path.unlink()
+        self._unlink_own_socket()
         log.info("shutdown complete")
 
-    # ------------------------------------------------------------ views
-
-    def stream_loads(self) -> list[StreamLoad]:
-        """Every live synthesis request, as admission sees it."""
-        out = []
-        for c in self.connections:
-            for r in c.requests.values():
-                if r.op not in ("synthesize", "speak"):
-                    continue
-                producing = r.job_task is None or not r.job_task.done()
-                if r.job is None:
-                    out.append(StreamLoad(r.realtime, producing))
-                else:
-                    st = r.job.stats
-                    rem = r.job.remaining_audio_s()
-                    out.append(StreamLoad(r.realtime, producing, st.compute_s, st.audio_s, rem))
-        return out
-
-    def admit(self) -> Decision:
-        """Admission decision for one new real-time request."""
-        cfg = self.runtime.config.scheduler
-        sched = self.runtime.scheduler
-        return self.admission.decide(
-            cfg,
-            self.stream_loads(),
-            sched.mean_lateness_s(cfg.admission_window_s),
-            sched.overdue_s(),
-        )
-
-    def live_streams(self) -> list[dict[str, Any]]:
-        out = []
-        for c in self.connections:
-            for r in c.requests.values():
-                if r.job is not None:
-                    out.append(
-                        {
-                            "connection": c.number,
-                            "id": r.id,
-                            "buffer_ms": round(r.job.buffer_s() * 1000, 1),
-                            "audio_ms": round(r.job.stats.audio_s * 1000, 1),
-                            "stalls": r.job.stats.stalls,
-                            "realtime": r.realtime,
-                        }
-                    )
-        return out
+    def _unlink_own_socket(self) -> None:
+        """Remove the socket file only if it is still the one we bound (a daemon started
+        after us may have replaced it)."""
+        if self._activated is not None or self._socket_id is None:
+            return
+        try:
+            st = os.lstat(self.socket_path)
+        except FileNotFoundError:
+            return
+        if (st.st_dev, st.st_ino) == self._socket_id:
+            self.socket_path.unlink(missing_ok=True)
+        else:
+            log.warning("%s is no longer our socket; leaving it", self.socket_path)
 
 
 class Connection:
@@ -316,8 +330,7 @@ class Connection:
         number: int,
     ) -> None:
         self.server = server
-        self.runtime = server.runtime
-        self.cfg = server.runtime.config
+        self.service = server.service
         self.reader = reader
         self.writer = writer
         self.number = number
@@ -327,9 +340,21 @@ class Connection:
         """Whose speech ``stop`` silences: the peer's uid once known, so ``ttsctl stop``
         from another process of the same user stops what ``ttsctl say`` started."""
         self._closed = False
-        # Back-pressure: above this many buffered bytes, drain() waits for the client.
-        self._high_water = self.cfg.server.max_output_buffer_bytes
-        writer.transport.set_write_buffer_limits(high=self._high_water)  # type: ignore[attr-defined]
+        self._abort = False
+        self._last_activity = time.monotonic()
+        self._high_water = 0
+        self._apply_limits()
+
+    @property
+    def cfg(self) -> Config:
+        return self.server.config
+
+    def _apply_limits(self) -> None:
+        """Back-pressure: above this many buffered bytes, drain() waits for the client."""
+        high = self.cfg.server.max_output_buffer_bytes
+        if high != self._high_water:
+            self._high_water = high
+            self.writer.transport.set_write_buffer_limits(high=high)  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------ the handler
 
@@ -340,35 +365,27 @@ class Connection:
         reason = await srv.authorize(self.peer)
         if reason is not None:
             log.warning("refused connection: %s", reason)
-            await self._send_now(ErrorEvent(None, ErrorCode.UNAUTHORIZED, reason).to_dict())
-            self.close()
+            await self._refuse(ErrorCode.UNAUTHORIZED, reason)
             return
         limits = self.cfg.server
         uid = self.peer.uid if self.peer else -1
         if self.peer is not None:
             self.client_key = ("uid", self.peer.uid)
-        if len(srv.connections) >= limits.max_connections:
-            await self._send_now(
-                ErrorEvent(
-                    None, ErrorCode.TOO_MANY_CONNECTIONS, "connection limit reached"
-                ).to_dict()
-            )
-            self.close()
+        privileged = srv.privileged(self.peer)
+        cap = limits.max_connections - (0 if privileged else limits.reserved_connections)
+        if len(srv.connections) >= cap:
+            await self._refuse(ErrorCode.TOO_MANY_CONNECTIONS, "connection limit reached")
             return
-        if srv._per_uid.get(uid, 0) >= limits.max_connections_per_uid:
-            await self._send_now(
-                ErrorEvent(
-                    None,
-                    ErrorCode.TOO_MANY_CONNECTIONS_FOR_USER,
-                    f"uid {uid} has too many connections",
-                ).to_dict()
+        if not privileged and srv._per_uid.get(uid, 0) >= limits.max_connections_per_uid:
+            await self._refuse(
+                ErrorCode.TOO_MANY_CONNECTIONS_FOR_USER, f"uid {uid} has too many connections"
             )
-            self.close()
             return
         srv.connections.add(self)
         srv._per_uid[uid] = srv._per_uid.get(uid, 0) + 1
         try:
-            await self._read_loop()
+            if await self._read_loop():
+                await self._finish_half_closed(sock)
         finally:
             srv.connections.discard(self)
             srv._per_uid[uid] -= 1
@@ -381,15 +398,79 @@ class Connection:
                 await asyncio.wait(tasks, timeout=5.0)
             self.close()
 
-    async def _read_loop(self) -> None:
+    async def _refuse(self, code: str, message: str) -> None:
+        """Send the error, shut down writing, let the client read it, then close: closing
+        with its request unread would reset the connection before it sees why."""
+        self._write(ErrorEvent(None, code, message).to_dict())
+        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+            async with asyncio.timeout(1.0):
+                await self.writer.drain()
+                if self.writer.can_write_eof():
+                    self.writer.write_eof()
+                while await self.reader.read(_READ_SIZE):
+                    pass
+        self.close()
+
+    async def _finish_half_closed(self, sock: socket.socket | None) -> None:
+        """EOF on read means "no more requests": text streams end with what they have,
+        every answer still goes out, then the connection closes.  A client that closed
+        both directions is a disconnect: its work stops at once."""
+        for r in list(self.requests.values()):
+            if r.stream is not None and r.stream.takes_text:
+                with contextlib.suppress(ServiceError):
+                    r.stream.finish()
+            elif r.text_stream and r.stream is None:
+                r.early_text = [*(r.early_text or ()), FinishRequest(r.id)]
+        while self.requests and not self._closed:
+            tasks = [r.task for r in self.requests.values() if r.task is not None]
+            await asyncio.wait(tasks, timeout=0.1)
+            if sock is not None and self.requests and _peer_hung_up(sock):
+                return
+        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+            async with asyncio.timeout(self.cfg.server.client_too_slow_s):
+                await self.writer.drain()
+
+    async def _read_loop(self) -> bool:
+        """Read and dispatch until EOF (returns True) or a disconnect / fatal frame."""
         unpacker = make_unpacker(self.cfg.server.max_message_bytes)
+        fed = 0
         while True:
+            limits = self.cfg.server
+            partial = fed > unpacker.tell()
+            timeout: float | None = None
+            if partial:
+                timeout = limits.frame_timeout_s
+            elif limits.idle_timeout_s > 0:
+                # Idle counts from the last byte read or the last request ended; while
+                # requests run, just look again later.
+                timeout = limits.idle_timeout_s
+                if not self.requests:
+                    timeout -= time.monotonic() - self._last_activity
             try:
-                data = await self.reader.read(_READ_SIZE)
+                async with asyncio.timeout(max(0.0, timeout) if timeout is not None else None):
+                    data = await self.reader.read(_READ_SIZE)
+            except TimeoutError:
+                if partial:
+                    await self._send_now(
+                        ErrorEvent(
+                            None,
+                            ErrorCode.BAD_REQUEST,
+                            f"incomplete message for {limits.frame_timeout_s:g} s",
+                        ).to_dict()
+                    )
+                    return False
+                if self.requests or (
+                    time.monotonic() - self._last_activity < limits.idle_timeout_s
+                ):
+                    continue
+                log.info("connection %d idle: closing", self.number)
+                return False
             except (ConnectionError, OSError):
-                return
+                return False
             if not data:
-                return
+                return True
+            self._last_activity = time.monotonic()
+            fed += len(data)
             try:
                 unpacker.feed(data)
             except msgpack.BufferFull:
@@ -397,10 +478,10 @@ class Connection:
                     ErrorEvent(
                         None,
                         ErrorCode.FRAME_TOO_LARGE,
-                        f"a message may be at most {self.cfg.server.max_message_bytes} bytes",
+                        f"a message may be at most {limits.max_message_bytes} bytes",
                     ).to_dict()
                 )
-                return
+                return False
             while True:
                 try:
                     msg = next(unpacker)
@@ -410,7 +491,7 @@ class Connection:
                     await self._send_now(
                         ErrorEvent(None, ErrorCode.FRAME_TOO_LARGE, "message too large").to_dict()
                     )
-                    return
+                    return False
                 except (ValueError, TypeError, OverflowError, msgpack.UnpackException) as exc:
                     # The byte stream cannot be resynchronised: say why, then close.
                     await self._send_now(
@@ -418,55 +499,69 @@ class Connection:
                             None, ErrorCode.BAD_REQUEST, f"malformed msgpack ({type(exc).__name__})"
                         ).to_dict()
                     )
-                    return
+                    return False
                 self._dispatch(msg)
+                if not await self._room_to_write():
+                    return False
+
+    async def _room_to_write(self) -> bool:
+        """Stop reading while the output is over its bound; False when the client has not
+        read for ``client_too_slow_s`` (the connection is then closed)."""
+        self._apply_limits()
+        if self._closed or self.writer.is_closing():
+            return False
+        if self.writer.transport.get_write_buffer_size() <= self._high_water:
+            return True
+        try:
+            await self._drain_or_too_slow(0.0)
+        except ClientTooSlow:
+            log.warning(
+                "connection %d: client_too_slow (output full, not reading): closing", self.number
+            )
+            for r in list(self.requests.values()):
+                r.cancel("disconnect")
+            self._abort = True  # what it did not read is dropped, not flushed for ever
+            return False
+        except (ConnectionError, OSError):
+            return False
+        return True
 
     def _dispatch(self, msg: Any) -> None:
-        t_request = time.monotonic()
         try:
             req = parse_request(msg)
-        except ProtocolError as exc:
-            self._error_soon(request_id_of(msg), exc)
+        except ServiceError as exc:
+            self._error_soon(request_id_of(msg), exc, refused=request_id_of(msg) in self.requests)
             return
         if isinstance(req, CancelRequest):
             self._cancel(req)
             return
+        if isinstance(req, AppendRequest | FinishRequest):
+            self._text(req)
+            return
         if req.id in self.requests:
-            self._error_soon(
-                req.id, ProtocolError(ErrorCode.DUPLICATE_ID, f"id {req.id} is already in flight")
-            )
-            return
-        if self.server.stopping:
-            self._error_soon(req.id, ProtocolError(ErrorCode.SHUTTING_DOWN, "shutting down"))
-            return
-        if len(self.requests) >= self.cfg.server.max_inflight_per_connection:
+            # The live request with this id goes on: this error is about the refused
+            # message only, and says so.
             self._error_soon(
                 req.id,
-                ProtocolError(
-                    ErrorCode.TOO_MANY_REQUESTS,
-                    f"at most {self.cfg.server.max_inflight_per_connection} requests in flight",
-                ),
+                ServiceError(ErrorCode.DUPLICATE_ID, f"id {req.id} is already in flight"),
+                refused=True,
             )
             return
-        if isinstance(req, SynthesizeRequest) and req.realtime:
-            # Batch requests are always taken: they only use time no real-time stream needs.
-            decision = self.server.admit()
-            if not decision.admit:
-                self._error_soon(
-                    req.id,
-                    ProtocolError(
-                        ErrorCode.BUSY,
-                        f"busy: {decision.reason}",
-                        retry_after_ms=decision.retry_after_ms,
-                    ),
-                )
-                return
+        if self.server.stopping or self.service.stopping:
+            self._error_soon(req.id, ServiceError(ErrorCode.SHUTTING_DOWN, "shutting down"))
+            return
+        limit = self.cfg.server.max_inflight_per_connection
+        if len(self.requests) >= limit:
+            self._error_soon(
+                req.id,
+                ServiceError(ErrorCode.TOO_MANY_REQUESTS, f"at most {limit} requests in flight"),
+            )
+            return
         state = RequestState(req.id, req.op)
-        if isinstance(req, SynthesizeRequest):
-            state.realtime = req.realtime
+        state.text_stream = isinstance(req, SynthesizeRequest) and req.text_stream
         self.requests[req.id] = state
         coro = (
-            self._synthesize(req, state, t_request)
+            self._synthesize(req, state)
             if isinstance(req, SynthesizeRequest)
             else self._simple(req)
         )
@@ -476,17 +571,20 @@ class Connection:
 
     def _request_finished(self, rid: int, _task: asyncio.Task[None]) -> None:
         self.requests.pop(rid, None)
-        for cb in self.server.on_request_done:
-            cb()
+        self._last_activity = time.monotonic()
 
-    def _error_soon(self, rid: int | None, exc: ProtocolError) -> None:
-        self.runtime.metrics.error(exc.code)
-        msg = ErrorEvent.from_exc(rid, exc).to_dict()
-        self._write(msg)
+    def _error_soon(self, rid: int | None, exc: ServiceError, refused: bool = False) -> None:
+        self.service.record_error(exc.code)
+        ev = ErrorEvent.from_exc(rid, exc)
+        if refused:
+            ev = ErrorEvent(ev.id, ev.code, ev.message, {**ev.extra, "refused": True})
+        self._write(ev.to_dict())
 
     # ------------------------------------------------------------ output
 
     def _write(self, msg: dict[str, Any]) -> None:
+        """Write without waiting: small replies only.  The read loop stops reading while
+        the output is over its bound, so these cannot pile up."""
         if self._closed or self.writer.is_closing():
             return
         self.writer.write(pack(msg))
@@ -507,16 +605,20 @@ class Connection:
         """
         if self._closed or self.writer.is_closing():
             raise ConnectionResetError("connection closed")
+        self._apply_limits()
         self.writer.write(pack(msg))
-        transport = self.writer.transport
-        if transport.get_write_buffer_size() <= self._high_water:
+        if self.writer.transport.get_write_buffer_size() <= self._high_water:
             return
+        await self._drain_or_too_slow(grace_s)
+
+    async def _drain_or_too_slow(self, grace_s: float) -> None:
         # asyncio.timeout, not wait_for: in 3.11 wait_for can swallow a cancel that lands
         # as the drain completes, and a cancelled stream would run on.
-        limit = self.cfg.server.client_too_slow_s
+        transport = self.writer.transport
         last_size = transport.get_write_buffer_size()
         last_progress = time.monotonic() + grace_s
         while True:
+            limit = self.cfg.server.client_too_slow_s
             try:
                 async with asyncio.timeout(min(0.25, limit)):
                     await self.writer.drain()
@@ -535,7 +637,10 @@ class Connection:
             return
         self._closed = True
         with contextlib.suppress(Exception):
-            self.writer.close()
+            if self._abort:
+                self.writer.transport.abort()
+            else:
+                self.writer.close()
 
     # ------------------------------------------------------------ ops
 
@@ -544,264 +649,135 @@ class Connection:
         if target is None or target.op not in ("synthesize", "speak"):
             self._error_soon(
                 req.id,
-                ProtocolError(ErrorCode.BAD_REQUEST, f"no request {req.target} in flight"),
+                ServiceError(ErrorCode.BAD_REQUEST, f"no request {req.target} in flight"),
+                refused=req.id in self.requests,
             )
             return
         target.cancel("cancel")
         self._write(SimpleEvent(req.id, "cancelled", {"target": req.target}).to_dict())
 
+    def _text(self, req: AppendRequest | FinishRequest) -> None:
+        """``append`` / ``finish``: no reply on success; an error says which."""
+        state = self.requests.get(req.target)
+        if state is not None and state.text_stream and state.stream is None:
+            # Still being admitted and prepared: keep the order, apply them once open.
+            # (Bounded: the request's text is capped when they are applied, and a flood
+            # of empty appends is capped here.)
+            early = state.early_text if state.early_text is not None else []
+            if len(early) >= _MAX_EARLY_TEXT:
+                self._error_soon(
+                    req.target,
+                    ServiceError(ErrorCode.TOO_MANY_REQUESTS, "too many appends before start"),
+                    refused=True,
+                )
+                return
+            early.append(req)
+            state.early_text = early
+            return
+        stream = state.stream if state is not None else None
+        if stream is None or not stream.takes_text:
+            self._error_soon(
+                None,
+                ServiceError(ErrorCode.BAD_REQUEST, f"{req.target} is not an open text stream"),
+                refused=True,
+            )
+            return
+        try:
+            if isinstance(req, AppendRequest):
+                stream.append(req.text, flush=req.flush)
+            else:
+                stream.finish()
+        except ServiceError as exc:
+            self._error_soon(req.target, exc, refused=True)
+
     async def _simple(self, req: SimpleRequest) -> None:
-        rt = self.runtime
+        svc = self.service
         op = req.op
         try:
             if op == "ping":
                 await self.send(SimpleEvent(req.id, "pong").to_dict())
             elif op == "info":
-                await self.send(SimpleEvent(req.id, "info", rt.info()).to_dict())
+                await self.send(SimpleEvent(req.id, "info", svc.info()).to_dict())
             elif op == "stats":
-                await self.send(SimpleEvent(req.id, "stats", self._stats()).to_dict())
+                await self.send(SimpleEvent(req.id, "stats", svc.stats()).to_dict())
             elif op == "health":
-                await self.send(SimpleEvent(req.id, "health", self._health()).to_dict())
+                await self.send(SimpleEvent(req.id, "health", svc.health()).to_dict())
             elif op == "warmup":
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(None, rt.warm_up)
+                await svc.warmup()
                 await self.send(SimpleEvent(req.id, "ok").to_dict())
             elif op == "stop":
-                if rt.player is not None:
-                    rt.player.stop(self.client_key)
+                svc.stop_speech(self.client_key)
                 await self.send(SimpleEvent(req.id, "ok").to_dict())
+        except ServiceError as exc:
+            self._error_soon(req.id, exc)
         except (ClientTooSlow, ConnectionError, OSError):
             return
 
-    def _stats(self) -> dict[str, Any]:
-        rt = self.runtime
-        snap = rt.metrics.snapshot()
-        snap["queue_depth"] = rt.scheduler.depth()
-        snap["workers"] = rt.scheduler.workers
-        snap["connections"] = len(self.server.connections)
-        snap["streams"] = self.server.live_streams()
-        snap["scheduler"] = rt.scheduler.snapshot()
-        snap["admission"] = self.server.admission.snapshot(self.server.stream_loads())
-        snap["busy_rejections"] = rt.metrics.errors.get(ErrorCode.BUSY, 0)
-        # Client underruns: finished requests plus the streams still live.
-        snap["stalls"] = rt.metrics.counters.get("stalls", 0) + sum(
-            s["stalls"] for s in snap["streams"]
-        )
-        snap["backend"] = rt.backend_state()
-        if rt.player is not None:
-            snap["playback"] = rt.player.stats()
-        return snap
-
-    def _health(self) -> dict[str, Any]:
-        rt = self.runtime
-        age = rt.scheduler.heartbeat_age()
-        backend = rt.backend_state()
-        status = "ok"
-        if backend.get("status") == "degraded":
-            status = "degraded"
-        playback = rt.player.health() if rt.player is not None else {"state": "off"}
-        if rt.player is not None and playback.get("state") != "ok":
-            status = "degraded"
-        if age > 10.0:
-            status = "failing"
-        return {
-            "playback": playback,
-            "status": status,
-            "backend": backend.get("backend", "onnx-cpu"),
-            "gpu": backend.get("gpu"),
-            "failovers": backend.get("failovers", 0),
-            "last_alarm": backend.get("last_alarm"),
-            "queue_depth": rt.scheduler.depth(),
-            "uptime_s": round(rt.metrics.uptime_s(), 1),
-            "worker_heartbeat_age_s": round(age, 2),
-        }
-
-    def _resolve_voice(self, req: SynthesizeRequest) -> tuple[VoiceRuntime, int | None]:
-        rt = self.runtime
-        name = req.voice or rt.default_voice
-        voice = rt.voices.get(name)
-        if voice is None:
-            raise ProtocolError(ErrorCode.UNKNOWN_VOICE, f"no voice named {name[:64]!r}")
-        info = rt.voice_meta[name].info
+    async def _synthesize(self, req: SynthesizeRequest, state: RequestState) -> None:
+        speak = req.op == "speak"
         try:
-            sid = info.speaker_id(req.speaker)
-        except KeyError:
-            raise ProtocolError(
-                ErrorCode.BAD_REQUEST, f"voice {name} has no speaker {str(req.speaker)[:64]!r}"
-            ) from None
-        return voice, sid
-
-    async def _speak(
-        self,
-        req: SynthesizeRequest,
-        state: RequestState,
-        job: SynthesisJob,
-        voice: VoiceRuntime,
-        t0: float,
-    ) -> tuple[str, dict[str, Any]]:
-        """``speak``: synthesize into the player; relay queued → started → end."""
-        player = self.runtime.player
-        assert player is not None
-        try:
-            utt = player.submit(req.priority, req.volume, voice.sample_rate, self.client_key)
-        except NoAudioDevice as exc:
-            raise ProtocolError(ErrorCode.NO_AUDIO_DEVICE, str(exc) or "no audio device") from exc
-        except ValueError as exc:
-            raise ProtocolError(ErrorCode.BAD_REQUEST, str(exc)) from exc
-        state.utterance = utt
-        state.started = True
-        await self.send(SimpleEvent(req.id, "queued", {"position": utt.position}).to_dict())
+            stream = await self.service.open_stream(
+                req.speech(),
+                frontend="protocol-v1",
+                label={"connection": self.number, "id": req.id},
+                speak_key=self.client_key if speak else None,
+            )
+        except ServiceError as exc:
+            self._write(ErrorEvent.from_exc(req.id, exc).to_dict())
+            return
+        state.stream = stream
         if state.cancel_reason is not None:
-            utt.cancel()
-
-        async def emit(_event: ChunkEvent, samples: FloatArray) -> None:
-            if not utt.push(samples):
-                # Cut, dropped or stopped: no one will hear the rest, so stop making it.
-                raise asyncio.CancelledError()
-
-        async def produce() -> None:
-            try:
-                await job.run(emit)
-            finally:
-                utt.finish()
-
-        async def relay_started() -> None:
-            latency = await utt.wait_started()
-            if latency is not None:
-                # The player counts from its submit; the request arrived before the frontend.
-                total = latency + (utt.created - t0) * 1000.0
-                self._write(
-                    SimpleEvent(req.id, "started", {"latency_ms": round(total, 2)}).to_dict()
-                )
-
-        state.job_task = asyncio.create_task(produce())
-        started_task = asyncio.create_task(relay_started())
+            stream.cancel(state.cancel_reason)
+        for early in state.early_text or ():
+            self._text(early)
+        state.early_text = None
         try:
-            with contextlib.suppress(asyncio.CancelledError):
-                await state.job_task
-            info = await utt.wait_ended()
-            # Let 'started' go out first when it happened.
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(started_task), timeout=0.5)
-        finally:
-            started_task.cancel()
-        stats = job.stats.to_dict()
-        stats.update(info.stats)
-        stats["reason"] = info.reason
-        cancelled = info.cancelled or state.cancel_reason is not None
-        self.runtime.metrics.request_done(stats, cancelled)
-        if state.cancel_reason == "shutdown":
-            raise ProtocolError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
-        if info.reason == "device_lost":
-            raise ProtocolError(ErrorCode.NO_AUDIO_DEVICE, "the audio device was lost")
-        if state.cancel_reason != "disconnect":
-            self._write(EndEvent(req.id, cancelled, stats, interrupted=info.interrupted).to_dict())
-        return ("cancelled" if cancelled else info.reason), stats
-
-    async def _synthesize(self, req: SynthesizeRequest, state: RequestState, t0: float) -> None:
-        rt = self.runtime
-        outcome = "error"
-        stats: dict[str, Any] = {}
-        try:
-            if req.op == "speak" and rt.player is None:
-                raise ProtocolError(ErrorCode.NO_AUDIO_DEVICE, "playback is off in this daemon")
-            voice, sid = self._resolve_voice(req)
-            loop = asyncio.get_running_loop()
-            clauses: list[Clause] = await loop.run_in_executor(
-                None, prepare, req.text, voice.language, rt.frontend_limits()
-            )
-            t_frontend = time.monotonic()
-            d = voice.defaults
-            scales = Scales(
-                d.noise_scale if req.noise_scale is None else req.noise_scale,
-                d.length_scale / req.speed if req.speed else d.length_scale,
-                d.noise_w if req.noise_w is None else req.noise_w,
-            )
-            cfg = self.cfg
-            settings = JobSettings(
-                scales=scales,
-                speaker=sid,
-                mode=req.mode or cfg.streaming.default_mode,
-                realtime=req.realtime,
-                context=cfg.engine.context_frames,
-                watermark_s=cfg.scheduler.watermark_ms / 1000.0,
-                join_fade_ms=cfg.streaming.join_fade_ms,
-            )
-            out_rate = req.sample_rate or voice.sample_rate
-            if req.op == "speak":
-                # The player applies the volume and resamples to the device itself.
-                formatter = OutputFormatter(voice.sample_rate, voice.sample_rate, "f32le", 1.0)
+            if speak:
+                result = await self._speak(req, stream)
             else:
-                formatter = OutputFormatter(voice.sample_rate, out_rate, req.format, req.volume)
-            jstats = JobStats(t_request=t0, frontend_ms=(t_frontend - t0) * 1000)
-            job = SynthesisJob(req.id, voice, clauses, settings, rt.scheduler, formatter, jstats)
-            state.job = job
-            if state.cancel_reason is not None:
-                raise asyncio.CancelledError()
-            if req.op == "speak":
-                outcome, stats = await self._speak(req, state, job, voice, t0)
-                return
-            await self.send(StartEvent(req.id, out_rate, req.format, voice.name).to_dict())
-            state.started = True
-
-            async def emit(event: ChunkEvent, _samples: FloatArray) -> None:
-                await self.send(event.to_dict(), grace_s=job.buffer_s())
-
-            state.job_task = asyncio.create_task(job.run(emit))
-            try:
-                await state.job_task
-            except asyncio.CancelledError:
-                if state.cancel_reason is None:
-                    raise
-            stats = jstats.to_dict()
-            if req.realtime and state.cancel_reason is None:
-                self.server.admission.observe(jstats.compute_s, jstats.audio_s)
-            if state.cancel_reason in ("shutdown",):
-                raise ProtocolError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
-            cancelled = state.cancel_reason is not None
-            outcome = "cancelled" if cancelled else "end"
-            rt.metrics.request_done(stats, cancelled)
-            if state.cancel_reason != "disconnect":
-                self._write(EndEvent(req.id, cancelled, stats).to_dict())
-        except ProtocolError as exc:
-            outcome = exc.code
-            self._error_soon(req.id, exc)
-        except ClientTooSlow:
-            outcome = ErrorCode.CLIENT_TOO_SLOW
-            if state.job is not None:
-                state.job.cancel_pending()
-            self._error_soon(
-                req.id,
-                ProtocolError(ErrorCode.CLIENT_TOO_SLOW, "the client stopped reading its audio"),
-            )
-        except (ConnectionError, OSError):
-            outcome = "disconnect"
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            if state.cancel_reason is None:
-                raise
-            if state.cancel_reason == "shutdown":
-                self._error_soon(
-                    req.id, ProtocolError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
+                await self.send(
+                    StartEvent(
+                        req.id, req.sample_rate or stream.sample_rate, req.format, stream.voice_name
+                    ).to_dict()
                 )
-            elif state.cancel_reason != "disconnect":
-                self._write(EndEvent(req.id, True, stats).to_dict())
-        except Exception as exc:
-            # A bug or a backend failure must end this request, not the daemon.
-            log.exception("request %s failed", req.id)
-            outcome = ErrorCode.INTERNAL
-            self._error_soon(req.id, ProtocolError(ErrorCode.INTERNAL, f"{type(exc).__name__}"))
-        finally:
-            if state.job is not None:
-                state.job.cancel_pending()
-            reqlog.info(
-                "conn=%d id=%d op=%s chars=%d result=%s ttfp_ms=%s audio_ms=%s rtf=%s",
-                self.number,
-                req.id,
-                req.op,
-                len(req.text),
-                outcome,
-                stats.get("ttfp_ms"),
-                stats.get("audio_ms"),
-                stats.get("rtf"),
+                result = await self._stream(req, stream)
+        except ServiceError as exc:
+            if state.cancel_reason != "disconnect":
+                self._write(ErrorEvent.from_exc(req.id, exc).to_dict())
+            return
+        except ClientTooSlow:
+            self.service.record_error(ErrorCode.CLIENT_TOO_SLOW)
+            self._write(
+                ErrorEvent(
+                    req.id, ErrorCode.CLIENT_TOO_SLOW, "the client stopped reading its audio"
+                ).to_dict()
             )
+            return
+        except (ConnectionError, OSError):
+            return
+        finally:
+            stream.close()  # no-op once it ran; releases it if sending 'start' failed
+        if state.cancel_reason != "disconnect":
+            self._write(
+                EndEvent(req.id, result.cancelled, result.stats, result.interrupted).to_dict()
+            )
+
+    async def _stream(self, req: SynthesizeRequest, stream: Stream) -> Any:
+        encoder = PcmEncoder(stream.sample_rate, req.sample_rate or stream.sample_rate, req.format)
+
+        async def emit(chunk: Chunk) -> None:
+            event = ChunkEvent.from_chunk(req.id, chunk, encoder(chunk.samples, chunk.final))
+            await self.send(event.to_dict(), grace_s=stream.buffer_s())
+
+        return await stream.run(emit)
+
+    async def _speak(self, req: SynthesizeRequest, stream: Stream) -> Any:
+        async def queued(position: int) -> None:
+            await self.send(SimpleEvent(req.id, "queued", {"position": position}).to_dict())
+
+        def started(latency_ms: float) -> None:
+            self._write(
+                SimpleEvent(req.id, "started", {"latency_ms": round(latency_ms, 2)}).to_dict()
+            )
+
+        return await stream.run_speech(queued, started)

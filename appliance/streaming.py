@@ -11,6 +11,7 @@ that says when its audio will be needed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import math
 import time
@@ -19,10 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import soxr
 
 from appliance.engine.base import Encoded, FloatArray, IntArray, Scales, VoiceModel
-from appliance.protocol import ChunkEvent
+from appliance.speech import Chunk
 
 if TYPE_CHECKING:
     from appliance.frontend import Clause
@@ -159,31 +159,6 @@ def fade(audio: FloatArray, n_in: int, n_out: int) -> FloatArray:
     return out
 
 
-class OutputFormatter:
-    """Volume, resampling (stateful, seamless across chunks) and sample format."""
-
-    def __init__(self, in_rate: int, out_rate: int, fmt: str, volume: float) -> None:
-        self.in_rate, self.out_rate, self.fmt, self.volume = in_rate, out_rate, fmt, volume
-        self._rs = (
-            soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality="HQ")
-            if in_rate != out_rate
-            else None
-        )
-
-    def __call__(self, audio: FloatArray, last: bool) -> bytes:
-        x = audio * np.float32(self.volume) if self.volume != 1.0 else audio
-        if self._rs is not None:
-            x = np.asarray(self._rs.resample_chunk(x, last=last), dtype=np.float32)
-        x = np.clip(x, -1.0, 1.0)
-        if self.fmt == "f32le":
-            return x.astype("<f4").tobytes()
-        return (x * 32767.0).astype("<i2").tobytes()
-
-    @property
-    def bytes_per_sample(self) -> int:
-        return 4 if self.fmt == "f32le" else 2
-
-
 # ------------------------------------------------------------------ the job
 
 
@@ -211,6 +186,7 @@ class JobSettings:
     context: int
     watermark_s: float
     join_fade_ms: float
+    volume: float = 1.0
 
 
 @dataclass
@@ -250,9 +226,49 @@ class JobStats:
         }
 
 
-Emit = Callable[[ChunkEvent, FloatArray], Awaitable[None]]
-"""Writes one chunk to the client (applies back-pressure); the float32 samples go along for
-players."""
+Emit = Callable[[Chunk], Awaitable[None]]
+"""Hands one chunk to its front end (which applies back-pressure by taking its time)."""
+
+
+class ClauseQueue:
+    """A request's clauses as they become known: all at once for a text, segment by
+    segment for text that streams in.  Closed when no more will come."""
+
+    def __init__(self, clauses: list[Clause] | None = None, closed: bool = True) -> None:
+        self._items: collections.deque[Clause] = collections.deque(clauses or ())
+        self._closed = closed
+        self._changed = asyncio.Event()
+        self.chars_total = sum(len(c.text) for c in self._items)
+
+    def put(self, clauses: list[Clause]) -> None:
+        self._items.extend(clauses)
+        self.chars_total += sum(len(c.text) for c in clauses)
+        self._changed.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._changed.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def exhausted(self) -> bool:
+        """No clause is left and none will come."""
+        return self._closed and not self._items
+
+    def take_nowait(self) -> Clause | None:
+        return self._items.popleft() if self._items else None
+
+    async def take(self) -> Clause | None:
+        """The next clause, waiting for it if needed; None once closed and empty."""
+        while not self._items:
+            if self._closed:
+                return None
+            self._changed.clear()
+            await self._changed.wait()
+        return self._items.popleft()
 
 
 @dataclass
@@ -274,25 +290,20 @@ class SynthesisJob:
 
     def __init__(
         self,
-        rid: int,
         voice: VoiceRuntime,
-        clauses: list[Clause],
+        clauses: ClauseQueue,
         settings: JobSettings,
         scheduler: Scheduler,
-        formatter: OutputFormatter,
         stats: JobStats,
     ) -> None:
-        self.rid = rid
         self.voice = voice
         self.clauses = clauses
         self.settings = settings
         self.scheduler = scheduler
-        self.formatter = formatter
         self.stats = stats
         self._plan = mode_plan(settings.mode, 1000.0 * voice.hop / voice.sample_rate)
         self._audio_out_s = 0.0
         self._fade = round(voice.sample_rate * settings.join_fade_ms / 1000.0)
-        self._chars_total = sum(len(c.text) for c in clauses)
         self._chars_done = 0
         """Characters of the clauses whose audio is fully written (admission's estimate)."""
 
@@ -316,7 +327,7 @@ class SynthesisJob:
         if self._audio_out_s <= 0 or self._chars_done <= 0:
             return None
         per_char = self._audio_out_s / self._chars_done
-        return max(0.0, (self._chars_total - self._chars_done) * per_char)
+        return max(0.0, (self.clauses.chars_total - self._chars_done) * per_char)
 
     async def _submit(
         self, fn: Callable[[], Any], deadline: float, kind: str, urgent: bool = False
@@ -384,8 +395,9 @@ class SynthesisJob:
         target = self._plan.first_target
         pending: asyncio.Future[Any] | None = None
         seq = 0
-        n_clauses = len(self.clauses)
-        for k, clause in enumerate(self.clauses):
+        k = 0
+        clause = await self.clauses.take()
+        while clause is not None:
             if pending is None:
                 work = functools.partial(self._encode, clause, target if k == 0 else None)
                 # The first item is what the listener waits for: work ahead of time
@@ -395,6 +407,7 @@ class SynthesisJob:
                 )
             encoded, timing = await pending
             pending = None
+            nxt: Clause | None = None
             if k == 0:
                 self.stats.first_queue_ms = timing.queue_s * 1000
                 self.stats.first_encode_ms = (timing.run_s - encoded.first_decode_s) * 1000
@@ -410,6 +423,7 @@ class SynthesisJob:
                 total = len(encoded.audio) // hop
                 chunks = [(0, total)] if len(encoded.audio) else []
             clause_audio_s = total * hop / rate
+            clause_out_s = 0.0
             for j, (a, b) in enumerate(chunks):
                 if j == 0 and encoded.first_audio is not None:
                     audio = encoded.first_audio
@@ -430,42 +444,45 @@ class SynthesisJob:
                     assert encoded.audio is not None
                     audio = encoded.audio
                 first_of_clause, last_of_clause = j == 0, j == len(chunks) - 1
+                more = not self.clauses.exhausted or nxt is not None
                 audio = fade(
                     audio,
                     self._fade if first_of_clause and k > 0 else 0,
-                    self._fade if last_of_clause and k + 1 < n_clauses else 0,
+                    self._fade if last_of_clause and more else 0,
                 )
-                last = last_of_clause and k + 1 == n_clauses
-                data = self.formatter(audio, last)
+                if self.settings.volume != 1.0:
+                    audio = audio * np.float32(self.settings.volume)
                 now = time.monotonic()
                 run_dry = (self.stats.t_first or now) + self._audio_out_s + STALL_JITTER_S
                 if self.stats.t_first is not None and now > run_dry:
                     # A player with a minimal jitter buffer ran out of audio before this chunk.
                     self.stats.stalls += 1
-                span = _chunk_span(clause, a, b, total)
                 dur_s = len(audio) / rate
-                event = ChunkEvent(
-                    id=self.rid,
+                chunk = Chunk(
                     seq=seq,
-                    audio=data,
+                    samples=audio,
+                    sample_rate=rate,
                     offset_ms=self._audio_out_s * 1000,
                     duration_ms=dur_s * 1000,
-                    text_span=span,
+                    text_span=_chunk_span(clause, a, b, total),
                     sentence_end=last_of_clause and clause.sentence_end,
+                    final=last_of_clause and not more,
                 )
                 t_w = time.monotonic()
-                await emit(event, audio)
+                await emit(chunk)
                 if seq == 0:
                     self.stats.t_first = t_w
                     self.stats.first_write_ms = (time.monotonic() - t_w) * 1000
-                if j == 0 and k + 1 < n_clauses:
+                clause_out_s += dur_s
+                if nxt is None and (nxt := self.clauses.take_nowait()) is not None:
                     # Encode the next clause now, due when this clause's audio runs out.
                     # Only after this clause's first chunk is out: submitted earlier, it
                     # would take a free worker from the window the listener waits for.
+                    # (Text that streams in may bring it later, after any chunk.)
                     pending = asyncio.ensure_future(
                         self._submit(
-                            functools.partial(self._encode, self.clauses[k + 1]),
-                            self._due(clause_audio_s - dur_s),
+                            functools.partial(self._encode, nxt),
+                            self._due(clause_audio_s - clause_out_s),
                             "encode",
                         )
                     )
@@ -474,6 +491,8 @@ class SynthesisJob:
                 self.stats.chunks = seq
                 self.stats.audio_s = self._audio_out_s
             self._chars_done += len(clause.text)
+            k += 1
+            clause = nxt if nxt is not None else await self.clauses.take()
         if pending is not None:
             pending.cancel()
 

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import numpy as np
 
 SHORT = "Turn on the kitchen lights, please."
@@ -81,35 +80,30 @@ def rss_mb(pid: int) -> float:
 
 def socket_ttfp(path: str, text: str, runs: int) -> dict[str, Any]:
     """TTFP over the socket: from writing the request to reading the first chunk."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=1 << 28)
+    from appliance.client import Client
+
+    client = Client(path)
     ttfp: list[float] = []
     rtf: list[float] = []
     audio_ms = 0.0
     for i in range(runs + 2):
         first = None
         t0 = time.perf_counter()
-        s.sendall(msgpack.packb({"op": "synthesize", "id": i, "text": text}))
-        done = False
-        while not done:
-            data = s.recv(1 << 16)
-            if not data:
-                raise RuntimeError("daemon closed the connection")
-            unpacker.feed(data)
-            for ev in unpacker:
-                if ev.get("event") == "chunk" and first is None:
-                    first = time.perf_counter() - t0
-                elif ev.get("event") in ("end", "error"):
-                    if ev["event"] == "error":
-                        raise RuntimeError(str(ev))
-                    done = True
-                    if i >= 2:  # the first two are warm-up
-                        rtf.append(float(ev["stats"]["rtf"]))
-                        audio_ms = float(ev["stats"]["audio_ms"])
+        client.send({"op": "synthesize", "id": i, "text": text})
+        while True:
+            ev = client.recv()
+            if ev.get("event") == "chunk" and first is None:
+                first = time.perf_counter() - t0
+            elif ev.get("event") in ("end", "error"):
+                if ev["event"] == "error":
+                    raise RuntimeError(str(ev))
+                if i >= 2:  # the first two are warm-up
+                    rtf.append(float(ev["stats"]["rtf"]))
+                    audio_ms = float(ev["stats"]["audio_ms"])
+                break
         if i >= 2 and first is not None:
             ttfp.append(first * 1000)
-    s.close()
+    client.close()
     return {
         "p50": _pct(ttfp, 50),
         "p95": _pct(ttfp, 95),
@@ -202,14 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--quick", action="store_true", help="fewer runs, short soak")
     parser.add_argument(
-        "--only", nargs="*", default=None, help="core normalizer concurrency playback"
+        "--only", nargs="*", default=None, help="core normalizer concurrency playback textstream"
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = 10 if args.quick else args.runs
-    want = set(args.only or ["core", "normalizer", "concurrency", "playback"])
+    want = set(args.only or ["core", "normalizer", "concurrency", "playback", "textstream"])
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
         results["core"] = bench_core(out, runs)
@@ -222,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
+    if "textstream" in want:
+        results["textstream"] = _optional("textstream", lambda: _bench_textstream(out, runs))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
@@ -271,6 +267,21 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def _bench_textstream(out: Path, runs: int) -> list[dict[str, Any]]:
+    """Text fed as a language model writes it (3–5-character tokens at 20 and 50 /s)."""
+    from bench import textstream
+
+    proc, sock = start_daemon(out)
+    try:
+        rows = textstream.run(sock, runs=max(3, runs // 5))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    print("\n## Text that streams in (tokens of 3–5 characters)\n")
+    print(textstream.format_table(rows))
+    return rows
 
 
 def _bench_playback(out: Path) -> dict[str, Any]:

@@ -1,0 +1,93 @@
+"""The neutral types every front end speaks to the service core in.
+
+A :class:`SpeechRequest` says what to say and how; a stream answers with
+:class:`Chunk` objects: float samples at the voice's rate with the request's
+volume applied, where they fall in the request's audio, and which characters of
+the text *as sent* they speak.  Nothing here knows a wire format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from appliance.errors import ErrorCode, ServiceError
+
+FloatArray = npt.NDArray[np.float32]
+
+MODES = ("dialog", "reading", "sentence")
+PRIORITIES = ("important", "message", "text", "notification", "progress")
+TEXT_FORMATS = ("text", "ssml")
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """One request, whatever door it came through.  ``None`` means "the voice's default"."""
+
+    text: str = ""
+    """The whole text, or with ``text_stream`` the first piece (may be empty)."""
+    text_stream: bool = False
+    """More text comes later through :meth:`Stream.append`; :meth:`Stream.finish` ends it."""
+    text_format: str = "text"
+    voice: str | None = None
+    language: str | None = None
+    """With no ``voice``: the first loaded voice of this language (Wyoming's rule)."""
+    speaker: str | int | None = None
+    speed: float | None = None
+    noise_scale: float | None = None
+    noise_w: float | None = None
+    volume: float = 1.0
+    mode: str | None = None
+    realtime: bool = True
+    """False: file/batch work, lowest priority, never refused as busy."""
+    priority: str = "message"
+    """For speech on the device only (speech-dispatcher's meanings)."""
+
+    def validate(self) -> None:
+        """The checks every door shares; a door checks its own wire types first."""
+
+        def bad(msg: str) -> ServiceError:
+            return ServiceError(ErrorCode.BAD_REQUEST, msg)
+
+        if self.speed is not None and not 0.5 <= self.speed <= 2.0:
+            raise bad("'speed' must be within 0.5–2.0")
+        for key in ("noise_scale", "noise_w"):
+            value = getattr(self, key)
+            if value is not None and not 0.0 <= value <= 2.0:
+                raise bad(f"'{key}' must be within 0.0–2.0")
+        if not 0.0 <= self.volume <= 2.0:
+            raise bad("'volume' must be within 0.0–2.0")
+        if self.mode is not None and self.mode not in MODES:
+            raise bad(f"'mode' must be one of {', '.join(MODES)}")
+        if self.priority not in PRIORITIES:
+            raise bad(f"'priority' must be one of {', '.join(PRIORITIES)}")
+        if self.text_format not in TEXT_FORMATS:
+            raise bad(f"'text_format' must be one of {', '.join(TEXT_FORMATS)}")
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A named point in the request's audio (SSML ``<mark/>``)."""
+
+    name: str
+    offset_ms: float
+
+
+@dataclass(frozen=True)
+class Chunk:
+    seq: int
+    samples: FloatArray
+    """Mono float32 in [-1, 1] at ``sample_rate``, the request's volume applied."""
+    sample_rate: int
+    offset_ms: float
+    """Where this chunk starts in the request's audio."""
+    duration_ms: float
+    text_span: tuple[int, int]
+    """[start, end) of the characters it speaks, in the text as sent (appends concatenated)."""
+    sentence_end: bool
+    final: bool = False
+    """The request's last chunk, when that is known as it is made (not for text that
+    streams in: the text may still grow)."""
+    marks: tuple[Mark, ...] = ()

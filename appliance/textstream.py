@@ -1,0 +1,264 @@
+"""Text that streams in (a language model writing token by token): when to start speaking.
+
+:func:`release_point` is the rule, pure and table-tested: how many leading characters
+of the text not yet spoken may be spoken now.
+
+- A segment ends at a sentence end followed by whitespace (the next sentence's first
+  letter is not awaited).  Sentence ends are the frontend's own
+  (:func:`appliance.frontend.split_sentences`), so "Dr.", "e.g.", "3.50", "3:30 pm"
+  are never cut.
+- The first segment of a request is also released at a clause mark (``, ; :`` or a
+  spaced dash, followed by whitespace) once it holds ``first_chars`` characters, and at
+  its last word boundary once it holds more than ``first_max_chars`` — the cut the
+  frontend makes in a long first sentence anyway (its first clause is kept that short).
+- After ``idle_ms`` without new text, what is buffered is spoken up to its last word
+  boundary (a word still being typed waits).
+- When the listener is about to run out of audio (less than ``low_water_ms`` left to
+  play) a later segment is released too: at its last clause mark, else its last word
+  boundary — a pause at a word boundary rather than a stall in the middle of a word's
+  wait for the sentence to end.
+- A segment never waits beyond ``max_chars``: it is cut at the last space before that.
+- ``flush`` and ``finish`` release everything.
+
+:class:`TextFeed` applies the rule to a live request: it keeps the text as sent, runs
+the frontend on each released segment (spans shifted so they index the concatenated
+text as sent) and hands the clauses to the request's :class:`ClauseQueue`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from appliance.errors import ErrorCode, ServiceError
+from appliance.frontend import Clause, clean, is_sentence_end_at, split_sentences
+from appliance.streaming import ClauseQueue
+
+_CLAUSE_MARK = re.compile(r"[,;:](?=\s)|\s[-–—](?=\s)")
+_SENTENCE_TAIL = re.compile(r"[.!?]+[\"')\]]*$")
+
+
+@dataclass(frozen=True)
+class SegmentRule:
+    first_chars: int = 40
+    max_chars: int = 250
+    idle_ms: float = 300.0
+    low_water_ms: float = 400.0
+    first_max_chars: int = 64
+
+
+def _sentence_cut(pending: str) -> int:
+    """End (in ``pending``) of the last whole sentence that is followed by whitespace."""
+    mt = clean(pending)
+    pieces = split_sentences(mt)
+    best = 0
+    for k, piece in enumerate(pieces):
+        _a, end = piece.span(0, len(piece))
+        if end >= len(pending) or not pending[end].isspace():
+            continue
+        if k == len(pieces) - 1:
+            # The splitter also ends the text's tail; only a real sentence end counts.
+            m = _SENTENCE_TAIL.search(piece.text)
+            if m is None or not is_sentence_end_at(piece.text, m.start()):
+                continue
+        best = end
+    return best
+
+
+def release_point(
+    pending: str, rule: SegmentRule, *, first: bool, idle: bool = False, flush: bool = False
+) -> int:
+    """How many leading characters of ``pending`` (text not yet spoken) to speak now.
+
+    ``idle``: no new text for a while, or the listener is running out of audio."""
+    if flush:
+        return len(pending)
+    cut = _sentence_cut(pending)
+    if cut:
+        return cut
+    if first:
+        for m in _CLAUSE_MARK.finditer(pending):
+            if m.end() >= rule.first_chars:
+                return m.end()
+        if len(pending) > rule.first_max_chars:
+            space = pending.rfind(" ", rule.first_max_chars // 3, rule.first_max_chars + 1)
+            if space > 0:
+                return space
+    if idle:
+        marks = [m.end() for m in _CLAUSE_MARK.finditer(pending)]
+        if marks:
+            return marks[-1]
+    if idle or len(pending) > rule.max_chars:
+        limit = len(pending) if idle else rule.max_chars
+        space = max(pending.rfind(" ", 0, limit + 1), pending.rfind("\n", 0, limit + 1))
+        if space > 0:
+            return space
+        return 0 if idle else rule.max_chars
+    return 0
+
+
+Prepare = Callable[[str, bool], Awaitable[list[Clause]]]
+"""Runs the frontend on one segment (``True`` for the request's first): clauses with spans
+into that segment."""
+
+
+class TextFeed:
+    """The text of one streaming request: appends in, clauses out, in order."""
+
+    def __init__(
+        self,
+        queue: ClauseQueue,
+        prepare: Prepare,
+        rule: SegmentRule,
+        max_total_chars: int,
+        timeout_s: float,
+        on_error: Callable[[ServiceError], None],
+        audio_left: Callable[[], float | None] = lambda: None,
+    ) -> None:
+        self._queue = queue
+        self._prepare = prepare
+        self._rule = rule
+        self._max_total = max_total_chars
+        self._timeout_s = timeout_s
+        self._on_error = on_error
+        self.text = ""
+        """Everything appended so far: the text as sent."""
+        self._spoken = 0
+        """Characters of ``text`` already released."""
+        self._segments: asyncio.Queue[tuple[int, str, bool] | None] = asyncio.Queue()
+        self._first = True
+        self.finished = False
+        self.failed = False
+        self._clauses_out = 0
+        self._audio_left = audio_left
+        """Seconds of audio the listener still has to play; None before the first chunk."""
+        loop = asyncio.get_running_loop()
+        self._idle: asyncio.TimerHandle | None = None
+        self._low: asyncio.TimerHandle | None = None
+        self._timeout = loop.call_later(timeout_s, self._timed_out)
+        self._task = loop.create_task(self._feed())
+
+    # -- from the front end (on the event loop)
+
+    def append(self, text: str, flush: bool = False) -> None:
+        if self.finished or self.failed:
+            raise ServiceError(ErrorCode.BAD_REQUEST, "the text of this request is finished")
+        if len(self.text) + len(text) > self._max_total:
+            self._fail(
+                ServiceError(
+                    ErrorCode.TEXT_TOO_LONG,
+                    f"text would have {len(self.text) + len(text)} characters;"
+                    f" the limit is {self._max_total}",
+                )
+            )
+            return
+        self.text += text
+        self._timeout.cancel()
+        self._timeout = asyncio.get_running_loop().call_later(self._timeout_s, self._timed_out)
+        self._release(flush=flush)
+        self._arm_idle()
+
+    def finish(self) -> None:
+        if self.finished or self.failed:
+            raise ServiceError(ErrorCode.BAD_REQUEST, "the text of this request is finished")
+        self.finished = True
+        self._timeout.cancel()
+        if self._idle is not None:
+            self._idle.cancel()
+        self._release(flush=True)
+        self._segments.put_nowait(None)
+
+    def close(self) -> None:
+        """The request ended: stop timers and the feeding task."""
+        self._timeout.cancel()
+        for timer in (self._idle, self._low):
+            if timer is not None:
+                timer.cancel()
+        self._task.cancel()
+
+    # -- inside
+
+    def _release(self, flush: bool = False, idle: bool = False) -> None:
+        while self._spoken < len(self.text):
+            pending = self.text[self._spoken :]
+            n = release_point(pending, self._rule, first=self._first, idle=idle, flush=flush)
+            if n <= 0:
+                return
+            if pending[:n].strip():
+                self._segments.put_nowait((self._spoken, pending[:n], self._first))
+                self._first = False
+            self._spoken += n
+
+    def _arm_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        if self._spoken < len(self.text) and self._rule.idle_ms > 0:
+            self._idle = asyncio.get_running_loop().call_later(
+                self._rule.idle_ms / 1000.0, self._release, False, True
+            )
+        self._watch_low_water()
+
+    def _watch_low_water(self) -> None:
+        """While text waits, look every 50 ms whether the listener is running dry."""
+        if self._low is not None or self._first or self._rule.low_water_ms <= 0:
+            return
+        if self._spoken >= len(self.text) or self.finished or self.failed:
+            return
+
+        def check() -> None:
+            self._low = None
+            left = self._audio_left()
+            if left is not None and left * 1000.0 < self._rule.low_water_ms:
+                self._release(idle=True)
+            self._watch_low_water()
+
+        self._low = asyncio.get_running_loop().call_later(0.05, check)
+
+    def _timed_out(self) -> None:
+        self._fail(
+            ServiceError(
+                ErrorCode.TEXT_TIMEOUT,
+                f"no text and no finish for {self._timeout_s:g} s",
+            )
+        )
+
+    def _fail(self, exc: ServiceError) -> None:
+        if self.failed:
+            return
+        self.failed = True
+        self.close()
+        self._on_error(exc)
+
+    async def _feed(self) -> None:
+        while True:
+            item = await self._segments.get()
+            if item is None:
+                if self._clauses_out == 0:
+                    self._fail(ServiceError(ErrorCode.EMPTY_TEXT, "text has nothing to speak"))
+                    return
+                self._queue.close()
+                return
+            offset, segment, first = item
+            try:
+                clauses = await self._prepare(segment, first)
+            except ServiceError as exc:
+                if exc.code == ErrorCode.EMPTY_TEXT:
+                    continue  # punctuation or symbols alone: nothing to say, not an error
+                self._fail(exc)
+                return
+            clauses = [shift_clause(c, offset) for c in clauses]
+            self._clauses_out += len(clauses)
+            self._queue.put(clauses)
+
+
+def shift_clause(clause: Clause, offset: int) -> Clause:
+    """The clause with its spans moved by ``offset`` characters."""
+    a, b = clause.span
+    return dataclasses.replace(
+        clause,
+        span=(a + offset, b + offset),
+        word_spans=tuple((x + offset, y + offset) for x, y in clause.word_spans),
+    )
