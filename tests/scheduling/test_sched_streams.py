@@ -118,12 +118,19 @@ def _read_until_too_slow(sock: socket.socket) -> list[str]:
     sock.settimeout(30)
     unpacker = msgpack.Unpacker(raw=False)
     codes: list[str] = []
-    while "client_too_slow" not in codes:
-        got = sock.recv(1 << 20)
-        if not got:
-            break
-        unpacker.feed(got)
-        codes += [m.get("code") for m in unpacker if m.get("event") == "error"]
+    events: list[Any] = []
+    try:
+        while "client_too_slow" not in codes:
+            got = sock.recv(1 << 20)
+            if not got:
+                break
+            unpacker.feed(got)
+            for m in unpacker:
+                events.append({k: v for k, v in m.items() if k != "audio"})
+                if m.get("event") == "error":
+                    codes.append(m.get("code"))
+    except TimeoutError:
+        raise AssertionError(f"no client_too_slow within 30 s; last events {events[-3:]}") from None
     return codes
 
 
@@ -189,9 +196,11 @@ async def test_newcomer_and_a_client_that_never_reads(sched_daemon: Daemon) -> N
         results = await asyncio.gather(*running, return_exceptions=True)
         codes: list[str] = []
         if stuck is not None:
-            # After client_too_slow_s the daemon ends the stuck request with its error.
-            codes = await asyncio.to_thread(_read_until_too_slow, stuck)
-            stuck.close()
+            try:
+                # After client_too_slow_s the daemon ends the stuck request with its error.
+                codes = await asyncio.to_thread(_read_until_too_slow, stuck)
+            finally:
+                stuck.close()
     idle_after = await ttfp_ms(sched_daemon, 5)
     baseline = max(idle_before, idle_after)
     figures = {"idle_before": idle_before, "idle_after": idle_after}
