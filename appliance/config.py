@@ -67,6 +67,12 @@ class VoicesConfig:
     voices_dir: str | None = None
     cache_dir: str | None = None
     """Split models are cached here; None = $XDG_CACHE_HOME/ttsd (or /var/cache/ttsd as root)."""
+    lexicon: str | None = None
+    """The user's lexicon (YAML, see docs/ssml.md); read at start and on SIGHUP."""
+
+    def __post_init__(self) -> None:
+        if self.lexicon is not None and (not self.lexicon.strip() or "\0" in self.lexicon):
+            raise ConfigError("voices.lexicon: must be a file path")
 
 
 @dataclass(frozen=True)
@@ -243,6 +249,7 @@ LIVE_KEYS: frozenset[str] = frozenset(
         "streaming.text_idle_ms",
         "streaming.text_low_water_ms",
         "streaming.text_timeout_s",
+        "voices.lexicon",
         "scheduler.watermark_ms",
         "scheduler.admission_backlog_ms",
         "scheduler.admission_window_s",

@@ -18,6 +18,7 @@ from appliance import __version__, memory
 from appliance.config import LIVE_KEYS, Config, ConfigError, flatten, load_config
 
 if TYPE_CHECKING:
+    from appliance.lexicon import Lexicon
     from appliance.runtime import Runtime
     from appliance.service import Door, Service
 
@@ -41,6 +42,7 @@ def _status_line(runtime: Runtime) -> str:
 
 async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int:
     from appliance.activation import ActivationError, activated_unix_listener, listen_fds
+    from appliance.lexicon import LexiconError
     from appliance.logsetup import set_level
     from appliance.notify import Notifier, watchdog_interval_s, watchdog_loop
     from appliance.runtime import Runtime
@@ -63,6 +65,13 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         # Opened once and kept running, so no device opening stands between a request
         # and its first sound.  Never raises: no device means "off" with a warning.
         runtime.player = await loop.run_in_executor(None, Player.open, cfg.playback)
+    if cfg.voices.lexicon:
+        try:
+            runtime.lexicon = await loop.run_in_executor(None, _load_lexicon, cfg, runtime)
+        except LexiconError as exc:
+            log.error("lexicon: %s", exc)
+            runtime.close()
+            return 1
     from appliance.service import Service
 
     service = Service(runtime)
@@ -145,6 +154,18 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         else:
             log.info("reload: nothing to change live")
 
+    async def reload_lexicon() -> None:
+        # The lexicon file is read again even when its path did not change (that is the
+        # point of a reload); new requests use it once it is in, requests in flight keep
+        # the one they started with.
+        try:
+            new = await loop.run_in_executor(None, _load_lexicon, state["cfg"], runtime)
+        except LexiconError as exc:
+            log.error("lexicon reload refused, keeping the old one: %s", exc)
+            return
+        runtime.lexicon = new
+        log.info("lexicon: %s", f"{len(new)} entries from {new.source}" if new else "none")
+
     async def reload_once() -> None:
         notifier.reloading()
         try:
@@ -153,6 +174,7 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
             log.error("reload refused: %s", exc)
         else:
             apply_config(new)
+            await reload_lexicon()
         finally:
             notifier.ready(status=_status_line(runtime))
 
@@ -239,6 +261,15 @@ def _inject_stall(runtime: Runtime, seconds: float) -> None:
     setattr(scheduler, "submit", submit_once)  # noqa: B010
 
 
+def _load_lexicon(cfg: Config, runtime: Runtime) -> Lexicon | None:
+    from appliance.lexicon import load_checked
+
+    if not cfg.voices.lexicon:
+        return None
+    infos = [v.phonemizer.info for v in runtime.voices.values()]
+    return load_checked(cfg.voices.lexicon, infos)
+
+
 def _merge_live(old: Config, new: Config, live: set[str]) -> Config:
     import dataclasses
 
@@ -289,10 +320,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    from appliance.lexicon import LexiconError, load_for_config
+
     path = args.file
     try:
-        load_config(path)
-    except ConfigError as exc:
+        cfg = load_config(path)
+        if cfg.voices.lexicon:
+            load_for_config(cfg.voices.lexicon, cfg.voices.voices_dir)
+    except (ConfigError, LexiconError) as exc:
         print(f"ttsd: {exc}", file=sys.stderr)
         return 1
     print(f"{path or 'defaults'}: ok")

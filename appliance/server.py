@@ -50,6 +50,7 @@ from appliance.protocol import (
     EndEvent,
     ErrorEvent,
     FinishRequest,
+    PhonemesRequest,
     SimpleEvent,
     SimpleRequest,
     StartEvent,
@@ -563,6 +564,8 @@ class Connection:
         coro = (
             self._synthesize(req, state)
             if isinstance(req, SynthesizeRequest)
+            else self._phonemes(req)
+            if isinstance(req, PhonemesRequest)
             else self._simple(req)
         )
         task = asyncio.create_task(coro)
@@ -690,6 +693,15 @@ class Connection:
         except ServiceError as exc:
             self._error_soon(req.target, exc, refused=True)
 
+    async def _phonemes(self, req: PhonemesRequest) -> None:
+        try:
+            result = await self.service.phonemes(req.text, req.voice, req.text_format)
+            await self.send(SimpleEvent(req.id, "phonemes", result).to_dict())
+        except ServiceError as exc:
+            self._error_soon(req.id, exc)
+        except (ClientTooSlow, ConnectionError, OSError):
+            return
+
     async def _simple(self, req: SimpleRequest) -> None:
         svc = self.service
         op = req.op
@@ -780,4 +792,7 @@ class Connection:
                 SimpleEvent(req.id, "started", {"latency_ms": round(latency_ms, 2)}).to_dict()
             )
 
-        return await stream.run_speech(queued, started)
+        def mark(name: str) -> None:
+            self._write(SimpleEvent(req.id, "mark", {"name": name}).to_dict())
+
+        return await stream.run_speech(queued, started, mark)

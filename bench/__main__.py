@@ -196,20 +196,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--quick", action="store_true", help="fewer runs, short soak")
     parser.add_argument(
-        "--only", nargs="*", default=None, help="core normalizer concurrency playback textstream"
+        "--only",
+        nargs="*",
+        default=None,
+        help="core normalizer ssml concurrency playback textstream",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = 10 if args.quick else args.runs
-    want = set(args.only or ["core", "normalizer", "concurrency", "playback", "textstream"])
+    want = set(args.only or ["core", "normalizer", "ssml", "concurrency", "playback", "textstream"])
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
         results["core"] = bench_core(out, runs)
         print_core(results["core"])
     if "normalizer" in want:
         results["normalizer"] = _optional("normalizer", _bench_normalizer)
+    if "ssml" in want:
+        results["ssml"] = _optional("ssml", _bench_ssml)
     if "concurrency" in want:
         results["concurrency"] = _optional(
             "concurrency", lambda: _bench_concurrency(out, args.quick, args.soak)
@@ -233,6 +238,15 @@ def _bench_normalizer() -> dict[str, Any]:
         f"| {r.get('mean_ms', float('nan')):.3f} ms | {r.get('p50_ms', float('nan')):.3f} ms "
         f"| {r.get('p95_ms', float('nan')):.3f} ms |"
     )
+    return r
+
+
+def _bench_ssml() -> dict[str, Any]:
+    from bench.ssml import bench_ssml, format_table
+
+    r: dict[str, Any] = bench_ssml()
+    print("\n## SSML cost per sentence (goal ≤ 1 ms)\n")
+    print(format_table(r))
     return r
 
 
