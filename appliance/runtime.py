@@ -14,15 +14,18 @@ from typing import Any
 
 from appliance.config import Config
 from appliance.engine.base import Scales
+from appliance.engine.gpu_select import gpu_health
 from appliance.engine.select import load_voice_model
+from appliance.engine.windows import decode_span
 from appliance.frontend import FrontendLimits
 from appliance.metrics import Metrics
 from appliance.notify import Notifier
 from appliance.phonemize import Phonemizer
 from appliance.playback import Player
 from appliance.scheduler import Scheduler
-from appliance.streaming import VoiceRuntime, decode_span
-from appliance.voices import Voice, default_cache_dir, discover, load_voice
+from appliance.streaming import VoiceRuntime
+from appliance.voices import default_cache_dir, discover, load_voice
+from appliance.voicetypes import Voice
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +93,6 @@ class Runtime:
 
     def backend_state(self) -> dict[str, Any]:
         """Start-up status merged with the live failover state of the default voice."""
-        from appliance.engine.gpu_select import gpu_health
-
         return gpu_health(self.voices[self.default_voice].model, self.backend_status)
 
     def frontend_limits(self) -> FrontendLimits:

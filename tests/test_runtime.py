@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from appliance.config import parse_config
+from appliance.engine.windows import decode_span
 from appliance.runtime import Runtime
-from appliance.streaming import decode_span
 
 
 @pytest.fixture(scope="module")

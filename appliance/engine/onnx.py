@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
 
 from appliance.engine import interrupt
 from appliance.engine.base import BackendError, Encoded, FloatArray, IntArray, Scales, VoiceModel
-
-if TYPE_CHECKING:
-    from appliance.voices import CutNames, FlowSplit
+from appliance.voicetypes import CutNames, FlowSplit
 
 
 def _session(path: Path, threads: int, spin: bool = False) -> ort.InferenceSession:
