@@ -57,6 +57,10 @@ class Encoded:
     """The flow's input, kept while ``z`` is not complete (see ``encode_prior``)."""
     ready: int = -1
     """Frames of ``z`` computed so far; -1 (the default) means all of them."""
+    ahead: FloatArray | None = None
+    """Audio decoded ahead of what was asked for (see ``appliance.engine.windows``)."""
+    ahead_from: int = 0
+    """The frame ``ahead`` starts at."""
 
     def __post_init__(self) -> None:
         if self.ready < 0:
