@@ -9,6 +9,7 @@ concurrently.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import os
 import socket
@@ -23,6 +24,25 @@ import numpy as np
 import numpy.typing as npt
 
 ENV_SOCKET = "TTSD_SOCKET"
+MAX_EVENT_BYTES = 1 << 28
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One client message on the wire (msgpack; audio stays ``bin``)."""
+    out: bytes = msgpack.packb(message, use_bin_type=True)
+    return out
+
+
+def decoder() -> msgpack.Unpacker:
+    """A streaming decoder for the daemon's events: ``feed`` bytes, iterate maps."""
+    return msgpack.Unpacker(raw=False, max_buffer_size=MAX_EVENT_BYTES)
+
+
+def is_refused(event: dict[str, Any]) -> bool:
+    """An error about a message the daemon refused (a duplicate id, an append to a text
+    stream that is closed …).  It never ends a request: the request with that id, if
+    any, goes on."""
+    return event.get("event") == "error" and event.get("refused") is True
 
 
 class TtsdError(Exception):
@@ -91,7 +111,7 @@ class Synthesis:
             w.writeframes(pcm)
 
 
-def _collect(events: Iterator[dict[str, Any]]) -> Synthesis:
+def collect(events: Iterator[dict[str, Any]]) -> Synthesis:
     result: Synthesis | None = None
     parts: list[bytes] = []
     for ev in events:
@@ -133,8 +153,10 @@ class Client:
         except OSError as exc:
             self._sock.close()
             raise TtsdError("connect", f"cannot connect to {self.path}: {exc.strerror}") from exc
-        self._unpacker = msgpack.Unpacker(raw=False, max_buffer_size=1 << 28)
+        self._unpacker = decoder()
         self._ids = itertools.count(1)
+        self.refused: collections.deque[dict[str, Any]] = collections.deque(maxlen=32)
+        """The latest refused-message errors (see :func:`is_refused`)."""
 
     def close(self) -> None:
         self._sock.close()
@@ -146,7 +168,7 @@ class Client:
         self.close()
 
     def send(self, message: dict[str, Any]) -> None:
-        self._sock.sendall(msgpack.packb(message, use_bin_type=True))
+        self._sock.sendall(encode(message))
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -166,6 +188,9 @@ class Client:
         """Events of request ``rid`` until its end; raises on ``error``."""
         while True:
             ev = self.recv()
+            if is_refused(ev):
+                self.refused.append(ev)
+                continue
             if ev.get("id") not in (rid, None):
                 continue
             if ev.get("event") == "error":
@@ -189,7 +214,14 @@ class Client:
         yield from self.events(rid)
 
     def synthesize_all(self, text: str, **opts: Any) -> Synthesis:
-        return _collect(self.synthesize(text, **opts))
+        return collect(self.synthesize(text, **opts))
+
+    def text_stream(self, text: str = "", op: str = "synthesize", **opts: Any) -> TextStream:
+        """Open a request whose text comes later: ``append`` / ``flush`` / ``finish``, then
+        iterate its events (``start``, ``chunk`` …, ``end``)."""
+        rid = self.next_id()
+        self.send({"op": op, "id": rid, "text": text, "text_stream": True, **opts})
+        return TextStream(self, rid)
 
     def info(self) -> dict[str, Any]:
         return self.request("info")
@@ -204,6 +236,80 @@ class Client:
         return self.request("ping").get("event") == "pong"
 
 
+class TextStream:
+    """A text-stream request on a blocking :class:`Client`."""
+
+    def __init__(self, client: Client, rid: int) -> None:
+        self.client = client
+        self.id = rid
+
+    def append(self, text: str, flush: bool = False) -> None:
+        msg: dict[str, Any] = {"op": "append", "target": self.id, "text": text}
+        if flush:
+            msg["flush"] = True
+        self.client.send(msg)
+
+    def flush(self) -> None:
+        self.append("", flush=True)
+
+    def finish(self) -> None:
+        self.client.send({"op": "finish", "target": self.id})
+
+    def cancel(self) -> None:
+        self.client.send({"op": "cancel", "id": self.client.next_id(), "target": self.id})
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        return self.client.events(self.id)
+
+    def collect(self) -> Synthesis:
+        return collect(self.events())
+
+
+class AsyncTextStream:
+    """A text-stream request on an :class:`AsyncClient`: ``async for ev in stream``."""
+
+    def __init__(self, client: AsyncClient, rid: int, queue: asyncio.Queue[dict[str, Any]]):
+        self.client = client
+        self.id = rid
+        self._queue = queue
+        self._done = False
+
+    async def append(self, text: str, flush: bool = False) -> None:
+        msg: dict[str, Any] = {"op": "append", "target": self.id, "text": text}
+        if flush:
+            msg["flush"] = True
+        await self.client.send(msg)
+
+    async def flush(self) -> None:
+        await self.append("", flush=True)
+
+    async def finish(self) -> None:
+        await self.client.send({"op": "finish", "target": self.id})
+
+    async def cancel(self) -> None:
+        await self.client.send({"op": "cancel", "id": next(self.client._ids), "target": self.id})
+
+    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[dict[str, Any]]:
+        try:
+            while not self._done:
+                ev = await self._queue.get()
+                if ev.get("event") == "error":
+                    self._done = True
+                    raise _error(ev)
+                yield ev
+                if ev.get("event") in _TERMINAL:
+                    self._done = True
+        finally:
+            if self._done:
+                self.client._queues.pop(self.id, None)
+
+    async def collect(self) -> Synthesis:
+        return collect(iter([ev async for ev in self]))
+
+
 class AsyncClient:
     """asyncio client; many requests may run at once on one connection."""
 
@@ -212,6 +318,8 @@ class AsyncClient:
         self._writer = writer
         self._ids = itertools.count(1)
         self._queues: dict[int, asyncio.Queue[dict[str, Any]]] = {}
+        self.refused: collections.deque[dict[str, Any]] = collections.deque(maxlen=32)
+        """The latest refused-message errors (see :func:`is_refused`)."""
         self._reader_task = asyncio.create_task(self._read())
 
     @classmethod
@@ -238,7 +346,7 @@ class AsyncClient:
         await self.close()
 
     async def _read(self) -> None:
-        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=1 << 28)
+        unpacker = decoder()
         try:
             while True:
                 data = await self._reader.read(1 << 16)
@@ -246,7 +354,12 @@ class AsyncClient:
                     break
                 unpacker.feed(data)
                 for msg in unpacker:
-                    rid = msg.get("id") if isinstance(msg, dict) else None
+                    if not isinstance(msg, dict):
+                        continue
+                    if is_refused(msg):
+                        self.refused.append(msg)
+                        continue
+                    rid = msg.get("id")
                     targets = [self._queues[rid]] if rid in self._queues else []
                     if rid is None:
                         targets = list(self._queues.values())
@@ -258,7 +371,7 @@ class AsyncClient:
                 q.put_nowait(gone)
 
     async def send(self, message: dict[str, Any]) -> None:
-        self._writer.write(msgpack.packb(message, use_bin_type=True))
+        self._writer.write(encode(message))
         await self._writer.drain()
 
     async def events(self, op: str, **fields: Any) -> AsyncIterator[dict[str, Any]]:
@@ -289,4 +402,17 @@ class AsyncClient:
 
     async def synthesize_all(self, text: str, **opts: Any) -> Synthesis:
         events = [ev async for ev in self.synthesize(text, **opts)]
-        return _collect(iter(events))
+        return collect(iter(events))
+
+    async def text_stream(
+        self, text: str = "", op: str = "synthesize", **opts: Any
+    ) -> AsyncTextStream:
+        """Open a request whose text comes later (see :class:`AsyncTextStream`)."""
+        rid = next(self._ids)
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._queues[rid] = q
+        await self.send({"op": op, "id": rid, "text": text, "text_stream": True, **opts})
+        return AsyncTextStream(self, rid, q)
+
+    async def cancel(self, rid: int) -> None:
+        await self.send({"op": "cancel", "id": next(self._ids), "target": rid})

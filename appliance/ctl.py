@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import codecs
 import json
+import os
 import sys
+import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
-from appliance.client import Client, TtsdError
+from appliance.client import AsyncClient, AsyncTextStream, Client, Synthesis, TtsdError, collect
 
 
 def _text(arg: str) -> str:
@@ -31,8 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--volume", type=float)
     p.add_argument("--sample-rate", type=int)
     p.add_argument("--mode", choices=["dialog", "reading", "sentence"])
+    p.add_argument(
+        "--stream", action="store_true", help="with -: speak standard input as it arrives"
+    )
     p = sub.add_parser("say", help="speak TEXT (or -) on the daemon's speaker")
     p.add_argument("text")
+    p.add_argument(
+        "--stream", action="store_true", help="with -: speak standard input as it arrives"
+    )
     p.add_argument(
         "--priority",
         choices=["important", "message", "text", "notification", "progress"],
@@ -43,24 +54,19 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("info", "stats", "health", "ping", "stop"):
         sub.add_parser(name)
     args = parser.parse_args(argv)
+    if getattr(args, "stream", False):
+        if args.text != "-":
+            parser.error("--stream reads standard input: give - as TEXT")
+        try:
+            return asyncio.run(_stream_stdin(args))
+        except TtsdError as exc:
+            print(f"ttsctl: {exc}", file=sys.stderr)
+            return 1
     try:
         with Client(args.socket) as client:
             if args.cmd == "synth":
-                opts: dict[str, Any] = {}
-                for key in ("voice", "speed", "volume", "mode"):
-                    if getattr(args, key) is not None:
-                        opts[key] = getattr(args, key)
-                if args.speaker is not None:
-                    opts["speaker"] = int(args.speaker) if args.speaker.isdigit() else args.speaker
-                if args.sample_rate is not None:
-                    opts["sample_rate"] = args.sample_rate
-                result = client.synthesize_all(_text(args.text), **opts)
-                result.write_wav(args.output)
-                st = result.stats
-                print(
-                    f"{args.output}: {st.get('audio_ms')} ms of audio at {result.sample_rate} Hz,"
-                    f" first packet after {st.get('ttfp_ms')} ms"
-                )
+                result = client.synthesize_all(_text(args.text), **_synth_opts(args))
+                _report(args.output, result)
                 return 0
             if args.cmd == "say":
                 return _say(client, args)
@@ -73,6 +79,81 @@ def main(argv: list[str] | None = None) -> int:
     except TtsdError as exc:
         print(f"ttsctl: {exc}", file=sys.stderr)
         return 1
+
+
+def _synth_opts(args: argparse.Namespace) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    for key in ("voice", "speed", "volume", "mode"):
+        if getattr(args, key) is not None:
+            opts[key] = getattr(args, key)
+    if args.speaker is not None:
+        opts["speaker"] = int(args.speaker) if args.speaker.isdigit() else args.speaker
+    if args.sample_rate is not None:
+        opts["sample_rate"] = args.sample_rate
+    return opts
+
+
+def _report(path: str, result: Synthesis) -> None:
+    result.write_wav(path)
+    st = result.stats
+    print(
+        f"{path}: {st.get('audio_ms')} ms of audio at {result.sample_rate} Hz,"
+        f" first packet after {st.get('ttfp_ms')} ms"
+    )
+
+
+async def _stream_stdin(args: argparse.Namespace) -> int:
+    """Send standard input as it arrives (``generator | ttsctl say --stream -``)."""
+    loop = asyncio.get_running_loop()
+    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    async with await AsyncClient.connect(args.socket) as client:
+        if args.cmd == "synth":
+            stream = await client.text_stream(**_synth_opts(args))
+        else:
+            opts: dict[str, Any] = {"priority": args.priority}
+            if args.voice:
+                opts["voice"] = args.voice
+            stream = await client.text_stream(op="speak", **opts)
+        events = [ev async for ev in _feed_and_read(stream, loop, utf8)]
+        if args.cmd == "synth":
+            _report(args.output, collect(iter(events)))
+        else:
+            end = events[-1] if events else {}
+            print("cancelled" if end.get("cancelled") else "done")
+    return 0
+
+
+async def _feed_and_read(
+    stream: AsyncTextStream, loop: asyncio.AbstractEventLoop, utf8: codecs.IncrementalDecoder
+) -> AsyncIterator[dict[str, Any]]:
+    # A daemon thread, not the executor: a blocked read of stdin must not keep the
+    # process alive once the request has ended.
+    chunks: asyncio.Queue[bytes] = asyncio.Queue(maxsize=64)
+
+    def read_stdin() -> None:
+        while True:
+            data = os.read(sys.stdin.fileno(), 4096)
+            asyncio.run_coroutine_threadsafe(chunks.put(data), loop).result()
+            if not data:
+                return
+
+    async def feed() -> None:
+        while True:
+            data = await chunks.get()
+            text = utf8.decode(data, final=not data)
+            if text:
+                await stream.append(text)
+            if not data:
+                await stream.finish()
+                return
+
+    threading.Thread(target=read_stdin, name="stdin", daemon=True).start()
+    feeder = asyncio.create_task(feed())
+    try:
+        async for ev in stream:
+            yield ev
+    finally:
+        feeder.cancel()
 
 
 def _say(client: Client, args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from appliance.config import LIVE_KEYS, Config, ConfigError, flatten, load_confi
 
 if TYPE_CHECKING:
     from appliance.runtime import Runtime
+    from appliance.service import Door, Service
 
 log = logging.getLogger("ttsd")
 
@@ -66,10 +67,17 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
 
     service = Service(runtime)
     server = Server(service, socket_path, activated)
+    doors = _front_ends(cfg, service)
     try:
         await server.start()
-    except OSError as exc:
-        log.error("cannot listen on %s: %s", socket_path, exc)
+        for door in doors:
+            await door.start()
+    except (OSError, ValueError) as exc:
+        log.error("cannot listen: %s", exc)
+        for door in doors:
+            await door.close()
+        server.close_listener()
+        service.close()
         runtime.close()
         return 1
     state = {"cfg": cfg}
@@ -109,6 +117,10 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         notifier.stopping()
         for t in list(tasks):
             t.cancel()
+        # Every door stops taking requests first; then the core drains what is in flight
+        # (server.shutdown), whatever door it came through.
+        for door in doors:
+            door.close_listener()
         server.request_stop()
 
     def reload() -> None:
@@ -147,12 +159,20 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     try:
         await server.serve()
     finally:
+        for door in doors:
+            await door.close()
         for t in list(tasks):
             t.cancel()
         service.close()
         runtime.close()
         notifier.close()
     return 0
+
+
+def _front_ends(cfg: Config, service: Service) -> list[Door]:
+    """The doors beyond protocol v1 that the config turns on (each on the same core)."""
+    doors: list[Door] = []
+    return doors
 
 
 def _inject_stall(runtime: Runtime, seconds: float) -> None:

@@ -132,7 +132,8 @@ class SynthesizeRequest:
     @classmethod
     def from_dict(cls, d: dict[str, Any], op: str = "synthesize") -> SynthesizeRequest:
         rid = _req_id(d)
-        text = d.get("text")
+        text_stream = bool(_opt_bool(d, "text_stream"))
+        text = d.get("text", "" if text_stream else None)
         if not isinstance(text, str):
             raise ProtocolError(ErrorCode.BAD_REQUEST, "'text' is required and must be a string")
         speaker = d.get("speaker")
@@ -157,7 +158,7 @@ class SynthesizeRequest:
             volume=v if (v := _opt_num(d, "volume", 0.0, 2.0)) is not None else 1.0,
             mode=_opt_choice(d, "mode", MODES),
             realtime=r if (r := _opt_bool(d, "realtime")) is not None else True,
-            text_stream=bool(_opt_bool(d, "text_stream")),
+            text_stream=text_stream,
             text_format=_opt_choice(d, "text_format", TEXT_FORMATS) or "text",
             priority=(_opt_choice(d, "priority", PRIORITIES) or "message")
             if op == "speak"

@@ -68,6 +68,7 @@ __all__ = ["Connection", "Peer", "Server", "default_socket_path", "peer_of"]
 log = logging.getLogger(__name__)
 
 _READ_SIZE = 65536
+_MAX_EARLY_TEXT = 1024
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux ≥ 4.13
 _MAX_GROUPS = 65536
 
@@ -137,6 +138,9 @@ class RequestState:
     task: asyncio.Task[None] | None = None
     stream: Stream | None = None
     cancel_reason: str | None = None
+    text_stream: bool = False
+    early_text: list[AppendRequest | FinishRequest] | None = None
+    """Appends and finish that arrived while the stream was still being opened."""
 
     def cancel(self, reason: str) -> None:
         if self.cancel_reason is None:
@@ -334,6 +338,8 @@ class Connection:
         """Whose speech ``stop`` silences: the peer's uid once known, so ``ttsctl stop``
         from another process of the same user stops what ``ttsctl say`` started."""
         self._closed = False
+        self._abort = False
+        self._last_activity = time.monotonic()
         self._high_water = 0
         self._apply_limits()
 
@@ -411,6 +417,8 @@ class Connection:
             if r.stream is not None and r.stream.takes_text:
                 with contextlib.suppress(ServiceError):
                     r.stream.finish()
+            elif r.text_stream and r.stream is None:
+                r.early_text = [*(r.early_text or ()), FinishRequest(r.id)]
         while self.requests and not self._closed:
             tasks = [r.task for r in self.requests.values() if r.task is not None]
             await asyncio.wait(tasks, timeout=0.1)
@@ -430,10 +438,14 @@ class Connection:
             timeout: float | None = None
             if partial:
                 timeout = limits.frame_timeout_s
-            elif not self.requests and limits.idle_timeout_s > 0:
+            elif limits.idle_timeout_s > 0:
+                # Idle counts from the last byte read or the last request ended; while
+                # requests run, just look again later.
                 timeout = limits.idle_timeout_s
+                if not self.requests:
+                    timeout -= time.monotonic() - self._last_activity
             try:
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(max(0.0, timeout) if timeout is not None else None):
                     data = await self.reader.read(_READ_SIZE)
             except TimeoutError:
                 if partial:
@@ -445,14 +457,17 @@ class Connection:
                         ).to_dict()
                     )
                     return False
-                if self.requests:
+                if self.requests or (
+                    time.monotonic() - self._last_activity < limits.idle_timeout_s
+                ):
                     continue
-                log.info("connection %d idle for %g s: closing", self.number, timeout)
+                log.info("connection %d idle: closing", self.number)
                 return False
             except (ConnectionError, OSError):
                 return False
             if not data:
                 return True
+            self._last_activity = time.monotonic()
             fed += len(data)
             try:
                 unpacker.feed(data)
@@ -503,6 +518,7 @@ class Connection:
             )
             for r in list(self.requests.values()):
                 r.cancel("disconnect")
+            self._abort = True  # what it did not read is dropped, not flushed for ever
             return False
         except (ConnectionError, OSError):
             return False
@@ -540,6 +556,7 @@ class Connection:
             )
             return
         state = RequestState(req.id, req.op)
+        state.text_stream = isinstance(req, SynthesizeRequest) and req.text_stream
         self.requests[req.id] = state
         coro = (
             self._synthesize(req, state)
@@ -552,6 +569,7 @@ class Connection:
 
     def _request_finished(self, rid: int, _task: asyncio.Task[None]) -> None:
         self.requests.pop(rid, None)
+        self._last_activity = time.monotonic()
 
     def _error_soon(self, rid: int | None, exc: ServiceError, refused: bool = False) -> None:
         self.service.record_error(exc.code)
@@ -617,7 +635,10 @@ class Connection:
             return
         self._closed = True
         with contextlib.suppress(Exception):
-            self.writer.close()
+            if self._abort:
+                self.writer.transport.abort()
+            else:
+                self.writer.close()
 
     # ------------------------------------------------------------ ops
 
@@ -634,12 +655,29 @@ class Connection:
         self._write(SimpleEvent(req.id, "cancelled", {"target": req.target}).to_dict())
 
     def _text(self, req: AppendRequest | FinishRequest) -> None:
+        """``append`` / ``finish``: no reply on success; an error says which."""
         state = self.requests.get(req.target)
+        if state is not None and state.text_stream and state.stream is None:
+            # Still being admitted and prepared: keep the order, apply them once open.
+            # (Bounded: the request's text is capped when they are applied, and a flood
+            # of empty appends is capped here.)
+            early = state.early_text if state.early_text is not None else []
+            if len(early) >= _MAX_EARLY_TEXT:
+                self._error_soon(
+                    req.target,
+                    ServiceError(ErrorCode.TOO_MANY_REQUESTS, "too many appends before start"),
+                    refused=True,
+                )
+                return
+            early.append(req)
+            state.early_text = early
+            return
         stream = state.stream if state is not None else None
         if stream is None or not stream.takes_text:
             self._error_soon(
                 None,
                 ServiceError(ErrorCode.BAD_REQUEST, f"{req.target} is not an open text stream"),
+                refused=True,
             )
             return
         try:
@@ -688,6 +726,9 @@ class Connection:
         state.stream = stream
         if state.cancel_reason is not None:
             stream.cancel(state.cancel_reason)
+        for early in state.early_text or ():
+            self._text(early)
+        state.early_text = None
         try:
             if speak:
                 result = await self._speak(req, stream)

@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from appliance.admission import Admission, Decision, StreamLoad
 from appliance.engine.base import Scales
@@ -51,6 +51,24 @@ Emit = Callable[[Chunk], Awaitable[None]]
 _FRONTEND_THREADS = 2
 """Text normalisation is a few ms of pure Python per request: two threads keep one long
 text from holding up everyone else's, without competing with the inference workers."""
+
+
+class Door(Protocol):
+    """A front end beyond protocol v1 (Wyoming, HTTP …), run by ``ttsd serve``.
+
+    Shutdown order: every door's ``close_listener``, then the core drains in-flight
+    streams (ending the rest with ``shutting_down``), then every door's ``close``."""
+
+    name: str
+
+    async def start(self) -> None:
+        """Bind and start serving (raise OSError / ValueError when it cannot)."""
+
+    def close_listener(self) -> None:
+        """Stop accepting connections; streams in flight go on."""
+
+    async def close(self) -> None:
+        """Close what is left (connections, the listener)."""
 
 
 @dataclass

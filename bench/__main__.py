@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import numpy as np
 
 SHORT = "Turn on the kitchen lights, please."
@@ -81,35 +80,30 @@ def rss_mb(pid: int) -> float:
 
 def socket_ttfp(path: str, text: str, runs: int) -> dict[str, Any]:
     """TTFP over the socket: from writing the request to reading the first chunk."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=1 << 28)
+    from appliance.client import Client
+
+    client = Client(path)
     ttfp: list[float] = []
     rtf: list[float] = []
     audio_ms = 0.0
     for i in range(runs + 2):
         first = None
         t0 = time.perf_counter()
-        s.sendall(msgpack.packb({"op": "synthesize", "id": i, "text": text}))
-        done = False
-        while not done:
-            data = s.recv(1 << 16)
-            if not data:
-                raise RuntimeError("daemon closed the connection")
-            unpacker.feed(data)
-            for ev in unpacker:
-                if ev.get("event") == "chunk" and first is None:
-                    first = time.perf_counter() - t0
-                elif ev.get("event") in ("end", "error"):
-                    if ev["event"] == "error":
-                        raise RuntimeError(str(ev))
-                    done = True
-                    if i >= 2:  # the first two are warm-up
-                        rtf.append(float(ev["stats"]["rtf"]))
-                        audio_ms = float(ev["stats"]["audio_ms"])
+        client.send({"op": "synthesize", "id": i, "text": text})
+        while True:
+            ev = client.recv()
+            if ev.get("event") == "chunk" and first is None:
+                first = time.perf_counter() - t0
+            elif ev.get("event") in ("end", "error"):
+                if ev["event"] == "error":
+                    raise RuntimeError(str(ev))
+                if i >= 2:  # the first two are warm-up
+                    rtf.append(float(ev["stats"]["rtf"]))
+                    audio_ms = float(ev["stats"]["audio_ms"])
+                break
         if i >= 2 and first is not None:
             ttfp.append(first * 1000)
-    s.close()
+    client.close()
     return {
         "p50": _pct(ttfp, 50),
         "p95": _pct(ttfp, 95),

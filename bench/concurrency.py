@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import psutil
+
+from appliance.client import decoder, encode
 
 TEXTS = (
     "The morning train was late again, so Anna walked along the river instead. "
@@ -46,7 +47,7 @@ class StreamConnection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
-        self._unpacker = msgpack.Unpacker(raw=False, max_buffer_size=1 << 26)
+        self._unpacker = decoder()
         self._ids = itertools.count(1)
 
     @classmethod
@@ -58,7 +59,7 @@ class StreamConnection:
         return next(self._ids)
 
     async def send(self, msg: dict[str, Any]) -> None:
-        self.writer.write(msgpack.packb(msg, use_bin_type=True))
+        self.writer.write(encode(msg))
         await self.writer.drain()
 
     async def recv(self) -> dict[str, Any] | None:

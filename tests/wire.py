@@ -6,7 +6,7 @@ import socket
 import time
 from typing import Any
 
-import msgpack
+from appliance.client import decoder, encode
 
 
 class Wire:
@@ -14,7 +14,7 @@ class Wire:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self.sock.connect(path)
-        self.unpacker = msgpack.Unpacker(raw=False, max_buffer_size=1 << 28)
+        self.unpacker = decoder()
         self.timeout = timeout
         self.backlog: list[dict[str, Any]] = []
 
@@ -28,7 +28,7 @@ class Wire:
         self.close()
 
     def send(self, obj: Any) -> None:
-        self.sock.sendall(msgpack.packb(obj, use_bin_type=True))
+        self.sock.sendall(encode(obj))
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)

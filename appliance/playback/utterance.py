@@ -111,11 +111,6 @@ class Utterance:
 
     # --- producer side ----------------------------------------------------------------------
 
-    @property
-    def done(self) -> bool:
-        """True once ended; the producer should stop synthesizing."""
-        return self._ended_evt.is_set()
-
     def push(self, samples: npt.ArrayLike) -> bool:
         """Queue float32 mono samples at the voice rate.  False once the utterance ended."""
         if self._ended_evt.is_set() or self._input_done:
