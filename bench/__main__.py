@@ -196,14 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--quick", action="store_true", help="fewer runs, short soak")
     parser.add_argument(
-        "--only", nargs="*", default=None, help="core normalizer concurrency playback"
+        "--only", nargs="*", default=None, help="core normalizer concurrency speed playback"
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = 10 if args.quick else args.runs
-    want = set(args.only or ["core", "normalizer", "concurrency", "playback"])
+    want = set(args.only or ["core", "normalizer", "concurrency", "speed", "playback"])
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
         results["core"] = bench_core(out, runs)
@@ -214,6 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         results["concurrency"] = _optional(
             "concurrency", lambda: _bench_concurrency(out, args.quick, args.soak)
         )
+    if "speed" in want:  # issue 15's table; reuses the sweep when it ran above
+        from bench.speed import bench_speed
+
+        sweep = (results.get("concurrency") or {}).get("sweep")
+        results["speed"] = _optional("speed", lambda: bench_speed(out, args.quick, sweep))
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
@@ -240,7 +245,7 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
 
     proc, sock = start_daemon(out)
     try:
-        rows = bc.run_sweep(sock, (1, 2, 4, 8, 16), 12.0 if quick else 30.0, proc.pid)
+        rows = bc.run_sweep(sock, bc.SWEEP_LEVELS, 12.0 if quick else 30.0, proc.pid)
         png = out / "ttfp_by_concurrency.png"
         bc.plot_ttfp(rows, png)
         print("\n## Concurrency sweep (consumed in real time, 100 ms jitter buffer)\n")
