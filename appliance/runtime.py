@@ -18,6 +18,7 @@ from appliance.engine.gpu_select import gpu_health
 from appliance.engine.select import load_voice_model
 from appliance.engine.windows import decode_span
 from appliance.frontend import FrontendLimits
+from appliance.lexicon import Lexicon
 from appliance.metrics import Metrics
 from appliance.notify import Notifier
 from appliance.phonemize import Phonemizer
@@ -47,6 +48,8 @@ class Runtime:
     backend_status: dict[str, Any] = field(default_factory=dict)
     player: Player | None = None
     """The speaker, when playback is enabled (``speak`` answers no_audio_device without it)."""
+    lexicon: Lexicon | None = None
+    """The user's lexicon (``voices.lexicon``), replaced whole on SIGHUP."""
 
     @classmethod
     def load(cls, cfg: Config, notifier: Notifier | None = None) -> Runtime:

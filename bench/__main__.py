@@ -196,20 +196,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--quick", action="store_true", help="fewer runs, short soak")
     parser.add_argument(
-        "--only", nargs="*", default=None, help="core normalizer concurrency speed playback"
+        "--only",
+        nargs="*",
+        default=None,
+        help="core normalizer ssml concurrency speed playback textstream",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = 10 if args.quick else args.runs
-    want = set(args.only or ["core", "normalizer", "concurrency", "speed", "playback"])
+    want = set(
+        args.only
+        or ["core", "normalizer", "ssml", "concurrency", "speed", "playback", "textstream"]
+    )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
         results["core"] = bench_core(out, runs)
         print_core(results["core"])
     if "normalizer" in want:
         results["normalizer"] = _optional("normalizer", _bench_normalizer)
+    if "ssml" in want:
+        results["ssml"] = _optional("ssml", _bench_ssml)
     if "concurrency" in want:
         results["concurrency"] = _optional(
             "concurrency", lambda: _bench_concurrency(out, args.quick, args.soak)
@@ -221,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         results["speed"] = _optional("speed", lambda: bench_speed(out, args.quick, sweep))
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
+    if "textstream" in want:
+        results["textstream"] = _optional("textstream", lambda: _bench_textstream(out, runs))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
@@ -236,6 +246,15 @@ def _bench_normalizer() -> dict[str, Any]:
         f"| {r.get('mean_ms', float('nan')):.3f} ms | {r.get('p50_ms', float('nan')):.3f} ms "
         f"| {r.get('p95_ms', float('nan')):.3f} ms |"
     )
+    return r
+
+
+def _bench_ssml() -> dict[str, Any]:
+    from bench.ssml import bench_ssml, format_table
+
+    r: dict[str, Any] = bench_ssml()
+    print("\n## SSML cost per sentence (goal ≤ 1 ms)\n")
+    print(format_table(r))
     return r
 
 
@@ -270,6 +289,21 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def _bench_textstream(out: Path, runs: int) -> list[dict[str, Any]]:
+    """Text fed as a language model writes it (3–5-character tokens at 20 and 50 /s)."""
+    from bench import textstream
+
+    proc, sock = start_daemon(out)
+    try:
+        rows = textstream.run(sock, runs=max(3, runs // 5))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    print("\n## Text that streams in (tokens of 3–5 characters)\n")
+    print(textstream.format_table(rows))
+    return rows
 
 
 def _bench_playback(out: Path) -> dict[str, Any]:

@@ -75,7 +75,8 @@ def test_socket_unit_matches_the_service_socket() -> None:
     assert cfg.server.socket == "/run/ttsd/ttsd.sock"
     # The daemon's own files live where the service's directories are.
     assert cfg.voices.cache_dir == "/var/cache/ttsd"
-    assert Path(cfg.tuning.state_file).parent == Path("/run/ttsd")
+    # ... except the tuning state: root acts on it, so not in the service user's /run/ttsd.
+    assert Path(cfg.tuning.state_file).parent == Path("/run/ttsd-tuning")
 
 
 def _uncommented(text: str) -> str:
