@@ -199,14 +199,17 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         nargs="*",
         default=None,
-        help="core normalizer ssml concurrency playback textstream",
+        help="core normalizer ssml concurrency speed playback textstream",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = 10 if args.quick else args.runs
-    want = set(args.only or ["core", "normalizer", "ssml", "concurrency", "playback", "textstream"])
+    want = set(
+        args.only
+        or ["core", "normalizer", "ssml", "concurrency", "speed", "playback", "textstream"]
+    )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
         results["core"] = bench_core(out, runs)
@@ -219,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         results["concurrency"] = _optional(
             "concurrency", lambda: _bench_concurrency(out, args.quick, args.soak)
         )
+    if "speed" in want:  # issue 15's table; reuses the sweep when it ran above
+        from bench.speed import bench_speed
+
+        sweep = (results.get("concurrency") or {}).get("sweep")
+        results["speed"] = _optional("speed", lambda: bench_speed(out, args.quick, sweep))
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
     if "textstream" in want:
@@ -256,7 +264,7 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
 
     proc, sock = start_daemon(out)
     try:
-        rows = bc.run_sweep(sock, (1, 2, 4, 8, 16), 12.0 if quick else 30.0, proc.pid)
+        rows = bc.run_sweep(sock, bc.SWEEP_LEVELS, 12.0 if quick else 30.0, proc.pid)
         png = out / "ttfp_by_concurrency.png"
         bc.plot_ttfp(rows, png)
         print("\n## Concurrency sweep (consumed in real time, 100 ms jitter buffer)\n")
