@@ -31,7 +31,7 @@ import numpy as np
 from appliance.engine.base import IntArray
 
 if TYPE_CHECKING:
-    from appliance.voices import VoiceInfo
+    from appliance.voicetypes import VoiceInfo
 
 
 class Override(Protocol):

@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         nargs="*",
         default=None,
-        help="core normalizer ssml concurrency playback textstream speechd",
+        help="core normalizer ssml concurrency speed playback textstream speechd",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -208,7 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     runs = 10 if args.quick else args.runs
     want = set(
         args.only
-        or ["core", "normalizer", "ssml", "concurrency", "playback", "textstream", "speechd"]
+        or [
+            "core",
+            "normalizer",
+            "ssml",
+            "concurrency",
+            "speed",
+            "playback",
+            "textstream",
+            "speechd",
+        ]
     )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
@@ -222,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         results["concurrency"] = _optional(
             "concurrency", lambda: _bench_concurrency(out, args.quick, args.soak)
         )
+    if "speed" in want:  # issue 15's table; reuses the sweep when it ran above
+        from bench.speed import bench_speed
+
+        sweep = (results.get("concurrency") or {}).get("sweep")
+        results["speed"] = _optional("speed", lambda: bench_speed(out, args.quick, sweep))
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
     if "textstream" in want:
@@ -273,7 +287,7 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
 
     proc, sock = start_daemon(out)
     try:
-        rows = bc.run_sweep(sock, (1, 2, 4, 8, 16), 12.0 if quick else 30.0, proc.pid)
+        rows = bc.run_sweep(sock, bc.SWEEP_LEVELS, 12.0 if quick else 30.0, proc.pid)
         png = out / "ttfp_by_concurrency.png"
         bc.plot_ttfp(rows, png)
         print("\n## Concurrency sweep (consumed in real time, 100 ms jitter buffer)\n")

@@ -60,8 +60,15 @@ class SpeechdServer:
     def start(
         cls, workdir: Path, ttsd_socket: str, pulse_env: dict[str, str], extra_conf: str = ""
     ) -> SpeechdServer:
-        if shutil.which("speech-dispatcher") is None or shutil.which("spd-say") is None:
-            raise SpeechdUnavailable(f"speech-dispatcher not found; apt-get install {PACKAGES}")
+        if (
+            shutil.which("speech-dispatcher") is None
+            or shutil.which("spd-say") is None
+            or not (MODULES_DIR / "sd_espeak-ng").exists()
+        ):
+            # espeak-ng runs beside sd_ttsd: with ttsd down the server still has a module.
+            raise SpeechdUnavailable(
+                f"speech-dispatcher or its espeak-ng module not found; apt-get install {PACKAGES}"
+            )
         srv = cls(workdir, ttsd_socket, pulse_env)
         conf = workdir / "conf"
         modules = workdir / "modules"
@@ -83,9 +90,7 @@ class SpeechdServer:
             '-m appliance.speechd.module "$@"\n'
         )
         wrapper.chmod(0o755)
-        espeak = MODULES_DIR / "sd_espeak-ng"
-        if espeak.exists():
-            (modules / "sd_espeak-ng").symlink_to(espeak)
+        (modules / "sd_espeak-ng").symlink_to(MODULES_DIR / "sd_espeak-ng")
         srv.env = {
             **{k: v for k, v in os.environ.items() if k != "TTSD_SOCKET"},
             **pulse_env,
