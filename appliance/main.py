@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance import memory
+from appliance import __version__, memory
 from appliance.config import LIVE_KEYS, Config, ConfigError, flatten, load_config
 
 if TYPE_CHECKING:
@@ -372,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "tune":
         return cmd_tune(argv[1:])
     parser = argparse.ArgumentParser(prog="ttsd", description="Local streaming TTS daemon")
+    # install.sh runs it under the unit's sandbox: proof the service can start this Python.
+    parser.add_argument("--version", action="version", version=f"ttsd {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("serve", help="run the daemon in the foreground")
     p.add_argument("--socket", help="socket path (default: per user, or /run/ttsd/ttsd.sock)")

@@ -31,7 +31,7 @@ import numpy as np
 from appliance.engine.base import IntArray
 
 if TYPE_CHECKING:
-    from appliance.voices import VoiceInfo
+    from appliance.voicetypes import VoiceInfo
 
 
 class Override(Protocol):
@@ -216,7 +216,3 @@ class Phonemizer:
     def is_space(self, phoneme_id: int) -> bool:
         """The id of a word gap (where SSML marks between words are placed)."""
         return phoneme_id in self._space_ids
-
-    def word_count(self, ids: IntArray) -> int:
-        space = set(self._id_map.get(" ", []))
-        return 1 + sum(1 for i in ids.tolist() if i in space)

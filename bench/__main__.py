@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         nargs="*",
         default=None,
-        help="core http normalizer ssml concurrency playback textstream",
+        help="core http normalizer ssml concurrency speed playback textstream speechd",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -207,7 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     runs = 10 if args.quick else args.runs
     want = set(
-        args.only or ["core", "http", "normalizer", "ssml", "concurrency", "playback", "textstream"]
+        args.only
+        or [
+            "core",
+            "http",
+            "normalizer",
+            "ssml",
+            "concurrency",
+            "speed",
+            "playback",
+            "textstream",
+            "speechd",
+        ]
     )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
@@ -223,10 +234,17 @@ def main(argv: list[str] | None = None) -> int:
         results["concurrency"] = _optional(
             "concurrency", lambda: _bench_concurrency(out, args.quick, args.soak)
         )
+    if "speed" in want:  # issue 15's table; reuses the sweep when it ran above
+        from bench.speed import bench_speed
+
+        sweep = (results.get("concurrency") or {}).get("sweep")
+        results["speed"] = _optional("speed", lambda: bench_speed(out, args.quick, sweep))
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
     if "textstream" in want:
         results["textstream"] = _optional("textstream", lambda: _bench_textstream(out, runs))
+    if "speechd" in want:
+        results["speechd"] = _optional("speechd", lambda: _bench_speechd(out, max(runs, 20)))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
@@ -238,6 +256,18 @@ def _bench_http(out: Path, runs: int) -> dict[str, Any]:
     rows = bench_http(out, runs, {"short": SHORT, "long": LONG})
     print_http(rows)
     return rows
+
+
+def _bench_speechd(out: Path, runs: int) -> dict[str, Any]:
+    """speech-dispatcher modules: sd_ttsd vs sd_espeak-ng vs piper-tts in sd_generic."""
+    from bench.speechd import bench_speechd
+
+    proc, sock = start_daemon(out)
+    try:
+        return bench_speechd(out, sock, runs)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 def _bench_normalizer() -> dict[str, Any]:
@@ -268,7 +298,7 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
 
     proc, sock = start_daemon(out)
     try:
-        rows = bc.run_sweep(sock, (1, 2, 4, 8, 16), 12.0 if quick else 30.0, proc.pid)
+        rows = bc.run_sweep(sock, bc.SWEEP_LEVELS, 12.0 if quick else 30.0, proc.pid)
         png = out / "ttfp_by_concurrency.png"
         bc.plot_ttfp(rows, png)
         print("\n## Concurrency sweep (consumed in real time, 100 ms jitter buffer)\n")
