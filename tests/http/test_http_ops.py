@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 
 import aiohttp
@@ -11,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.client import Client
 from tests.conftest import DaemonFactory
-from tests.http.conftest import HttpDaemon, start_http
+from tests.http.conftest import HttpDaemon, free_port, start_http, wait_http
 
 LONG = (
     "The morning train was late again, so Anna walked along the river instead. "
@@ -151,3 +152,34 @@ def test_a_box_without_a_speaker_is_healthy(daemon_factory: DaemonFactory) -> No
     assert isinstance(playback, dict) and playback["state"] == "off", playback
     assert speak(d) > 10000
     d.daemon.stop()
+
+
+def test_healthz_is_503_when_no_worker_can_serve(daemon_factory: DaemonFactory) -> None:
+    """The only inference worker hangs (test hook): health goes ``failing``, /healthz 503."""
+    port = free_port()
+    daemon = daemon_factory(
+        {"http": {"listen": f"127.0.0.1:{port}"}, "engine": {"workers": 1}},
+        env={"TTSD_TEST_STALL_WORKER": "25"},
+    )
+    d = HttpDaemon(daemon, f"http://127.0.0.1:{port}")
+    wait_http(d.base, daemon)
+
+    async def go() -> list[tuple[int, str]]:
+        seen: list[tuple[int, str]] = []
+        async with aiohttp.ClientSession() as s:
+            stuck = asyncio.create_task(
+                s.post(d.v1 + "/audio/speech", json={"input": "Hello.", "response_format": "pcm"})
+            )
+            deadline = time.monotonic() + 20.0
+            while time.monotonic() < deadline:
+                async with s.get(d.base + "/healthz") as r:
+                    seen.append((r.status, (await r.json())["status"]))
+                if seen[-1][0] == 503:
+                    break
+                await asyncio.sleep(0.5)
+            stuck.cancel()
+        return seen
+
+    seen = asyncio.run(go())
+    assert seen[0] == (200, "ok") and seen[-1] == (503, "failing"), seen
+    daemon.stop(signal.SIGKILL)
