@@ -172,6 +172,10 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
 def _front_ends(cfg: Config, service: Service) -> list[Door]:
     """The doors beyond protocol v1 that the config turns on (each on the same core)."""
     doors: list[Door] = []
+    if cfg.wyoming.uri:
+        from appliance.wyoming import WyomingDoor
+
+        doors.append(WyomingDoor(service, cfg.wyoming.uri))
     return doors
 
 
@@ -236,6 +240,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from appliance.paths import default_socket_path
 
     path = Path(args.socket or cfg.server.socket or default_socket_path())
+    if args.wyoming:
+        import dataclasses
+
+        from appliance.config import wyoming_endpoint
+
+        try:
+            wyoming_endpoint(args.wyoming)
+        except ConfigError as exc:
+            print(f"ttsd: --wyoming: {exc}", file=sys.stderr)
+            return 2
+        cfg = dataclasses.replace(cfg, wyoming=dataclasses.replace(cfg.wyoming, uri=args.wyoming))
     memory.limit_malloc_arenas(2)  # before any thread allocates
     return asyncio.run(_serve(cfg, args.config, path))
 
@@ -285,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("serve", help="run the daemon in the foreground")
     p.add_argument("--socket", help="socket path (default: per user, or /run/ttsd/ttsd.sock)")
     p.add_argument("--config", help="YAML config (default: /etc/ttsd/config.yaml if present)")
+    p.add_argument(
+        "--wyoming",
+        metavar="URI",
+        help="also serve Wyoming (Home Assistant) on tcp://HOST:PORT or unix://PATH",
+    )
     p.set_defaults(fn=cmd_serve)
     p = sub.add_parser("check-config", help="validate a config file")
     p.add_argument("file", nargs="?", default=None)
