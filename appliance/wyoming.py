@@ -590,10 +590,7 @@ class _Connection:
 
     async def _refuse(self, exc: ServiceError) -> None:
         self.service.record_error(exc.code)
-        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
-            async with asyncio.timeout(1.0):
-                await async_write_event(error_event(exc), self.writer)
-        self._close()
+        await self._say_and_close(exc)
 
     def disconnect(self) -> None:
         """The client is gone (or the daemon is closing): stop every request now."""
@@ -676,9 +673,20 @@ class _Connection:
         """Say why, then close (the byte stream cannot be resynchronised)."""
         log.warning("wyoming connection %d: %s: %s", self.number, exc.code, exc.message)
         self.service.record_error(exc.code)
+        await self._say_and_close(exc)
+
+    async def _say_and_close(self, exc: ServiceError) -> None:
+        """Send the error, shut down writing, and let the client read it: closing with its
+        bytes unread would reset the connection before it sees why.  What it still sends
+        is read and dropped, for a second at most."""
         with contextlib.suppress(ConnectionError, OSError, TimeoutError):
             async with asyncio.timeout(1.0):
                 await async_write_event(error_event(exc), self.writer)
+                if self.writer.can_write_eof():
+                    self.writer.write_eof()
+                while await self.reader.read(65536):
+                    pass
+        self._close()
 
     async def _dispatch(self, event: Event) -> None:
         t = event.type
