@@ -39,7 +39,7 @@ def test_uri_forms() -> None:
         0,
     )
     for bad in ("tcp://host", "http://a:1", "tcp://a:99999", "unix://", "10200", "tcp://:1/x"):
-        with pytest.raises(ConfigError, match="wyoming.uri"):
+        with pytest.raises(ConfigError, match=r"wyoming\.uri"):
             wyoming_endpoint(bad)
 
 
@@ -47,7 +47,7 @@ def test_config_section() -> None:
     cfg = parse_config({"wyoming": {"uri": "tcp://0.0.0.0:10200", "zeroconf": True}})
     assert cfg.wyoming.uri == "tcp://0.0.0.0:10200" and cfg.wyoming.zeroconf
     assert parse_config({}).wyoming.uri is None  # off by default
-    with pytest.raises(ConfigError, match="wyoming.uri"):
+    with pytest.raises(ConfigError, match=r"wyoming\.uri"):
         parse_config({"wyoming": {"uri": "udp://x:1"}})
     with pytest.raises(ConfigError, match=r"wyoming.allowed_networks\[0\]"):
         parse_config({"wyoming": {"allowed_networks": ["not-a-net"]}})
@@ -57,9 +57,9 @@ def test_cli_flag_with_a_bad_uri_is_refused(tmp_path: object) -> None:
     import subprocess
     import sys
 
+    SERVE = [sys.executable, "-m", "appliance.main", "serve"]  # noqa: N806
     out = subprocess.run(
-        [sys.executable, "-m", "appliance.main", "serve", "--config", "/dev/null"]
-        + ["--wyoming", "tcp://nohost"],
+        [*SERVE, "--config", "/dev/null", "--wyoming", "tcp://nohost"],
         capture_output=True,
         text=True,
         timeout=60,
