@@ -57,9 +57,9 @@ def test_cli_flag_with_a_bad_uri_is_refused(tmp_path: object) -> None:
     import subprocess
     import sys
 
-    SERVE = [sys.executable, "-m", "appliance.main", "serve"]  # noqa: N806
+    serve = [sys.executable, "-m", "appliance.main", "serve"]
     out = subprocess.run(
-        [*SERVE, "--config", "/dev/null", "--wyoming", "tcp://nohost"],
+        [*serve, "--config", "/dev/null", "--wyoming", "tcp://nohost"],
         capture_output=True,
         text=True,
         timeout=60,
