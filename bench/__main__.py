@@ -196,14 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--quick", action="store_true", help="fewer runs, short soak")
     parser.add_argument(
-        "--only", nargs="*", default=None, help="core normalizer concurrency playback"
+        "--only", nargs="*", default=None, help="core normalizer concurrency playback wyoming"
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = 10 if args.quick else args.runs
-    want = set(args.only or ["core", "normalizer", "concurrency", "playback"])
+    want = set(args.only or ["core", "normalizer", "concurrency", "playback", "wyoming"])
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
         results["core"] = bench_core(out, runs)
@@ -216,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
+    if "wyoming" in want:
+        from bench.wyoming import bench_wyoming
+
+        results["wyoming"] = _optional("wyoming", lambda: bench_wyoming(out, args.quick))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
