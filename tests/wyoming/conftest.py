@@ -16,7 +16,7 @@ def wy_daemon(daemon_factory: DaemonFactory) -> Daemon:
             "wyoming": {"uri": "tcp://127.0.0.1:0", "allowed_networks": ["127.0.0.1/32"]},
             "server": {"max_text_chars": 2000, "max_connections_per_uid": 12},
             # These tests are about the door: admission is tested on its own daemon.
-            "scheduler": {"admission_max_load": 8.0},
+            "scheduler": {"admission_max_load": 8.0, "admission_backlog_ms": 600000},
         }
     )
 

@@ -84,7 +84,7 @@ async def test_describe_is_answered_while_every_worker_is_busy(
         running.append(st["scheduler"]["running"])
         await asyncio.sleep(0.05)
     results = await asyncio.gather(*load)
-    assert all(r.error is None for r in results)
+    assert all(r.error is None for r in results), [r.error for r in results]
     # Every worker was running inference at some sample (else this proves nothing).
     assert max(running) == st["workers"], running
     assert statistics.median(busy) < 0.1 + 5 * baseline, (baseline, busy)
