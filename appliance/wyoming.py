@@ -105,6 +105,7 @@ class _BoundedReader(asyncio.StreamReader):
         self.max_length = limit
         self.fed = 0
         self.consumed = 0
+        self.in_body = False
         self.on_data: Callable[[], None] | None = None
 
     def feed_data(self, data: Iterable[SupportsIndex]) -> None:
@@ -128,14 +129,18 @@ class _BoundedReader(asyncio.StreamReader):
             raise FrameTooLarge(
                 f"data_length and payload_length may be at most {self.max_length} bytes"
             )
-        data = await super().readexactly(n)
+        self.in_body = True
+        if self.on_data is not None:
+            self.on_data()  # a header is in: its data and payload are due within the frame timeout
+        data = await super().readexactly(n)  # (still in_body if this is cut short)
+        self.in_body = False
         self.consumed += n
         return data
 
     @property
     def partial(self) -> bool:
         """Bytes of an event have arrived but not the whole event."""
-        return self.fed > self.consumed
+        return self.fed > self.consumed or self.in_body
 
 
 async def read_event(reader: _BoundedReader) -> Event | None:

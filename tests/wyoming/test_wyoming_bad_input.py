@@ -148,3 +148,14 @@ async def test_declared_length_is_not_buffered(wy_uri: str, wy_daemon: Daemon) -
     assert parse_events(got)[0]["data"]["code"] == "frame_too_large"
     rss1 = psutil.Process(wy_daemon.proc.pid).memory_info().rss
     assert rss1 - rss0 < 64 << 20, (rss0, rss1)
+
+
+async def test_an_event_left_unfinished_is_closed_after_the_frame_timeout(wy_uri: str) -> None:
+    # frame_timeout_s is 1 s in this daemon's config; the idle timeout is minutes.
+    got, closed = await raw_exchange(wy_uri, b'{"type": "descr', timeout=8)
+    assert closed
+    (event,) = parse_events(got)
+    assert event["data"]["code"] == "bad_request" and "incomplete" in event["data"]["text"]
+    # A header whose declared data never comes is unfinished too.
+    got, closed = await raw_exchange(wy_uri, header({"type": "x", "data_length": 50}), timeout=8)
+    assert closed and parse_events(got)[0]["data"]["code"] == "bad_request"
