@@ -621,7 +621,6 @@ class _Connection:
 
     async def _read_loop(self) -> None:
         loop = self._loop
-        frame_s = self.cfg.server.frame_timeout_s
         while not self._closed:
             limits = self.cfg.server
             frame_s = limits.frame_timeout_s

@@ -79,3 +79,6 @@ def test_unix_peer_credentials_checked(
         return ev.type
 
     assert asyncio.run(ours()) == "info"
+    # The socket file we made is removed at shutdown.
+    assert d.stop() == 0
+    assert not path.exists()
