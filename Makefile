@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint typecheck pytest bench clean
+.PHONY: venv run test system-packages lint typecheck pytest bench clean
 
 venv: $(STAMP)
 
@@ -16,7 +16,12 @@ $(STAMP): pyproject.toml
 run: venv
 	$(BIN)/python -m appliance.demo
 
-test: venv lint typecheck pytest
+test: system-packages venv lint typecheck pytest
+
+# The Debian packages the tests need (PulseAudio, PortAudio, shellcheck, systemd-analyze, ...):
+# installed when missing, as root or with sudo -n; a no-op when all are there.
+system-packages:
+	@.ci/system-packages
 
 lint: venv
 	$(BIN)/ruff check appliance tuning tests bench

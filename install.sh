@@ -24,6 +24,12 @@ EXAMPLE=$ETCDIR/config.example.yaml
 UNITDIR=/etc/systemd/system
 CACHEDIR=/var/cache/ttsd
 RUNDIR=/run/ttsd
+# Where `ttsd tune` may keep its state (originals to restore): root-only, apart from the
+# service's own RuntimeDirectory.  The configured tuning.state_file is checked too.
+TUNING_DIR=/run/ttsd-tuning
+TUNING_STATE_DEFAULTS=(/run/ttsd/tuning.json "$TUNING_DIR/tuning.json")
+# A copy of the interpreter, when the one given lives where the service cannot see it.
+PYTHON_HOME=$PREFIX/python
 BINDIR=/usr/local/bin
 SOCKET=/run/ttsd/ttsd.sock
 USER_NAME=ttsd
@@ -35,7 +41,19 @@ CPU_ONLY=0
 NO_START=0
 NO_VENV=0
 PURGE=0
+# An interpreter named by --python or $PYTHON is kept (copied if need be); the default may be
+# swapped for a system one the service can see.
+PYTHON_EXPLICIT=0
+[[ -z ${PYTHON:-} ]] || PYTHON_EXPLICIT=1
 PYTHON=${PYTHON:-python3}
+COPY_PYTHON=0
+
+# The unit's ProtectHome=yes makes these empty for the service and PrivateTmp=yes gives it
+# its own /tmp and /var/tmp: an interpreter, its standard library or a library it loads
+# under them cannot start there (pyenv, conda, uv and asdf all install under ~).
+HIDDEN_DIRS=(/root /home /run/user /tmp /var/tmp)
+# System interpreters the service always sees, preferred first (the project's Python first).
+SYSTEM_PYTHONS=(/usr/bin/python3.11 /usr/bin/python3 /usr/local/bin/python3.11)
 
 usage() {
     cat <<EOF
@@ -43,7 +61,9 @@ Usage: $0 [options]
 
   --cpu-only       do not install the GPU extra (TensorRT) even when nvidia-smi works
   --no-start       install everything but do not enable or start the service
-  --python PY      interpreter for the venv (Python >= 3.11; default: python3)
+  --python PY      interpreter for the venv (Python >= 3.11; default: python3, or a system
+                   python3.11 when python3 lives under /root or /home); one the service
+                   cannot see is copied to $PYTHON_HOME
   --uninstall      stop and remove ttsd; /etc/ttsd/config.yaml is kept
   --purge          with --uninstall: also remove /etc/ttsd and the ttsd user and group
   --root DIR       install into the tree DIR instead of this system: no useradd, apt-get
@@ -98,9 +118,13 @@ parse_args() {
             --python)
                 (($# >= 2)) || die "--python needs an interpreter" "pass e.g. --python python3.11"
                 PYTHON=$2
+                PYTHON_EXPLICIT=1
                 shift
                 ;;
-            --python=*) PYTHON=${1#*=} ;;
+            --python=*)
+                PYTHON=${1#*=}
+                PYTHON_EXPLICIT=1
+                ;;
             --root)
                 (($# >= 2)) || die "--root needs a directory" "pass e.g. --root /tmp/ttsd-root"
                 ROOT=$2
@@ -162,6 +186,91 @@ check_python() {
             "install python3.11 (and python3.11-venv), then re-run with --python python3.11"
 }
 
+# True when PATH is one of HIDDEN_DIRS or lies below one.
+is_hidden() {
+    local d p=$1
+    # Under --root, a path in the tree stands for the same path on the target system.
+    if [[ -n $ROOT && ($p == "$ROOT" || $p == "$ROOT"/*) ]]; then
+        p=/${p#"$ROOT"}
+    fi
+    for d in "${HIDDEN_DIRS[@]}"; do
+        [[ $p == "$d" || $p == "$d"/* ]] && return 0
+    done
+    return 1
+}
+
+# Print the first path interpreter PY needs at run time that the service cannot see (its
+# real executable, its base prefix with the standard library, the shared libraries it
+# loads); false when there is none.  A venv's python resolves to the interpreter it was
+# made from.
+hidden_need() {
+    local py=$1 exe paths path
+    exe=$("$py" -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null) || return 1
+    paths=$(
+        printf '%s\n' "$exe"
+        "$py" -c 'import os, sys; print(os.path.realpath(sys.base_prefix))'
+        # pyenv builds --enable-shared with an absolute RUNPATH to libpython under ~.
+        ldd "$exe" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | xargs -r realpath -e
+    ) || true
+    while read -r path; do
+        if [[ -n $path ]] && is_hidden "$path"; then
+            printf '%s\n' "$path"
+            return 0
+        fi
+    done <<<"$paths"
+    return 1
+}
+
+# Make PYTHON an interpreter the sandboxed service can run.  The default (python3 on PATH)
+# under ~ gives way to a system Python >= 3.11; an interpreter asked for by name, or when
+# there is no system one, is copied to PYTHON_HOME (COPY_PYTHON=1, done by copy_python).
+choose_python() {
+    local hidden candidate
+    hidden=$(hidden_need "$PYTHON") || return 0
+    note "$PYTHON needs $hidden, which the service cannot see (ProtectHome=yes, PrivateTmp=yes)"
+    if ((!PYTHON_EXPLICIT)); then
+        for candidate in "${SYSTEM_PYTHONS[@]}"; do
+            [[ -x $candidate ]] || continue
+            "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || continue
+            hidden_need "$candidate" >/dev/null && continue
+            PYTHON=$candidate
+            note "using the system interpreter $PYTHON instead"
+            return 0
+        done
+    fi
+    COPY_PYTHON=1
+    note "its interpreter will be copied to $PYTHON_HOME"
+}
+
+# Copy PYTHON's installation (without its site-packages: the venv has its own) to
+# PYTHON_HOME and use the copy.  Not `python -m venv --copies`: that copies the executable
+# alone, and the standard library and libpython would still be read from under ~.
+copy_python() {
+    local src ver dst=$ROOT$PYTHON_HOME exe hidden
+    ((COPY_PYTHON)) || return 0
+    src=$("$PYTHON" -c 'import os, sys; print(os.path.realpath(sys.base_prefix))')
+    ver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    say "Python interpreter $PYTHON_HOME (a copy of $src)"
+    rm -rf -- "$dst"
+    mkdir -p "$dst"
+    tar -C "$src" --exclude="./lib/python$ver/site-packages/*" --exclude="./lib/python$ver/test" \
+        -cf - . | tar -C "$dst" -xf - \
+        || die "could not copy $src to $dst" "free some space or install python3.11 from apt, then re-run"
+    exe=$dst/bin/python$ver
+    # A shared build names libpython by absolute path (RUNPATH): point it at the copy.
+    if readelf -d "$exe" 2>/dev/null | grep -qE '\((RUN)?PATH\)'; then
+        command -v patchelf >/dev/null \
+            || die "patchelf is needed to relocate the copy of $src" "apt-get install patchelf, then re-run"
+        # shellcheck disable=SC2016  # $ORIGIN is for the dynamic loader, not the shell
+        patchelf --set-rpath '$ORIGIN/../lib' "$exe"
+    fi
+    if hidden=$(hidden_need "$exe"); then
+        die "the copy of the interpreter at $dst still needs $hidden" \
+            "install python3.11 and python3.11-venv with apt, then re-run with --python /usr/bin/python3.11"
+    fi
+    PYTHON=$exe
+}
+
 # Copy only when the content or mode differs, so a re-run changes nothing.
 put_file() {
     local mode=$1 src=$2 dst=$3
@@ -188,12 +297,15 @@ install_apt_packages() {
     if [[ -n $ROOT ]]; then
         say "apt packages (when missing): ${APT_PACKAGES[*]}"
         system apt-get install -y --no-install-recommends "${APT_PACKAGES[@]}"
+        ((!COPY_PYTHON)) || command -v patchelf >/dev/null \
+            || die "patchelf is needed to copy the interpreter" "apt-get install patchelf, then re-run"
         return
     fi
     for pkg in "${APT_PACKAGES[@]}"; do
         dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null | grep -qx installed \
             || missing+=("$pkg")
     done
+    ((!COPY_PYTHON)) || command -v patchelf >/dev/null || missing+=(patchelf)
     # Debian ships venv's pip bootstrap separately (python3.X-venv).
     if ((!NO_VENV)) && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
         venv_pkg=$("$PYTHON" -c 'import sys; print(f"python3.{sys.version_info[1]}-venv")')
@@ -247,7 +359,16 @@ build_venv() {
     else
         note "no working nvidia-smi: installing for the CPU"
     fi
+    copy_python
     say "Python environment $VENV"
+    # A venv made by an older install.sh from an interpreter the service cannot see is
+    # made again, and so is one that is not from the copy this run made.
+    if [[ -e $venv ]] && { ! "$venv/bin/python" -c 'import sys' 2>/dev/null \
+        || hidden_need "$venv/bin/python" >/dev/null \
+        || { ((COPY_PYTHON)) && [[ $(readlink -f "$venv/bin/python") != "$ROOT$PYTHON_HOME"/* ]]; }; }; then
+        note "making the venv again from $PYTHON"
+        rm -rf -- "$venv"
+    fi
     if ! "$venv/bin/python" -c 'import sys' 2>/dev/null; then
         "$PYTHON" -m venv "$venv" \
             || die "could not create the venv at $venv" \
@@ -262,6 +383,72 @@ build_venv() {
         grep -rlF -- "$venv" "$venv/bin" | while read -r f; do
             sed -i "s|$venv|$VENV|g" "$f"
         done || true
+        # pyvenv.cfg and bin/python name the interpreter: a copy in the tree moves too.
+        sed -i "s|$ROOT$PYTHON_HOME|$PYTHON_HOME|g" "$venv/pyvenv.cfg"
+        local link target
+        for link in "$venv"/bin/*; do
+            [[ -L $link ]] || continue
+            target=$(readlink "$link")
+            [[ $target == "$ROOT"/* ]] && ln -sfn "${target#"$ROOT"}" "$link"
+        done
+    fi
+}
+
+# The properties of the installed unit that decide whether its ExecStart= can run at all,
+# as systemd-run options.
+unit_sandbox() {
+    local key value
+    while IFS='=' read -r key value; do
+        case $key in
+            User | Group | SupplementaryGroups | ProtectHome | PrivateTmp | ProtectSystem \
+                | NoNewPrivileges | ProtectProc | PrivateMounts | SystemCallFilter \
+                | SystemCallArchitectures | SystemCallErrorNumber | LockPersonality)
+                printf -- '-p\n%s=%s\n' "$key" "$value"
+                ;;
+        esac
+    done <"$ROOT$UNITDIR/ttsd.service"
+}
+
+# Prove that the service can start the installed ttsd: run `ttsd --version` under the
+# unit's own sandbox with systemd-run; without systemd (a container), as the service user
+# with the hidden directories mounted over, where the kernel lets us; and in any case check
+# that no path the interpreter needs is hidden.
+check_service_python() {
+    local hidden ttsd=$VENV/bin/ttsd opts=()
+    ((!NO_VENV)) || return 0
+    say "Checking that the service can start $ttsd"
+    local what="install python3.11 and python3.11-venv with apt and re-run (install.sh then uses /usr/bin/python3.11), or pass --python PATH outside /root, /home and /tmp"
+    if [[ -n $ROOT ]]; then
+        # Packaging: the target system is elsewhere; check what the venv will name there.
+        hidden=$(sed -n 's/^home *= *//p' "$ROOT$VENV/pyvenv.cfg")
+        if is_hidden "$hidden" || [[ $hidden == "$ROOT"/* ]]; then
+            die "the venv's interpreter is $hidden, which the service cannot see" "$what"
+        fi
+        return 0
+    fi
+    if hidden=$(hidden_need "$VENV/bin/python"); then
+        die "$VENV/bin/python needs $hidden, hidden from the service by ProtectHome=yes or PrivateTmp=yes" "$what"
+    fi
+    if systemd_running; then
+        mapfile -t opts < <(unit_sandbox)
+        systemd-run --wait --pipe --quiet --collect "${opts[@]}" -- "$ttsd" --version \
+            || die "$ttsd does not start under the unit's sandbox (see above)" "$what"
+        return 0
+    fi
+    if unshare --mount --propagation private true 2>/dev/null; then
+        # shellcheck disable=SC2016  # expanded by the inner bash
+        unshare --mount --propagation private bash -c '
+            ttsd=$1 user=$2
+            shift 2
+            for d in "$@"; do
+                if [[ -d $d ]]; then mount -t tmpfs -o ro,mode=0755 ttsd-hidden "$d" || exit 1; fi
+            done
+            exec runuser -u "$user" -- "$ttsd" --version' \
+            bash "$ttsd" "$USER_NAME" "${HIDDEN_DIRS[@]}" \
+            || die "$ttsd does not start as $USER_NAME with /root, /home and /tmp hidden (see above)" "$what"
+    else
+        (cd / && runuser -u "$USER_NAME" -- "$ttsd" --version) \
+            || die "$ttsd does not start as $USER_NAME (see above)" "$what"
     fi
 }
 
@@ -270,7 +457,9 @@ install_files() {
     say "Files"
     mkdir -p "$ROOT$PREFIX" "$ROOT$ETCDIR" "$ROOT$UNITDIR"
     install -d -m 0750 "$ROOT$CACHEDIR"
-    system chown "$USER_NAME:$USER_NAME" "$CACHEDIR"
+    # -R: a cache filled by hand as root (sudo ttsd prepare) must be readable by the service;
+    # systemd's CacheDirectory= does the same at start, but prepare below runs before that.
+    system chown -R "$USER_NAME:$USER_NAME" "$CACHEDIR"
     put_link "$VENV/bin/ttsd" "$ROOT$BINDIR/ttsd"
     put_link "$VENV/bin/ttsctl" "$ROOT$BINDIR/ttsctl"
     put_file 0644 "$SRC/docs/service.md" "$ROOT$DOCDIR/service.md"
@@ -357,14 +546,60 @@ EOF
 
 do_install() {
     check_system "$@"
-    ((NO_VENV)) || check_python
+    if ((!NO_VENV)); then
+        check_python
+        choose_python
+    fi
     install_apt_packages
     create_user
     build_venv
+    check_service_python
     install_files
     prepare_models
     start_service
     print_next_steps
+}
+
+# Undo the tuning while the venv that can is still there.  The service's ExecStopPost= did
+# it already when systemd stopped a running service; this covers a service that was not
+# running or a revert that failed then.  `tune revert` keeps in its state file what it could
+# not restore, and uninstall keeps that file (see keep_or_remove_rundir).
+revert_tuning() {
+    local args=(tune revert)
+    [[ ! -e $ROOT$CONFIG ]] || args+=(--config "$CONFIG")
+    if [[ -n $ROOT ]]; then
+        system "$VENV/bin/ttsd" "${args[@]}"
+        return
+    fi
+    [[ -x $VENV/bin/ttsd ]] || return 0
+    say "Reverting the tuning"
+    "$VENV/bin/ttsd" "${args[@]}" \
+        || warn "'ttsd ${args[*]}' could not restore everything (see above); its state file is kept"
+}
+
+# The tuning state files that may exist: the configured one and the known defaults.
+tuning_state_files() {
+    local configured=""
+    if [[ -e $ROOT$CONFIG && -x $ROOT$VENV/bin/python ]]; then
+        configured=$("$ROOT$VENV/bin/python" -c '
+import sys
+from appliance.config import load_config
+print(load_config(sys.argv[1]).tuning.state_file)' "$ROOT$CONFIG" 2>/dev/null) || configured=""
+    fi
+    printf '%s\n' ${configured:+"$configured"} "${TUNING_STATE_DEFAULTS[@]}"
+}
+
+# Remove a runtime directory unless it holds a tuning state file: that file has the
+# originals revert could not put back, the only record of them until the next boot.
+keep_or_remove_rundir() {
+    local dir=$1 file
+    while read -r file; do
+        if [[ ($file == "$dir"/* || $file == "$dir") && -e $ROOT$file ]]; then
+            warn "kept $dir: it holds the tuning state $file with the original settings 'ttsd tune revert' could not restore; a reboot restores them (the settings and /run are not kept across boots)"
+            return 0
+        fi
+    done < <(tuning_state_files)
+    remove_path "$ROOT$dir"
 }
 
 remove_path() {
@@ -384,10 +619,15 @@ do_uninstall() {
         systemctl disable --now ttsd.service ttsd.socket \
             || die "could not stop ttsd" "see 'systemctl status ttsd', stop it by hand, then re-run"
     fi
+    revert_tuning
     say "Removing files"
+    keep_or_remove_rundir "$RUNDIR"
+    keep_or_remove_rundir "$TUNING_DIR"
     remove_path "$ROOT$UNITDIR/ttsd.service"
     remove_path "$ROOT$UNITDIR/ttsd.socket"
-    system systemctl daemon-reload
+    if [[ -n $ROOT ]] || systemd_running; then
+        system systemctl daemon-reload
+    fi
     local name
     for name in ttsd ttsctl; do
         # Only our own links: never a ttsd someone else put there.
@@ -397,7 +637,6 @@ do_uninstall() {
     done
     remove_path "$ROOT$PREFIX"
     remove_path "$ROOT$CACHEDIR"
-    remove_path "$ROOT$RUNDIR"
     remove_path "$ROOT$EXAMPLE"
     if ((PURGE)); then
         remove_path "$ROOT$ETCDIR"
@@ -430,4 +669,7 @@ main() {
     fi
 }
 
-main "$@"
+# Sourced (tests of the functions above), it only defines them.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+    main "$@"
+fi

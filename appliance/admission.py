@@ -17,11 +17,19 @@ Two rules, either one refuses (see docs/scheduling.md):
 
 ``retry_after_ms`` is when the first admitted stream is expected to stop
 producing audio, i.e. when its share of the workers comes free.
+
+The compute the streams report is the workers' wall time per item, which
+contention inflates: with both workers busy, each one's intra-op threads share
+the cores, and every item seems to cost twice what it does.  Given the
+scheduler's busy time (:class:`CpuShare`), the estimate is converted to CPU
+time: the daemon's CPU seconds per second of worker busy time, measured over
+the last few seconds of work, times the wall estimate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +40,47 @@ from appliance.config import SchedulerConfig
 _MIN_AUDIO_FOR_RTF_S = 2.0
 _RETRY_MIN_MS = 200
 _RETRY_MAX_MS = 30_000
+
+
+def process_cpu_s() -> float:
+    """User + system CPU seconds of this process, all threads."""
+    t = os.times()
+    return t.user + t.system
+
+
+class CpuShare:
+    """The daemon's CPU seconds per second of worker busy (wall) time.
+
+    Updated once at least ``min_busy_s`` of new busy time has passed since the last
+    reading (shorter spans say little: CPU times tick in 10 ms); 1.0 until then.
+    Clamped to [0.1, 4]: a factor outside that range is a measuring accident.
+    """
+
+    def __init__(
+        self,
+        busy_s: Callable[[], float],
+        cpu_s: Callable[[], float] = process_cpu_s,
+        min_busy_s: float = 2.0,
+        smoothing: float = 0.5,
+    ) -> None:
+        self._busy_s = busy_s
+        self._cpu_s = cpu_s
+        self._min_busy_s = min_busy_s
+        self._smoothing = smoothing
+        self._last = (busy_s(), cpu_s())
+        self._factor = 1.0
+        self._measured = False
+
+    def factor(self) -> float:
+        busy, cpu = self._busy_s(), self._cpu_s()
+        d_busy, d_cpu = busy - self._last[0], cpu - self._last[1]
+        if d_busy >= self._min_busy_s:
+            ratio = min(4.0, max(0.1, d_cpu / d_busy))
+            if self._measured:
+                ratio = self._factor + self._smoothing * (ratio - self._factor)
+            self._factor, self._measured = ratio, True
+            self._last = (busy, cpu)
+        return self._factor
 
 
 @dataclass(frozen=True)
@@ -58,8 +107,15 @@ class Decision:
 class Admission:
     """Decides on new real-time requests; keeps the measured real-time factor."""
 
-    def __init__(self, workers: int, rtf_prior: float = 0.25, smoothing: float = 0.2) -> None:
+    def __init__(
+        self,
+        workers: int,
+        rtf_prior: float = 0.25,
+        smoothing: float = 0.2,
+        cpu_share: CpuShare | None = None,
+    ) -> None:
         self.workers = max(1, workers)
+        self._cpu_share = cpu_share
         self._rtf_done = rtf_prior
         self._smoothing = smoothing
         self._observed = 0
@@ -83,11 +139,13 @@ class Admission:
                 compute += s.compute_s
                 audio += s.audio_s
         if audio <= 0:
-            return self._rtf_done
-        # The finished-request estimate counts as a few seconds of audio so one
-        # odd live stream cannot swing it alone.
-        prior_weight = 10.0 if self._observed else 2.0
-        return (compute + self._rtf_done * prior_weight) / (audio + prior_weight)
+            rtf = self._rtf_done
+        else:
+            # The finished-request estimate counts as a few seconds of audio so one
+            # odd live stream cannot swing it alone.
+            prior_weight = 10.0 if self._observed else 2.0
+            rtf = (compute + self._rtf_done * prior_weight) / (audio + prior_weight)
+        return rtf * (self._cpu_share.factor() if self._cpu_share is not None else 1.0)
 
     def projected_load(self, streams: list[StreamLoad]) -> float:
         """Share of the workers the producing real-time streams plus one more would claim."""

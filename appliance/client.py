@@ -74,9 +74,14 @@ def resolve_socket(path: str | os.PathLike[str] | None = None) -> str:
     env = os.environ.get(ENV_SOCKET)
     if env:
         return env
-    from appliance.paths import default_socket_path
+    from appliance.paths import UnsafeSocketDirError, check_socket_path, default_socket_path
 
     candidate = default_socket_path()
+    try:
+        # /tmp/ttsd-UID may have been made by someone else, who would get our text.
+        check_socket_path(candidate)
+    except UnsafeSocketDirError as exc:
+        raise TtsdError("connect", str(exc)) from exc
     system = Path("/run/ttsd/ttsd.sock")
     if not candidate.exists() and system.exists():
         return str(system)

@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import math
 import os
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -66,6 +67,12 @@ class VoicesConfig:
     voices_dir: str | None = None
     cache_dir: str | None = None
     """Split models are cached here; None = $XDG_CACHE_HOME/ttsd (or /var/cache/ttsd as root)."""
+    lexicon: str | None = None
+    """The user's lexicon (YAML, see docs/ssml.md); read at start and on SIGHUP."""
+
+    def __post_init__(self) -> None:
+        if self.lexicon is not None and (not self.lexicon.strip() or "\0" in self.lexicon):
+            raise ConfigError("voices.lexicon: must be a file path")
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,9 @@ class StreamingConfig:
     text_idle_ms: float = field(default=300.0, metadata=_rng(0, 60000))
     """Text that streams in: after this long without new text, what is buffered is spoken
     up to its last word boundary."""
+    text_low_water_ms: float = field(default=400.0, metadata=_rng(0, 60000))
+    """Text that streams in: when the listener has less than this much audio left, a
+    waiting segment is released at its last clause mark or word boundary; 0 = never."""
     text_timeout_s: float = field(default=60.0, metadata=_rng(0.1, 86400))
     """Text that streams in: a stream with no append and no finish for this long ends with
     ``text_timeout``."""
@@ -143,7 +153,7 @@ class PlaybackConfig:
     def __post_init__(self) -> None:
         if isinstance(self.latency, str) and self.latency not in ("low", "high"):
             raise ConfigError(
-                f"playback.latency: must be low, high or seconds, got {self.latency!r}"
+                f"playback.latency: must be low, high or seconds, got {_show(self.latency)}"
             )
         if isinstance(self.latency, float) and not 0 < self.latency <= 2:
             raise ConfigError(f"playback.latency: {self.latency!r} is out of range (0, 2] seconds")
@@ -167,8 +177,10 @@ class TuningConfig:
     """``ttsd serve`` binds itself to the GPU's NUMA node before any thread starts."""
     numa_mempolicy: Literal["preferred", "bind", "none"] = "preferred"
     """Memory policy of that binding: ``bind`` fails allocations when the node is full."""
-    state_file: str = "/run/ttsd/tuning.json"
-    """Originals are saved here (inside ``root``) before anything changes."""
+    state_file: str = "/run/ttsd-tuning/tuning.json"
+    """Originals are saved here (inside ``root``) before anything changes.  Its directory
+    and every one above it must be writable by root only (not /run/ttsd, which belongs
+    to the service user): ``tune revert`` writes what the file says, as root."""
     gpu_index: int = field(default=0, metadata=_rng(0, 64))
     root: str = "/"
     """Prefix of every sysfs/procfs/state path; tests point it at a fake tree."""
@@ -192,7 +204,7 @@ class GpuConfig:
         if len(frames) != 3 or not 1 <= frames[0] <= frames[1] <= frames[2] <= 4096:
             raise ConfigError(
                 f"gpu.decoder_frames: want [min, opt, max] with 1 <= min <= opt <= max <= 4096,"
-                f" got {list(frames)}"
+                f" got {_show(list(frames))}"
             )
         if frames[2] <= 32:
             raise ConfigError(
@@ -277,7 +289,9 @@ LIVE_KEYS: frozenset[str] = frozenset(
         "streaming.text_first_chars",
         "streaming.text_max_chars",
         "streaming.text_idle_ms",
+        "streaming.text_low_water_ms",
         "streaming.text_timeout_s",
+        "voices.lexicon",
         "scheduler.watermark_ms",
         "scheduler.admission_backlog_ms",
         "scheduler.admission_window_s",
@@ -303,40 +317,40 @@ def _convert(path: str, tp: Any, value: Any) -> Any:
                 return _convert(path, arm, value)
             except ConfigError as exc:
                 errors.append(exc)
-        raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
+        raise ConfigError(f"{path}: expected {_type_name(tp)}, got {_show(value)}")
     if origin is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
             raise ConfigError(
-                f"{path}: must be one of {', '.join(map(str, choices))}, got {value!r}"
+                f"{path}: must be one of {', '.join(map(str, choices))}, got {_show(value)}"
             )
         return value
     if origin is tuple:
         (item_tp, _ellipsis) = typing.get_args(tp)
         if not isinstance(value, list | tuple):
-            raise ConfigError(f"{path}: expected a list, got {value!r}")
+            raise ConfigError(f"{path}: expected a list, got {_show(value)}")
         return tuple(_convert(f"{path}[{i}]", item_tp, v) for i, v in enumerate(value))
     if tp is type(None):
         if value is not None:
-            raise ConfigError(f"{path}: expected null, got {value!r}")
+            raise ConfigError(f"{path}: expected null, got {_show(value)}")
         return None
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{path}: expected true or false, got {value!r}")
+            raise ConfigError(f"{path}: expected true or false, got {_show(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+            raise ConfigError(f"{path}: expected an integer, got {_show(value)}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{path}: expected a number, got {value!r}")
+            raise ConfigError(f"{path}: expected a number, got {_show(value)}")
         if not math.isfinite(value):
-            raise ConfigError(f"{path}: must be finite, got {value!r}")
+            raise ConfigError(f"{path}: must be finite, got {_show(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {value!r}")
+            raise ConfigError(f"{path}: expected a string, got {_show(value)}")
         return value
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return _build(path, tp, value)
@@ -347,21 +361,23 @@ def _build(prefix: str, cls: type[Any], data: Any) -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or '<top>'}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{prefix or '<top>'}: expected a mapping, got {_show(data)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
-        path = f"{prefix}.{key}" if prefix else str(key)
+        path = f"{prefix}.{_key(key)}" if prefix else _key(key)
         if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
+            # A long key cannot be a typo of a field name (and difflib is quadratic).
+            candidates = list(fields) if len(str(key)) <= _SHOW else []
+            close = difflib.get_close_matches(str(key), candidates, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(f"{path}: unknown key{hint}")
         converted = _convert(path, hints[key], value)
         lo, hi = fields[key].metadata.get("range", (None, None))
         if isinstance(converted, int | float) and not isinstance(converted, bool):
             if (lo is not None and converted < lo) or (hi is not None and converted > hi):
-                raise ConfigError(f"{path}: {converted!r} is out of range [{lo}, {hi}]")
+                raise ConfigError(f"{path}: {_show(converted)} is out of range [{lo}, {hi}]")
         kwargs[key] = converted
     return cls(**kwargs)
 
@@ -372,21 +388,127 @@ def parse_config(data: Any) -> Config:
     return result
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""A config file larger than this is refused unread (a real one is a few kilobytes)."""
+MAX_CONFIG_DEPTH = 32
+"""Deepest nesting of mappings and lists accepted (the schema needs 3)."""
+_SHOW = 60
+"""Longest rendering of a config value inside an error message."""
+
+# Quote a value without ever rendering more than a few elements or characters of it.
+_repr = reprlib.Repr()
+_repr.maxlevel = 2
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 4
+_repr.maxstring = _repr.maxother = _SHOW
+
+
+def _show(value: Any) -> str:
+    """``repr(value)`` bounded: at most :data:`_SHOW` characters, whatever ``value`` holds."""
+    text = _repr.repr(value)
+    return text if len(text) <= _SHOW else text[: _SHOW - 3] + "..."
+
+
+def _key(key: Any) -> str:
+    text = str(key) if isinstance(key, str | int | float | bool) or key is None else _show(key)
+    return text if len(text) <= _SHOW else text[: _SHOW - 3] + "..."
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader without anchors or aliases, duplicate keys or deep nesting.
+
+    Aliases let a few hundred bytes stand for gigabytes (the "billion laughs"); a config
+    has no use for them.  Refused while composing, before anything is expanded."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
+            raise _StructureError(f"aliases (*{event.anchor:.40}) are not allowed", event)
+        if getattr(event, "anchor", None) is not None:
+            raise _StructureError(f"anchors (&{event.anchor:.40}) are not allowed", event)
+        self._depth += 1
+        try:
+            if self._depth > MAX_CONFIG_DEPTH:
+                raise _StructureError(f"nested deeper than {MAX_CONFIG_DEPTH} levels", event)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # unhashable: the base class reports it
+                    continue
+                if duplicate:
+                    raise _StructureError(f"duplicate key {_key(key)}", key_node)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+
+class _StructureError(Exception):
+    """What the strict loader refuses, with where."""
+
+    def __init__(self, what: str, at: Any) -> None:
+        mark = getattr(at, "start_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        super().__init__(what + where)
+
+
+def parse_yaml(text: str, source: str = "<config>") -> Any:
+    """``text`` as plain data, through the strict loader; :class:`ConfigError` if refused."""
+    loader = _StrictLoader(text)
+    try:
+        return loader.get_single_data()
+    except _StructureError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {_bounded(str(exc))}") from None
+    except RecursionError:  # pragma: no cover - the depth cap comes first
+        raise ConfigError(f"{source}: nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _bounded(text: str, limit: int = 400) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_config_text(path: str | os.PathLike[str]) -> str:
+    """The file's text: at most :data:`MAX_CONFIG_BYTES`, valid UTF-8."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes; refused unread")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}, line {line})"
+        ) from None
+
+
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """Read and validate a YAML file.  ``None``: the system file if present, else defaults."""
+    """Read and validate a YAML file.  ``None``: the system file if present, else defaults.
+
+    Blocking and, for a large file, slow (pure-Python YAML): the daemon calls it in an
+    executor."""
     if path is None:
         if not DEFAULT_CONFIG_PATH.exists():
             return Config()
         path = DEFAULT_CONFIG_PATH
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    return parse_config(data)
+    return parse_config(parse_yaml(read_config_text(path), str(path)))
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:

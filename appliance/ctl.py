@@ -39,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--stream", action="store_true", help="with -: speak standard input as it arrives"
     )
+    p.add_argument("--ssml", action="store_true", help="TEXT is SSML (docs/ssml.md)")
     p = sub.add_parser("say", help="speak TEXT (or -) on the daemon's speaker")
     p.add_argument("text")
+    p.add_argument("--ssml", action="store_true", help="TEXT is SSML (docs/ssml.md)")
     p.add_argument(
         "--stream", action="store_true", help="with -: speak standard input as it arrives"
     )
@@ -51,6 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--voice")
     p.add_argument("--wait", action="store_true", help="return when the speech has ended")
+    p = sub.add_parser(
+        "phonemes", help="print the phonemes the voice says for TEXT (or -), word by word"
+    )
+    p.add_argument("text")
+    p.add_argument("--voice")
+    p.add_argument("--ssml", action="store_true", help="TEXT is SSML")
+    p.add_argument("--json", action="store_true", help="the daemon's whole answer as JSON")
     for name in ("info", "stats", "health", "ping", "stop"):
         sub.add_parser(name)
     args = parser.parse_args(argv)
@@ -70,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             if args.cmd == "say":
                 return _say(client, args)
+            if args.cmd == "phonemes":
+                return _phonemes(client, args)
             if args.cmd == "ping":
                 ok = client.ping()
                 print("pong" if ok else "no answer")
@@ -90,7 +101,27 @@ def _synth_opts(args: argparse.Namespace) -> dict[str, Any]:
         opts["speaker"] = int(args.speaker) if args.speaker.isdigit() else args.speaker
     if args.sample_rate is not None:
         opts["sample_rate"] = args.sample_rate
+    if getattr(args, "ssml", False):
+        opts["text_format"] = "ssml"
     return opts
+
+
+def _phonemes(client: Client, args: argparse.Namespace) -> int:
+    """One line per word: the word as the voice reads it (after normalisation and the
+    lexicon) and its phonemes, ready to paste into a lexicon entry."""
+    fields: dict[str, Any] = {"text": _text(args.text)}
+    if args.voice:
+        fields["voice"] = args.voice
+    if args.ssml:
+        fields["text_format"] = "ssml"
+    reply = client.request("phonemes", **fields)
+    if args.json:
+        _print(reply)
+        return 0
+    for clause in reply.get("clauses", []):
+        for word in clause.get("words", []):
+            print(f"{word.get('text')}\t{word.get('phonemes')}")
+    return 0
 
 
 def _report(path: str, result: Synthesis) -> None:
@@ -166,6 +197,8 @@ def _say(client: Client, args: argparse.Namespace) -> int:
     }
     if args.voice:
         msg["voice"] = args.voice
+    if args.ssml:
+        msg["text_format"] = "ssml"
     client.send(msg)
     for ev in client.events(rid):
         kind = ev.get("event")

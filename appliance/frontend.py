@@ -8,19 +8,58 @@ mostly Han, instead of espeak's "Chinese letter" babble); the language's
 normaliser (numbers, dates …); sentence split that keeps abbreviations inside
 the sentence; long sentences cut into clauses.  Every step goes through
 :class:`~appliance.textmap.MappedText`, so spans always point into the text
-the client sent.  Nothing here parses markup: "<speak>" is just text.
+the client sent.
+
+Plain text (``text_format="text"``) is never parsed as markup: "<speak>" is just text, and
+Piper-style inline phonemes ``[[ … ]]`` are read as text too (use SSML ``<phoneme>``).
+With ``text_format="ssml"`` the source goes through :mod:`appliance.ssml` first; its
+structure cuts the text into segments (at breaks, ``<s>``/``<p>`` and prosody changes),
+each segment goes through the same steps, and the clauses carry the extras: pauses, marks,
+speed, volume and phoneme overrides.  A user lexicon (:mod:`appliance.lexicon`) applies to
+both, after normalisation.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from appliance import ssml
 from appliance.errors import ErrorCode
 from appliance.errors import ServiceError as ProtocolError
-from appliance.normalize import normalize
-from appliance.textmap import MappedText
+from appliance.normalize import normalize, say_as
+from appliance.textmap import Builder, MappedText
+
+if TYPE_CHECKING:
+    from appliance.lexicon import LanguageLexicon, Lexicon
+
+TEXT_FORMATS = ("text", "ssml")
+
+
+@dataclass(frozen=True)
+class ClauseMark:
+    """An SSML ``<mark/>`` inside a clause."""
+
+    name: str
+    position: int
+    """Character position in :attr:`Clause.text` (0: before the clause's first sound,
+    ``len(text)``: after its last)."""
+
+
+@dataclass(frozen=True)
+class PhonemeOverride:
+    """Characters of a clause said with the given phonemes instead of espeak's."""
+
+    start: int
+    end: int
+    """[start, end) in :attr:`Clause.text`."""
+    ipa: str
+    """The voice's espeak IPA symbols, as written (checked against the voice's map)."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +70,18 @@ class Clause:
     sentence_end: bool
     word_spans: tuple[tuple[int, int], ...]
     """Original span of each word of the clause, in order."""
+    # SSML extras; plain text leaves the defaults.
+    pause_before_ms: int = 0
+    """Silence before the clause's audio (``<break>``)."""
+    pause_after_ms: int = 0
+    """Silence after it (a ``<break>`` at the very end)."""
+    marks: tuple[ClauseMark, ...] = ()
+    speed: float = 1.0
+    """``<prosody rate>``: multiplies the request's speed."""
+    volume: float = 1.0
+    """``<prosody volume>``: multiplies the request's volume."""
+    phonemes: tuple[PhonemeOverride, ...] = ()
+    """``<phoneme>`` and lexicon IPA entries, in order, not overlapping."""
 
 
 # Characters NFKC leaves alone but which are punctuation to a reader.
@@ -110,20 +161,31 @@ _SPACES = re.compile(r"\s+")
 
 
 def clean(text: str) -> MappedText:
-    mt = MappedText.identity(text).map_chars(_char_clean)
-    return _strip(mt.sub(_SPACES, " "))
+    return clean_mapped(MappedText.identity(text))
+
+
+def clean_mapped(mt: MappedText, strip: bool = True) -> MappedText:
+    out = mt.map_chars(_char_clean).sub(_SPACES, " ")
+    return _strip(out) if strip else out
+
+
+def _latin_voice(language: str) -> bool:
+    return language.replace("-", "_").split("_")[0].lower() in _LATIN_FAMILIES
+
+
+def _is_foreign(ch: str) -> bool:
+    return ch.isalpha() and not unicodedata.name(ch, "").startswith("LATIN")
 
 
 def check_script(mt: MappedText, language: str) -> MappedText:
     """Refuse text mostly in a script the voice cannot read; drop stray foreign letters."""
-    family = language.replace("-", "_").split("_")[0].lower()
-    if family not in _LATIN_FAMILIES:
+    if not _latin_voice(language):
         return mt
     letters = foreign = 0
     for ch in mt.text:
         if ch.isalpha():
             letters += 1
-            if not unicodedata.name(ch, "").startswith("LATIN"):
+            if _is_foreign(ch):
                 foreign += 1
     if letters and foreign * 2 > letters:
         raise ProtocolError(
@@ -131,10 +193,12 @@ def check_script(mt: MappedText, language: str) -> MappedText:
             f"text is mostly in a script the voice ({language}) cannot speak",
         )
     if foreign:
-        mt = mt.map_chars(
-            lambda c: " " if c.isalpha() and not unicodedata.name(c, "").startswith("LATIN") else c
-        ).sub(_SPACES, " ")
+        mt = _drop_foreign(mt)
     return mt
+
+
+def _drop_foreign(mt: MappedText) -> MappedText:
+    return mt.map_chars(lambda c: " " if _is_foreign(c) else c).sub(_SPACES, " ")
 
 
 _SENT_END = re.compile(r"[.!?]+[\"')\]]*(?=\s|$)")
@@ -234,8 +298,25 @@ class FrontendLimits:
     first_clause_chars: int
 
 
-def prepare(text: str, language: str, limits: FrontendLimits) -> list[Clause]:
-    """The whole frontend for one request.  Raises :class:`ProtocolError`."""
+def prepare(
+    text: str,
+    language: str,
+    limits: FrontendLimits,
+    *,
+    text_format: str = "text",
+    lexicon: Lexicon | None = None,
+) -> list[Clause]:
+    """The whole frontend for one request.  Raises :class:`ProtocolError`.
+
+    ``text_format="ssml"``: ``text`` is SSML (see :func:`prepare_ssml`).  ``lexicon``: the
+    user's pronunciations, applied after normalisation.
+    """
+    if text_format == "ssml":
+        return prepare_ssml(text, language, limits, lexicon=lexicon)
+    if text_format != "text":
+        raise ProtocolError(
+            ErrorCode.BAD_REQUEST, f"text_format must be one of {', '.join(TEXT_FORMATS)}"
+        )
     if len(text) > limits.max_chars:
         raise ProtocolError(
             ErrorCode.TEXT_TOO_LONG,
@@ -250,6 +331,7 @@ def prepare(text: str, language: str, limits: FrontendLimits) -> list[Clause]:
         raise ProtocolError(ErrorCode.EMPTY_TEXT, "text has nothing to speak")
     mt = check_script(mt, language)
     mt = normalize(mt, language)
+    words = lexicon.for_language(language) if lexicon is not None else None
     clauses: list[Clause] = []
     first = True
     for sentence in split_sentences(mt):
@@ -262,15 +344,306 @@ def prepare(text: str, language: str, limits: FrontendLimits) -> list[Clause]:
         for k, part in enumerate(parts):
             if not any(c.isalnum() for c in part.text):
                 continue
-            words = tuple(part.span(m.start(), m.end()) for m in _WORD.finditer(part.text))
-            clauses.append(
-                Clause(
-                    text=part.text,
-                    span=part.span(0, len(part)),
-                    sentence_end=k == len(parts) - 1,
-                    word_spans=words,
-                )
-            )
+            clauses.append(_clause(part, k == len(parts) - 1, words))
     if not clauses:
         raise ProtocolError(ErrorCode.EMPTY_TEXT, "text has nothing to speak")
     return clauses
+
+
+def _clause(
+    part: MappedText,
+    sentence_end: bool,
+    words: LanguageLexicon | None,
+    fixed: tuple[tuple[int, int, str], ...] = (),
+    marks: list[ssml.Mark] | None = None,
+    speed: float = 1.0,
+    volume: float = 1.0,
+) -> Clause:
+    """One clause from its text.
+
+    ``fixed``: source ranges said with the given IPA (``<phoneme>``); ``marks``: SSML marks
+    inside this clause, placed before the first character that comes after them in the source.
+    """
+    lo, hi = part.span(0, len(part))
+    # Only the <phoneme> ranges of this clause (a document may have many).
+    fixed = tuple((a, b, ipa) for a, b, ipa in fixed if a < hi and lo < b)
+    protected = [(a, b) for a, b, _ in fixed]
+    if words is not None:
+        part = words.respell(part, protected)
+    clause_marks = tuple(
+        ClauseMark(m.name, sum(1 for st in part.starts if st < m.source_offset))
+        for m in marks or ()
+    )
+    overrides: list[PhonemeOverride] = []
+    for a, b, ipa in fixed:
+        inside = [k for k, st in enumerate(part.starts) if a <= st < b]
+        if inside:
+            overrides.append(PhonemeOverride(inside[0], inside[-1] + 1, ipa))
+    if words is not None:
+        taken = [(o.start, o.end) for o in overrides]
+        overrides.extend(
+            PhonemeOverride(i, j, ipa) for i, j, ipa in words.phoneme_matches(part.text, taken)
+        )
+    overrides.sort(key=lambda o: o.start)
+    spans = tuple(part.span(m.start(), m.end()) for m in _WORD.finditer(part.text))
+    return Clause(
+        text=part.text,
+        span=part.span(0, len(part)),
+        sentence_end=sentence_end,
+        word_spans=spans,
+        phonemes=tuple(overrides),
+        marks=clause_marks,
+        speed=speed,
+        volume=volume,
+    )
+
+
+# --- SSML --------------------------------------------------------------------------------------
+
+
+class _Spanned(Protocol):
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+
+
+S = TypeVar("S", bound=_Spanned)
+
+
+class _SpanIndex(Generic[S]):
+    """Spans sorted by start, for "which overlap [lo, hi)" without a scan of all of them
+    (a document can hold thousands of elements and as many segments)."""
+
+    def __init__(self, spans: Iterable[S]) -> None:
+        self.spans = sorted(spans, key=lambda sp: (sp.start, -sp.end))
+        self.starts = [sp.start for sp in self.spans]
+        self.longest = max((sp.end - sp.start for sp in self.spans), default=0)
+
+    def overlapping(self, lo: int, hi: int) -> list[S]:
+        i = bisect.bisect_left(self.starts, lo - self.longest)
+        j = bisect.bisect_left(self.starts, hi)
+        return [sp for sp in self.spans[i:j] if sp.end > lo]
+
+
+@dataclass
+class _Segment:
+    """Spoken text between two structure points (break, <s>/<p>, prosody change)."""
+
+    start: int
+    end: int
+    speed: float
+    volume: float
+    marks: list[ssml.Mark] = dataclasses.field(default_factory=list)
+    """Marks strictly inside the segment's text."""
+
+
+def _segments(
+    doc: ssml.SsmlDocument, prosody: _SpanIndex[ssml.ProsodySpan]
+) -> list[_Segment | ssml.Event]:
+    """Text segments and the breaks, marks and boundaries between them, in order."""
+    n = len(doc.text)
+    cuts = {0, n}
+    for ev in doc.events:
+        if not isinstance(ev, ssml.Mark):
+            cuts.add(ev.position)
+    for pr in doc.prosody:
+        cuts.update((pr.start, pr.end))
+    points = sorted(cuts)
+    at: dict[int, list[ssml.Event]] = {}
+    inner_marks: list[ssml.Mark] = []
+    for ev in doc.events:
+        if isinstance(ev, ssml.Mark) and ev.position not in cuts:
+            inner_marks.append(ev)
+        else:
+            at.setdefault(ev.position, []).append(ev)
+    out: list[_Segment | ssml.Event] = []
+    mark_i = 0
+    for a, b in zip(points, [*points[1:], n], strict=True):
+        out.extend(at.get(a, ()))
+        if b <= a:
+            continue
+        speed = volume = 1.0
+        # The innermost prosody around the segment: its factors include the outer ones.
+        around = [pr for pr in prosody.overlapping(a, b) if pr.start <= a and b <= pr.end]
+        if around:
+            inner = max(around, key=lambda pr: (pr.start, -pr.end))
+            speed, volume = inner.rate, inner.volume
+        seg = _Segment(a, b, speed, volume)
+        while mark_i < len(inner_marks) and inner_marks[mark_i].position < b:
+            seg.marks.append(inner_marks[mark_i])
+            mark_i += 1
+        out.append(seg)
+    return out
+
+
+def _segment_text(
+    doc: ssml.SsmlDocument,
+    seg: _Segment,
+    language: str,
+    index: _SpanIndex[ssml.SayAsSpan | ssml.PhonemeSpan],
+) -> MappedText:
+    """Clean and normalise one segment; say-as and phoneme content go their own way."""
+    special: list[tuple[int, int, ssml.SayAsSpan | ssml.PhonemeSpan]] = []
+    for span in index.overlapping(seg.start, seg.end):  # outermost first
+        a, b = max(span.start, seg.start), min(span.end, seg.end)
+        if a < b and not any(x < b and a < y for x, y, _ in special):
+            special.append((a, b, span))
+    special.sort(key=lambda t: t[0])
+    runs: list[tuple[int, int, ssml.SayAsSpan | ssml.PhonemeSpan | None]] = []
+    pos = seg.start
+    for a, b, special_span in special:
+        if pos < a:
+            runs.append((pos, a, None))
+        runs.append((a, b, special_span))
+        pos = b
+    if pos < seg.end:
+        runs.append((pos, seg.end, None))
+    out = Builder()
+    latin = _latin_voice(language)
+    need_space = wrote = False
+    prev_end = 0
+    for a, b, sp in runs:
+        raw = doc.text.slice(a, b)
+        mt = clean_mapped(raw, strip=False)
+        if latin:
+            mt = _drop_foreign(mt)
+        lead = mt.text[:1] == " "
+        trail = mt.text[-1:] == " "
+        mt = _strip(mt)
+        if isinstance(sp, ssml.SayAsSpan):
+            mt = say_as(mt, sp.interpret_as, sp.format, language) if mt.text else mt
+        elif sp is None:
+            mt = normalize(mt, language)
+        if not mt.text:
+            need_space = need_space or lead or trail
+            continue
+        if wrote and (need_space or lead):
+            out.add(" ", prev_end, prev_end)  # zero width: between the two runs' sources
+        out.copy(mt, 0, len(mt))
+        prev_end = mt.ends[-1]
+        wrote = True
+        need_space = trail
+    return _strip(out.build().sub(_SPACES, " "))
+
+
+def prepare_ssml(
+    source: str,
+    language: str,
+    limits: FrontendLimits,
+    *,
+    lexicon: Lexicon | None = None,
+) -> list[Clause]:
+    """SSML → clauses with pauses, marks, speed, volume and phoneme overrides.
+
+    Spans index ``source`` as sent.  Breaks become ``pause_before_ms`` of the next clause
+    (``pause_after_ms`` of the last one at the end); a mark goes to the clause whose sound
+    follows it (position 0), or to the end of the clause before when a break or the end of
+    the document comes first.
+    """
+    doc = ssml.parse(source, limits.max_chars)
+    whole = clean_mapped(doc.text)
+    if not any(c.isalnum() for c in whole.text):
+        raise ProtocolError(ErrorCode.EMPTY_TEXT, "SSML has nothing to speak")
+    check_script(whole, language)
+    words = lexicon.for_language(language) if lexicon is not None else None
+    special: _SpanIndex[ssml.SayAsSpan | ssml.PhonemeSpan] = _SpanIndex(
+        [*doc.say_as, *doc.phonemes]
+    )
+    clauses: list[Clause] = []
+    pending_pause = 0
+    pending_marks: list[str] = []
+    first = True
+
+    def flush_marks_to_end() -> None:
+        if clauses and pending_marks:
+            last = clauses[-1]
+            extra = tuple(ClauseMark(n, len(last.text)) for n in pending_marks)
+            clauses[-1] = dataclasses.replace(last, marks=last.marks + extra)
+            pending_marks.clear()
+
+    for item in _segments(doc, _SpanIndex(doc.prosody)):
+        if isinstance(item, ssml.Break):
+            flush_marks_to_end()
+            # Breaks in a row add up, to one break's maximum: silence is sent as samples.
+            pending_pause = min(ssml.MAX_BREAK_MS, pending_pause + item.ms)
+        elif isinstance(item, ssml.Mark):
+            pending_marks.append(item.name)
+        elif isinstance(item, ssml.Boundary):
+            if clauses and not clauses[-1].sentence_end and item.position > 0:
+                clauses[-1] = dataclasses.replace(clauses[-1], sentence_end=True)
+        else:
+            made = _segment_clauses(doc, item, language, limits, words, special, first)
+            if not made:
+                pending_marks.extend(m.name for m in item.marks)
+                continue
+            first = False
+            head = made[0]
+            made[0] = dataclasses.replace(
+                head,
+                pause_before_ms=head.pause_before_ms + pending_pause,
+                marks=tuple(ClauseMark(n, 0) for n in pending_marks) + head.marks,
+            )
+            pending_pause = 0
+            pending_marks.clear()
+            clauses.extend(made)
+    if not clauses:
+        raise ProtocolError(ErrorCode.EMPTY_TEXT, "SSML has nothing to speak")
+    flush_marks_to_end()
+    if not clauses[-1].sentence_end:
+        clauses[-1] = dataclasses.replace(clauses[-1], sentence_end=True)
+    if pending_pause:
+        clauses[-1] = dataclasses.replace(
+            clauses[-1], pause_after_ms=clauses[-1].pause_after_ms + pending_pause
+        )
+    return clauses
+
+
+def _segment_clauses(
+    doc: ssml.SsmlDocument,
+    seg: _Segment,
+    language: str,
+    limits: FrontendLimits,
+    words: LanguageLexicon | None,
+    special: _SpanIndex[ssml.SayAsSpan | ssml.PhonemeSpan],
+    first: bool,
+) -> list[Clause]:
+    mt = _segment_text(doc, seg, language, special)
+    # <phoneme> content as source ranges: the clauses find theirs by the character map.
+    fixed = tuple(
+        (doc.text.starts[p.start], doc.text.ends[p.end - 1], p.ph)
+        for p in special.overlapping(seg.start, seg.end)
+        if isinstance(p, ssml.PhonemeSpan)
+    )
+    parts: list[tuple[MappedText, bool]] = []
+    for sentence in split_sentences(mt):
+        pieces = split_clauses(
+            sentence,
+            limits.clause_chars,
+            limits.first_clause_chars if first else limits.clause_chars,
+        )
+        first = False
+        parts.extend(
+            (p, k == len(pieces) - 1)
+            for k, p in enumerate(pieces)
+            if any(c.isalnum() for c in p.text)
+        )
+    spans = [p.span(0, len(p)) for p, _ in parts]
+    placed: list[list[ssml.Mark]] = [[] for _ in parts]
+    for mark in seg.marks:
+        if parts:
+            src = mark.source_offset
+            k = next((i for i, sp in enumerate(spans) if sp[1] > src), len(parts) - 1)
+            placed[k].append(mark)
+    clauses = [
+        _clause(p, end, words, fixed, placed[k], speed=seg.speed, volume=seg.volume)
+        for k, (p, end) in enumerate(parts)
+    ]
+    if clauses and not _ENDS_SENTENCE.search(clauses[-1].text):
+        # The segment stops inside a sentence (a break, a prosody change): an <s>, <p> or
+        # the end of the document says where the sentence ends.
+        clauses[-1] = dataclasses.replace(clauses[-1], sentence_end=False)
+    return clauses
+
+
+_ENDS_SENTENCE = re.compile(r"[.!?][\"')\]]*$")

@@ -10,14 +10,15 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance import memory
+from appliance import __version__, memory
 from appliance.config import LIVE_KEYS, Config, ConfigError, flatten, load_config
 
 if TYPE_CHECKING:
+    from appliance.lexicon import Lexicon
     from appliance.runtime import Runtime
     from appliance.service import Door, Service
 
@@ -41,6 +42,7 @@ def _status_line(runtime: Runtime) -> str:
 
 async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int:
     from appliance.activation import ActivationError, activated_unix_listener, listen_fds
+    from appliance.lexicon import LexiconError
     from appliance.logsetup import set_level
     from appliance.notify import Notifier, watchdog_interval_s, watchdog_loop
     from appliance.runtime import Runtime
@@ -63,6 +65,13 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         # Opened once and kept running, so no device opening stands between a request
         # and its first sound.  Never raises: no device means "off" with a warning.
         runtime.player = await loop.run_in_executor(None, Player.open, cfg.playback)
+    if cfg.voices.lexicon:
+        try:
+            runtime.lexicon = await loop.run_in_executor(None, _load_lexicon, cfg, runtime)
+        except LexiconError as exc:
+            log.error("lexicon: %s", exc)
+            runtime.close()
+            return 1
     from appliance.service import Service
 
     service = Service(runtime)
@@ -123,14 +132,13 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
             door.close_listener()
         server.request_stop()
 
-    def reload() -> None:
-        notifier.reloading()
-        try:
-            new = load_config(config_path)
-        except ConfigError as exc:
-            log.error("reload refused: %s", exc)
-            notifier.ready(status=_status_line(runtime))
-            return
+    # SIGHUP: the file is read and parsed in an executor (a large or hostile file must not
+    # stall the loop past WatchdogSec), then applied on the loop.  One reload at a time;
+    # a SIGHUP during one asks for another after it, since the file may have changed
+    # after it was read.
+    reloads = _Reloads()
+
+    def apply_config(new: Config) -> None:
         old_flat, new_flat = flatten(state["cfg"]), flatten(new)
         changed = [k for k in new_flat if new_flat[k] != old_flat.get(k)]
         for k in changed:
@@ -145,7 +153,38 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
             log.info("reloaded: %s", ", ".join(sorted(live)))
         else:
             log.info("reload: nothing to change live")
-        notifier.ready(status=_status_line(runtime))
+
+    async def reload_lexicon() -> None:
+        # The lexicon file is read again even when its path did not change (that is the
+        # point of a reload); new requests use it once it is in, requests in flight keep
+        # the one they started with.
+        try:
+            new = await loop.run_in_executor(None, _load_lexicon, state["cfg"], runtime)
+        except LexiconError as exc:
+            log.error("lexicon reload refused, keeping the old one: %s", exc)
+            return
+        runtime.lexicon = new
+        log.info("lexicon: %s", f"{len(new)} entries from {new.source}" if new else "none")
+
+    async def reload_once() -> None:
+        notifier.reloading()
+        try:
+            new = await loop.run_in_executor(None, load_config, config_path)
+        except ConfigError as exc:
+            log.error("reload refused: %s", exc)
+        else:
+            apply_config(new)
+            await reload_lexicon()
+        finally:
+            notifier.ready(status=_status_line(runtime))
+
+    def reload() -> None:
+        task = reloads.request(reload_once)
+        if task is None:
+            log.info("reload: already reloading; the file is read again after this one")
+            return
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
@@ -179,6 +218,32 @@ def _front_ends(cfg: Config, service: Service) -> list[Door]:
     return doors
 
 
+class _Reloads:
+    """At most one reload running; requests during it fold into one more run after it."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+        self.again = False
+
+    def request(self, reload_once: Callable[[], Awaitable[None]]) -> asyncio.Task[None] | None:
+        """The task started for this request; None when it joined the running one."""
+        if self.task is not None:
+            self.again = True
+            return None
+        self.task = asyncio.get_running_loop().create_task(self._run(reload_once))
+        return self.task
+
+    async def _run(self, reload_once: Callable[[], Awaitable[None]]) -> None:
+        try:
+            while True:
+                self.again = False
+                await reload_once()
+                if not self.again:
+                    return
+        finally:
+            self.task = None
+
+
 def _inject_stall(runtime: Runtime, seconds: float) -> None:
     """Test hook (``TTSD_TEST_STALL_WORKER``): the first work item hangs its worker.
 
@@ -198,6 +263,15 @@ def _inject_stall(runtime: Runtime, seconds: float) -> None:
         return real_submit(functools.partial(stalled, fn), **kw)
 
     setattr(scheduler, "submit", submit_once)  # noqa: B010
+
+
+def _load_lexicon(cfg: Config, runtime: Runtime) -> Lexicon | None:
+    from appliance.lexicon import load_checked
+
+    if not cfg.voices.lexicon:
+        return None
+    infos = [v.phonemizer.info for v in runtime.voices.values()]
+    return load_checked(cfg.voices.lexicon, infos)
 
 
 def _merge_live(old: Config, new: Config, live: set[str]) -> Config:
@@ -237,7 +311,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from tuning.numa import bind_self
 
         bind_self(cfg.tuning, nvml.load())  # logs what it did
-    from appliance.paths import default_socket_path
+    from appliance.paths import default_socket_path, prepare_socket_dir
 
     path = Path(args.socket or cfg.server.socket or default_socket_path())
     if args.wyoming:
@@ -251,15 +325,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"ttsd: --wyoming: {exc}", file=sys.stderr)
             return 2
         cfg = dataclasses.replace(cfg, wyoming=dataclasses.replace(cfg.wyoming, uri=args.wyoming))
+    try:
+        prepare_socket_dir(path)  # here too: refuse before a minute of loading voices
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", path, exc)
+        return 1
     memory.limit_malloc_arenas(2)  # before any thread allocates
     return asyncio.run(_serve(cfg, args.config, path))
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    from appliance.lexicon import LexiconError, load_for_config
+
     path = args.file
     try:
-        load_config(path)
-    except ConfigError as exc:
+        cfg = load_config(path)
+        if cfg.voices.lexicon:
+            load_for_config(cfg.voices.lexicon, cfg.voices.voices_dir)
+    except (ConfigError, LexiconError) as exc:
         print(f"ttsd: {exc}", file=sys.stderr)
         return 1
     print(f"{path or 'defaults'}: ok")
@@ -296,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "tune":
         return cmd_tune(argv[1:])
     parser = argparse.ArgumentParser(prog="ttsd", description="Local streaming TTS daemon")
+    # install.sh runs it under the unit's sandbox: proof the service can start this Python.
+    parser.add_argument("--version", action="version", version=f"ttsd {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("serve", help="run the daemon in the foreground")
     p.add_argument("--socket", help="socket path (default: per user, or /run/ttsd/ttsd.sock)")

@@ -22,15 +22,46 @@ import re
 import sys
 import threading
 import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from appliance.engine.base import IntArray
 
 if TYPE_CHECKING:
-    from appliance.voices import VoiceInfo
+    from appliance.voicetypes import VoiceInfo
+
+
+class Override(Protocol):
+    """Characters [start, end) of a clause said with ``ipa`` (frontend.PhonemeOverride)."""
+
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def ipa(self) -> str: ...
+
+
+def ipa_symbols(ipa: str, id_map: Mapping[str, Sequence[int]], voice: str) -> list[str]:
+    """IPA as written → the voice's phoneme symbols, one per code point as espeak's are.
+
+    Raises ``bad_request`` naming the first symbol the voice has no id for.
+    """
+    from appliance.errors import ErrorCode, ServiceError
+
+    out: list[str] = []
+    for ch in unicodedata.normalize("NFD", " ".join(ipa.split())):
+        if ch not in id_map:
+            raise ServiceError(
+                ErrorCode.BAD_REQUEST,
+                f"phoneme {ch!r} (U+{ord(ch):04X}) in {ipa!r} is not a symbol of voice {voice}",
+            )
+        out.append(ch)
+    return out
+
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +152,7 @@ class Phonemizer:
         self._boundary_ids = frozenset(
             i for p in BOUNDARY_PHONEMES for i in self._id_map.get(p, [])
         )
+        self._space_ids = frozenset(self._id_map.get(" ", []))
 
     def phonemes(self, text: str) -> list[str]:
         """All phonemes of ``text`` as one utterance (espeak's sentences joined by a space)."""
@@ -132,6 +164,35 @@ class Phonemizer:
             if out:
                 out.append(" ")
             out.extend(sentence)
+        return out
+
+    def ipa(self, ipa: str) -> list[str]:
+        """IPA as written (``<phoneme ph>``, a lexicon entry) → this voice's symbols."""
+        return ipa_symbols(ipa, self._id_map, self.info.name)
+
+    def phonemes_with(self, text: str, overrides: Sequence[Override]) -> list[str]:
+        """Phonemes of ``text`` with the given character ranges said as written."""
+        if not overrides:
+            return self.phonemes(text)
+        out: list[str] = []
+        pos = 0
+        for o in (*overrides, None):
+            gap = text[pos : o.start if o is not None else len(text)]
+            if any(c.isalnum() for c in gap):
+                piece = self.phonemes(gap)
+                # espeak drops punctuation that opens a text (", and then"); after an
+                # override it is the override's comma, and the voice should pause.
+                lead = [c for c in gap[: len(gap) - len(gap.lstrip(" ,;:"))] if c in ",;:"]
+                if lead and out:
+                    piece = [*lead, " ", *piece]
+            else:  # only punctuation: espeak says nothing for it, but the voice pauses
+                piece = [c for c in gap.strip() if c in self._id_map]
+            if o is not None:
+                piece = [*piece, *([" "] if piece else []), *self.ipa(o.ipa)]
+                pos = o.end
+            if out and piece and piece[0] not in BOUNDARY_PHONEMES and out[-1] != " ":
+                out.append(" ")
+            out.extend(piece)
         return out
 
     def ids_for(self, phonemes: list[str]) -> IntArray:
@@ -151,6 +212,10 @@ class Phonemizer:
 
     def is_boundary(self, phoneme_id: int) -> bool:
         return phoneme_id in self._boundary_ids
+
+    def is_space(self, phoneme_id: int) -> bool:
+        """The id of a word gap (where SSML marks between words are placed)."""
+        return phoneme_id in self._space_ids
 
     def word_count(self, ids: IntArray) -> int:
         space = set(self._id_map.get(" ", []))

@@ -271,7 +271,52 @@ def _target(d: dict[str, Any]) -> int:
     return target
 
 
-Request = SimpleRequest | SynthesizeRequest | CancelRequest | AppendRequest | FinishRequest
+@dataclass(frozen=True)
+class PhonemesRequest:
+    """What a voice says for a text, word by word (``ttsctl phonemes``, lexicon writing).
+
+    Answered by ``phonemes {voice, clauses: [{text, span, phonemes, words: [{text,
+    phonemes}]}]}``: the text after normalisation and the lexicon, as the voice's espeak IPA.
+    """
+
+    OP: ClassVar[str] = "phonemes"
+
+    id: int
+    text: str
+    voice: str | None = None
+    text_format: str = "text"
+    op: str = "phonemes"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PhonemesRequest:
+        rid = _req_id(d)
+        text = d.get("text")
+        if not isinstance(text, str):
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "'text' is required and must be a string")
+        return cls(
+            id=rid,
+            text=text,
+            voice=_opt_str(d, "voice"),
+            text_format=_opt_choice(d, "text_format", TEXT_FORMATS) or "text",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"op": self.op, "id": self.id, "text": self.text}
+        if self.voice is not None:
+            d["voice"] = self.voice
+        if self.text_format != "text":
+            d["text_format"] = self.text_format
+        return d
+
+
+Request = (
+    SimpleRequest
+    | SynthesizeRequest
+    | CancelRequest
+    | AppendRequest
+    | FinishRequest
+    | PhonemesRequest
+)
 
 SIMPLE_OPS = frozenset({"info", "stats", "health", "warmup", "ping", "stop"})
 
@@ -291,6 +336,8 @@ def parse_request(msg: Any) -> Request:
         return AppendRequest.from_dict(msg)
     if op == "finish":
         return FinishRequest.from_dict(msg)
+    if op == "phonemes":
+        return PhonemesRequest.from_dict(msg)
     if op in SIMPLE_OPS:
         return SimpleRequest(op=op, id=_req_id(msg))
     # Validate the id first so the error can carry it back.

@@ -41,7 +41,7 @@ import msgpack
 
 from appliance.config import Config, ServerConfig
 from appliance.errors import ErrorCode, ServiceError
-from appliance.paths import default_socket_path
+from appliance.paths import default_socket_path, prepare_socket_dir
 from appliance.pcm import PcmEncoder
 from appliance.protocol import (
     AppendRequest,
@@ -50,6 +50,7 @@ from appliance.protocol import (
     EndEvent,
     ErrorEvent,
     FinishRequest,
+    PhonemesRequest,
     SimpleEvent,
     SimpleRequest,
     StartEvent,
@@ -84,6 +85,8 @@ _MAX_GROUPS = 65536
 
 class ClientTooSlow(Exception):
     """The client did not read its output within the configured time."""
+
+    code = ErrorCode.CLIENT_TOO_SLOW
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,7 @@ class Server:
             log.info("serving on an activated socket")
             return
         path = self.socket_path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        prepare_socket_dir(path)  # the per-user default: 0700, ours, not a symlink
         remove_stale_socket(path)
         # Created owner-only, then opened up to the configured mode: no window
         # in which the socket is reachable by anyone else.
@@ -581,6 +584,8 @@ class Connection:
         coro = (
             self._synthesize(req, state)
             if isinstance(req, SynthesizeRequest)
+            else self._phonemes(req)
+            if isinstance(req, PhonemesRequest)
             else self._simple(req)
         )
         task = asyncio.create_task(coro)
@@ -708,6 +713,15 @@ class Connection:
         except ServiceError as exc:
             self._error_soon(req.target, exc, refused=True)
 
+    async def _phonemes(self, req: PhonemesRequest) -> None:
+        try:
+            result = await self.service.phonemes(req.text, req.voice, req.text_format)
+            await self.send(SimpleEvent(req.id, "phonemes", result).to_dict())
+        except ServiceError as exc:
+            self._error_soon(req.id, exc)
+        except (ClientTooSlow, ConnectionError, OSError):
+            return
+
     async def _simple(self, req: SimpleRequest) -> None:
         svc = self.service
         op = req.op
@@ -798,4 +812,7 @@ class Connection:
                 SimpleEvent(req.id, "started", {"latency_ms": round(latency_ms, 2)}).to_dict()
             )
 
-        return await stream.run_speech(queued, started)
+        def mark(name: str) -> None:
+            self._write(SimpleEvent(req.id, "mark", {"name": name}).to_dict())
+
+        return await stream.run_speech(queued, started, mark)

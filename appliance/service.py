@@ -23,6 +23,7 @@ Nothing here imports a wire format.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import itertools
@@ -39,7 +40,7 @@ from appliance.errors import ErrorCode, ServiceError
 from appliance.frontend import Clause, FrontendLimits, prepare
 from appliance.playback import NoAudioDevice, Utterance
 from appliance.runtime import Runtime
-from appliance.speech import Chunk, SpeechRequest
+from appliance.speech import Chunk, Mark, SpeechRequest
 from appliance.streaming import ClauseQueue, JobSettings, JobStats, SynthesisJob, VoiceRuntime
 from appliance.textstream import SegmentRule, TextFeed
 
@@ -47,6 +48,9 @@ log = logging.getLogger(__name__)
 reqlog = logging.getLogger("ttsd.request")
 
 Emit = Callable[[Chunk], Awaitable[None]]
+
+_MARK_POLL_S = 0.005
+"""How often ``speak`` checks the device's progress for SSML marks (well under a word)."""
 
 _FRONTEND_THREADS = 2
 """Text normalisation is a few ms of pure Python per request: two threads keep one long
@@ -134,6 +138,12 @@ class Stream:
     def buffer_s(self) -> float:
         """Audio the client holds but has not played yet (if it plays in real time)."""
         return self.job.buffer_s() if self.job is not None else 0.0
+
+    def audio_left_s(self) -> float | None:
+        """Like :meth:`buffer_s`, None before the first chunk."""
+        if self.job is None or self.job.stats.t_first is None:
+            return None
+        return self.job.buffer_s()
 
     # -- control
 
@@ -237,7 +247,9 @@ class Stream:
             raise
         except Exception as exc:
             if door_exc and exc is door_exc[0]:
-                outcome = type(exc).__name__
+                # The door's own failure (its client went away or stopped reading): the
+                # door reports it; here it only names the outcome in the request log.
+                outcome = "door:" + str(getattr(exc, "code", type(exc).__name__))
                 raise
             # A bug or a backend failure must end this request, not the daemon.
             log.exception("stream %d failed", self.number)
@@ -262,7 +274,7 @@ class Stream:
                 stats = self.job.stats.to_dict()
         if self.feed is not None:
             self.feed.close()
-        if outcome not in ("end", "cancelled"):
+        if outcome not in ("end", "cancelled") and not outcome.startswith("door:"):
             self.service.record_error(outcome)
         self.service._unregister(self)
         reqlog.info(
@@ -290,9 +302,11 @@ class Stream:
         self,
         on_queued: Callable[[int], Awaitable[None]],
         on_started: Callable[[float], None],
+        on_mark: Callable[[str], None] | None = None,
     ) -> StreamResult:
         """``speak``: synthesize into the player; ``on_queued(position)``, then
-        ``on_started(latency_ms)`` when the first sample reaches the device."""
+        ``on_started(latency_ms)`` when the first sample reaches the device, and
+        ``on_mark(name)`` for each SSML mark when the device is handed its sample."""
         rt = self.service.runtime
         player = rt.player
         job = self.job
@@ -300,6 +314,7 @@ class Stream:
         outcome = "error"
         stats: dict[str, Any] = {}
         started_task: asyncio.Task[None] | None = None
+        marks_task: asyncio.Task[None] | None = None
         try:
             if player is None:
                 raise ServiceError(ErrorCode.NO_AUDIO_DEVICE, "playback is off in this daemon")
@@ -319,10 +334,38 @@ class Stream:
             if self.cancel_reason is not None:
                 utt.cancel()
 
+            marks: collections.deque[Mark] = collections.deque()
+            marks_changed = asyncio.Event()
+
             async def emit(chunk: Chunk) -> None:
                 if not utt.push(chunk.samples):
                     # Cut, dropped or stopped: no one will hear the rest, so stop making it.
                     raise asyncio.CancelledError()
+                if chunk.marks and on_mark is not None:
+                    marks.extend(chunk.marks)
+                    marks_changed.set()
+
+            async def relay_marks() -> None:
+                # The player counts the frames it hands to the device; a mark is reported
+                # once its sample is among them (polled: the audio thread must not call
+                # into the loop for every callback).
+                assert on_mark is not None and started_task is not None
+                await asyncio.shield(started_task)  # 'started' goes out first
+                if utt.latency_ms is None and utt.end_info is not None:
+                    return  # never started: nothing was heard
+                while True:
+                    while not marks:
+                        marks_changed.clear()
+                        await marks_changed.wait()
+                    mark = marks[0]
+                    # (2 ms early: the resampler may hand over a few frames fewer at the end)
+                    target = max(0.0, mark.offset_ms - 2.0) * utt.out_rate / 1000.0
+                    while utt.frames_played < target:
+                        if utt.end_info is not None:
+                            return  # ended before that sample was played: not heard
+                        await asyncio.sleep(_MARK_POLL_S)
+                    marks.popleft()
+                    on_mark(mark.name)
 
             async def produce() -> None:
                 try:
@@ -338,9 +381,15 @@ class Stream:
 
             self._job_task = asyncio.create_task(produce())
             started_task = asyncio.create_task(relay_started())
+            if on_mark is not None:
+                marks_task = asyncio.create_task(relay_marks())
             with contextlib.suppress(asyncio.CancelledError):
                 await self._job_task
             info = await utt.wait_ended()
+            if marks_task is not None:
+                # Marks on the last samples: the device has them now.
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(marks_task), timeout=0.2)
             # Let 'started' go out first when it happened.
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(asyncio.shield(started_task), timeout=0.5)
@@ -364,6 +413,8 @@ class Stream:
         finally:
             if started_task is not None:
                 started_task.cancel()
+            if marks_task is not None:
+                marks_task.cancel()
             self._end(outcome, stats)
 
     service_key: Hashable = None
@@ -411,8 +462,11 @@ class Service:
                     ErrorCode.TOO_MANY_REQUESTS,
                     f"the daemon has {cfg.server.max_streams} requests in flight",
                 )
-            if req.text_format != "text":
-                raise ServiceError(ErrorCode.BAD_REQUEST, "text_format 'ssml' is not supported")
+            if req.text_format == "ssml" and req.text_stream:
+                # An SSML document is parsed whole; a stream of text has no end to wait for.
+                raise ServiceError(
+                    ErrorCode.BAD_REQUEST, "text_format 'ssml' cannot be used with text_stream"
+                )
             voice, sid = self.resolve_voice(req.voice, req.speaker, req.language)
             if req.realtime:
                 # Batch requests are always taken: they only use time no stream needs.
@@ -461,7 +515,13 @@ class Service:
         limits = self.frontend_limits()
         language = stream.voice.language
         if not req.text_stream:
-            return ClauseQueue(await self.prepare_text(req.text, language, limits), closed=True)
+            clauses = await self.prepare_text(req.text, language, limits, req.text_format)
+            # <phoneme> and lexicon IPA against this voice's symbols, before any audio.
+            ph = stream.voice.phonemizer
+            for c in clauses:
+                for o in c.phonemes:
+                    ph.ipa(o.ipa)
+            return ClauseQueue(clauses, closed=True)
         queue = ClauseQueue(closed=False)
         later = FrontendLimits(limits.max_chars, limits.clause_chars, limits.clause_chars)
 
@@ -472,20 +532,57 @@ class Service:
         stream.feed = TextFeed(
             queue,
             prepare_segment,
-            SegmentRule(s.text_first_chars, s.text_max_chars, s.text_idle_ms),
+            SegmentRule(
+                s.text_first_chars,
+                s.text_max_chars,
+                s.text_idle_ms,
+                s.text_low_water_ms,
+                limits.first_clause_chars,
+            ),
             limits.max_chars,
             s.text_timeout_s,
             stream.fail,
+            audio_left=stream.audio_left_s,
         )
         if req.text:
             stream.feed.append(req.text)
         return queue
 
-    async def prepare_text(self, text: str, language: str, limits: FrontendLimits) -> list[Clause]:
+    async def prepare_text(
+        self, text: str, language: str, limits: FrontendLimits, text_format: str = "text"
+    ) -> list[Clause]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._frontend_pool, functools.partial(prepare, text, language, limits)
+            self._frontend_pool,
+            functools.partial(
+                prepare,
+                text,
+                language,
+                limits,
+                text_format=text_format,
+                lexicon=self.runtime.lexicon,
+            ),
         )
+
+    async def phonemes(
+        self, text: str, voice_name: str | None, text_format: str = "text"
+    ) -> dict[str, Any]:
+        """What ``voice_name`` says for ``text``, word by word (see lexicon.phoneme_report)."""
+        from appliance.lexicon import phoneme_report
+
+        try:
+            voice, _ = self.resolve_voice(voice_name, None)
+            clauses = await self.prepare_text(
+                text, voice.language, self.frontend_limits(), text_format
+            )
+            loop = asyncio.get_running_loop()
+            report = await loop.run_in_executor(
+                self._frontend_pool, phoneme_report, clauses, voice.phonemizer
+            )
+        except ServiceError as exc:
+            self.record_error(exc.code)
+            raise
+        return {"voice": voice.name, "clauses": report}
 
     def resolve_voice(
         self, name: str | None, speaker: str | int | None, language: str | None = None

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import functools
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from appliance.engine.base import Encoded, FloatArray, IntArray, Scales, VoiceModel
-from appliance.speech import Chunk
+from appliance.engine.windows import decode_span
+from appliance.speech import Chunk, Mark
 
 if TYPE_CHECKING:
     from appliance.frontend import Clause
@@ -35,50 +38,6 @@ STALL_JITTER_S = 0.1
 first chunk, with this much jitter buffer, would have run dry (the benchmark's client)."""
 
 # ------------------------------------------------------------------ pure helpers
-
-
-def ensure_latent(model: VoiceModel, enc: Encoded, upto: int) -> None:
-    """Run the flow so that ``z`` is valid on frames [0, ``upto``).
-
-    The first call computes just those frames, which is all the first chunk
-    waits for; a later call computes the rest of the clause in one go (each call
-    pays ``flow_context`` frames of overlap on each side, so few large calls).
-    """
-    if enc.ready >= upto or enc.z_p is None:
-        return
-    total = enc.frames
-    lo = enc.ready
-    hi = total if lo > 0 else min(total, upto)
-    c = model.flow_context
-    a, b = max(0, lo - c), min(total, hi + c)
-    z = model.flow(enc.z_p[:, :, a:b], enc.g)
-    enc.z[:, :, lo:hi] = z[:, :, lo - a : hi - a]
-    enc.ready = hi
-    if hi == total:
-        enc.z_p = None
-
-
-def decode_span(
-    model: VoiceModel, enc: Encoded, a: int, b: int, context: int, hop: int
-) -> FloatArray:
-    """Samples of frames [a, b) decoded with ``context`` frames of latent on each side."""
-    total = enc.frames
-    lo, hi = max(0, a - context), min(total, b + context)
-    ensure_latent(model, enc, hi)
-    audio = model.decode(enc.z[:, :, lo:hi], enc.g)
-    start = (a - lo) * hop
-    return audio[start : start + (b - a) * hop]
-
-
-def decode_windows(
-    model: VoiceModel, enc: Encoded, window: int, context: int, hop: int
-) -> FloatArray:
-    """Whole clause decoded window by window (the reference check of the cut)."""
-    parts = [
-        decode_span(model, enc, a, min(enc.frames, a + window), context, hop)
-        for a in range(0, enc.frames, window)
-    ]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
 @dataclass(frozen=True)
@@ -141,6 +100,48 @@ def plan_chunks(
         target = min(plan.cap, max(target, 2 * (b - a)))
         a = b
     return chunks, target
+
+
+_WORD = re.compile(r"\S+")
+
+
+def mark_frames(
+    clause: Clause, ids: IntArray, durations: FloatArray | None, is_space: Callable[[int], bool]
+) -> list[tuple[str, float]]:
+    """Where each of a clause's marks falls in its audio: ``(name, frame)``.
+
+    A mark before the clause's word *w* is placed where the voice starts that word: after
+    the *w*-th word gap (space id) in the durations.  espeak may count words differently
+    from the text (a "twenty-six" is one word, a lone dash none), so *w* is scaled to
+    espeak's count; the result is within a word of the boundary, inside one window.
+    Without durations (whole-clause voices) the position is proportional to characters.
+    """
+    if not clause.marks:
+        return []
+    starts = [m.start() for m in _WORD.finditer(clause.text)]
+    if durations is None:
+        n = max(1, len(clause.text))
+        return [(m.name, m.position / n) for m in clause.marks]  # a fraction of the clause
+    cum = np.concatenate([[0.0], np.cumsum(durations, dtype=np.float64)])
+    total = float(cum[-1])
+    gaps = [k for k, i in enumerate(ids.tolist()) if is_space(int(i))]
+    out: list[tuple[str, float]] = []
+    for m in clause.marks:
+        w = sum(1 for a in starts if a < m.position)
+        if w >= len(starts):  # after the last word begins: the end of the clause
+            out.append((m.name, total))
+            continue
+        if w == 0:
+            out.append((m.name, 0.0))
+            continue
+        if len(gaps) + 1 != len(starts):
+            w = min(len(gaps), max(1, round(w * (len(gaps) + 1) / len(starts))))
+        out.append((m.name, float(cum[gaps[w - 1] + 1])))
+    return out
+
+
+def silence(ms: int, rate: int) -> FloatArray:
+    return np.zeros(round(ms * rate / 1000), dtype=np.float32)
 
 
 def fade(audio: FloatArray, n_in: int, n_out: int) -> FloatArray:
@@ -306,6 +307,17 @@ class SynthesisJob:
         self._fade = round(voice.sample_rate * settings.join_fade_ms / 1000.0)
         self._chars_done = 0
         """Characters of the clauses whose audio is fully written (admission's estimate)."""
+        self._marks: collections.deque[Mark] = collections.deque()
+        """SSML marks placed in the audio but not yet sent with a chunk, in order."""
+
+    def _take_marks(self, end_ms: float, everything: bool) -> tuple[Mark, ...]:
+        """The marks that fall before ``end_ms`` (all of them for the request's last chunk)."""
+        out: list[Mark] = []
+        # A mark on a chunk boundary belongs to the chunk that starts there (the two
+        # numbers come from frames through different float paths: allow a microsecond).
+        while self._marks and (everything or self._marks[0].offset_ms < end_ms - 1e-3):
+            out.append(self._marks.popleft())
+        return tuple(out)
 
     # -- deadlines
 
@@ -353,16 +365,23 @@ class SynthesisJob:
     def _encode(self, clause: Clause, first_target: int | None = None) -> _Encoded:
         """Phonemize and encode a clause; with ``first_target``, also plan it and decode
         its first chunk (the first clause of a request)."""
-        ids = self.voice.phonemizer.ids(clause.text)
+        ph = self.voice.phonemizer
+        if clause.phonemes:  # SSML <phoneme>, lexicon IPA entries
+            ids = ph.ids_for(ph.phonemes_with(clause.text, clause.phonemes))
+        else:
+            ids = ph.ids(clause.text)
         s = self.settings
+        scales = s.scales
+        if clause.speed != 1.0:  # SSML <prosody rate>
+            scales = self._rate_scales(ids, clause.speed)
         if not self.voice.can_stream:
-            return _Encoded(ids, None, self.voice.model.fused(ids, s.scales, s.speaker))
+            return _Encoded(ids, None, self.voice.model.fused(ids, scales, s.speaker))
         model = self.voice.model
         if first_target is None:
-            return _Encoded(ids, model.encode(ids, s.scales, s.speaker), None)
+            return _Encoded(ids, model.encode(ids, scales, s.speaker), None)
         # The first clause: the flow runs over the first chunk's frames only (in
         # decode_span); the rest of it comes with the second chunk.
-        enc = model.encode_prior(ids, s.scales, s.speaker)
+        enc = model.encode_prior(ids, scales, s.speaker)
         out = _Encoded(ids, enc, None)
         out.chunks, out.target = self._plan_clause(out, first_target, first=True)
         if out.chunks:
@@ -371,6 +390,29 @@ class SynthesisJob:
             out.first_audio = decode_span(model, enc, a, b, s.context, self.voice.hop)
             out.first_decode_s = time.monotonic() - t0
         return out
+
+    def _rate_scales(self, ids: IntArray, speed: float) -> Scales:
+        """Scales that make a clause ``speed`` times as fast (SSML ``<prosody rate>``).
+
+        Dividing ``length_scale`` by the factor is not enough: the voice rounds every
+        phoneme's duration *up* to whole frames, so short phonemes barely stretch (rate
+        x-slow gave 1.72× the length, not 2×).  One durations-only pass at the request's
+        scale calibrates it: frames(L) ≈ D·L + n/2 for n phonemes (the ceiling adds half a
+        frame each on average), solved for the target length.  Whole-clause voices get
+        the plain division.
+        """
+        s = self.settings.scales
+        naive = dataclasses.replace(s, length_scale=s.length_scale / speed)
+        if not self.voice.can_stream:
+            return naive
+        base = self.voice.model.encode_prior(ids, s, self.settings.speaker).durations
+        n = float(np.count_nonzero(base))
+        frames = float(base.sum())
+        per_scale = (frames - n / 2) / s.length_scale
+        if per_scale <= 0:
+            return naive
+        scale = (frames / speed - n / 2) / per_scale
+        return dataclasses.replace(s, length_scale=max(0.1 * naive.length_scale, scale))
 
     def _plan_clause(
         self, encoded: _Encoded, target: int, first: bool
@@ -424,6 +466,24 @@ class SynthesisJob:
                 chunks = [(0, total)] if len(encoded.audio) else []
             clause_audio_s = total * hop / rate
             clause_out_s = 0.0
+            # SSML: silence around the clause, its volume, and where its marks fall.
+            pre = silence(clause.pause_before_ms, rate) if clause.pause_before_ms else None
+            post = silence(clause.pause_after_ms, rate) if clause.pause_after_ms else None
+            speech_start_ms = (
+                self._audio_out_s + (len(pre) if pre is not None else 0) / rate
+            ) * 1000
+            if clause.marks:
+                enc_ = encoded.enc
+                frames = mark_frames(
+                    clause,
+                    encoded.ids,
+                    enc_.durations if enc_ is not None else None,
+                    self.voice.phonemizer.is_space,
+                )
+                frame_ms = 1000.0 * hop / rate
+                for name, at in frames:
+                    at_ms = at * total * frame_ms if enc_ is None else at * frame_ms
+                    self._marks.append(Mark(name, speech_start_ms + at_ms))
             for j, (a, b) in enumerate(chunks):
                 if j == 0 and encoded.first_audio is not None:
                     audio = encoded.first_audio
@@ -450,14 +510,22 @@ class SynthesisJob:
                     self._fade if first_of_clause and k > 0 else 0,
                     self._fade if last_of_clause and more else 0,
                 )
-                if self.settings.volume != 1.0:
-                    audio = audio * np.float32(self.settings.volume)
+                gain = self.settings.volume * clause.volume
+                if gain != 1.0:
+                    audio = audio * np.float32(gain)
+                if first_of_clause and pre is not None:
+                    audio = np.concatenate([pre, audio])
+                if last_of_clause and post is not None:
+                    audio = np.concatenate([audio, post])
                 now = time.monotonic()
                 run_dry = (self.stats.t_first or now) + self._audio_out_s + STALL_JITTER_S
                 if self.stats.t_first is not None and now > run_dry:
                     # A player with a minimal jitter buffer ran out of audio before this chunk.
                     self.stats.stalls += 1
                 dur_s = len(audio) / rate
+                final = last_of_clause and not more
+                end_ms = (self._audio_out_s + dur_s) * 1000
+                marks = self._take_marks(end_ms, everything=final)
                 chunk = Chunk(
                     seq=seq,
                     samples=audio,
@@ -466,7 +534,8 @@ class SynthesisJob:
                     duration_ms=dur_s * 1000,
                     text_span=_chunk_span(clause, a, b, total),
                     sentence_end=last_of_clause and clause.sentence_end,
-                    final=last_of_clause and not more,
+                    final=final,
+                    marks=marks,
                 )
                 t_w = time.monotonic()
                 await emit(chunk)

@@ -8,9 +8,15 @@ of the text not yet spoken may be spoken now.
   (:func:`appliance.frontend.split_sentences`), so "Dr.", "e.g.", "3.50", "3:30 pm"
   are never cut.
 - The first segment of a request is also released at a clause mark (``, ; :`` or a
-  spaced dash, followed by whitespace) once it holds ``first_chars`` characters.
+  spaced dash, followed by whitespace) once it holds ``first_chars`` characters, and at
+  its last word boundary once it holds more than ``first_max_chars`` — the cut the
+  frontend makes in a long first sentence anyway (its first clause is kept that short).
 - After ``idle_ms`` without new text, what is buffered is spoken up to its last word
   boundary (a word still being typed waits).
+- When the listener is about to run out of audio (less than ``low_water_ms`` left to
+  play) a later segment is released too: at its last clause mark, else its last word
+  boundary — a pause at a word boundary rather than a stall in the middle of a word's
+  wait for the sentence to end.
 - A segment never waits beyond ``max_chars``: it is cut at the last space before that.
 - ``flush`` and ``finish`` release everything.
 
@@ -40,6 +46,8 @@ class SegmentRule:
     first_chars: int = 40
     max_chars: int = 250
     idle_ms: float = 300.0
+    low_water_ms: float = 400.0
+    first_max_chars: int = 64
 
 
 def _sentence_cut(pending: str) -> int:
@@ -63,7 +71,9 @@ def _sentence_cut(pending: str) -> int:
 def release_point(
     pending: str, rule: SegmentRule, *, first: bool, idle: bool = False, flush: bool = False
 ) -> int:
-    """How many leading characters of ``pending`` (text not yet spoken) to speak now."""
+    """How many leading characters of ``pending`` (text not yet spoken) to speak now.
+
+    ``idle``: no new text for a while, or the listener is running out of audio."""
     if flush:
         return len(pending)
     cut = _sentence_cut(pending)
@@ -73,6 +83,14 @@ def release_point(
         for m in _CLAUSE_MARK.finditer(pending):
             if m.end() >= rule.first_chars:
                 return m.end()
+        if len(pending) > rule.first_max_chars:
+            space = pending.rfind(" ", rule.first_max_chars // 3, rule.first_max_chars + 1)
+            if space > 0:
+                return space
+    if idle:
+        marks = [m.end() for m in _CLAUSE_MARK.finditer(pending)]
+        if marks:
+            return marks[-1]
     if idle or len(pending) > rule.max_chars:
         limit = len(pending) if idle else rule.max_chars
         space = max(pending.rfind(" ", 0, limit + 1), pending.rfind("\n", 0, limit + 1))
@@ -98,6 +116,7 @@ class TextFeed:
         max_total_chars: int,
         timeout_s: float,
         on_error: Callable[[ServiceError], None],
+        audio_left: Callable[[], float | None] = lambda: None,
     ) -> None:
         self._queue = queue
         self._prepare = prepare
@@ -114,8 +133,11 @@ class TextFeed:
         self.finished = False
         self.failed = False
         self._clauses_out = 0
+        self._audio_left = audio_left
+        """Seconds of audio the listener still has to play; None before the first chunk."""
         loop = asyncio.get_running_loop()
         self._idle: asyncio.TimerHandle | None = None
+        self._low: asyncio.TimerHandle | None = None
         self._timeout = loop.call_later(timeout_s, self._timed_out)
         self._task = loop.create_task(self._feed())
 
@@ -152,8 +174,9 @@ class TextFeed:
     def close(self) -> None:
         """The request ended: stop timers and the feeding task."""
         self._timeout.cancel()
-        if self._idle is not None:
-            self._idle.cancel()
+        for timer in (self._idle, self._low):
+            if timer is not None:
+                timer.cancel()
         self._task.cancel()
 
     # -- inside
@@ -176,6 +199,23 @@ class TextFeed:
             self._idle = asyncio.get_running_loop().call_later(
                 self._rule.idle_ms / 1000.0, self._release, False, True
             )
+        self._watch_low_water()
+
+    def _watch_low_water(self) -> None:
+        """While text waits, look every 50 ms whether the listener is running dry."""
+        if self._low is not None or self._first or self._rule.low_water_ms <= 0:
+            return
+        if self._spoken >= len(self.text) or self.finished or self.failed:
+            return
+
+        def check() -> None:
+            self._low = None
+            left = self._audio_left()
+            if left is not None and left * 1000.0 < self._rule.low_water_ms:
+                self._release(idle=True)
+            self._watch_low_water()
+
+        self._low = asyncio.get_running_loop().call_later(0.05, check)
 
     def _timed_out(self) -> None:
         self._fail(

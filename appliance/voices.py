@@ -33,11 +33,38 @@ import logging
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from appliance.engine.base import Scales
+from appliance.engine.onnx import OnnxVoiceModel
+from appliance.engine.windows import decode_windows
+from appliance.phonemize import Phonemizer
+from appliance.voicetypes import CutNames, FlowSplit, Voice, VoiceInfo
+
+# The types live in appliance.voicetypes; importers of this module keep finding them here.
+__all__ = [
+    "CUT_TOLERANCE",
+    "VERIFY_SENTENCE",
+    "CutNames",
+    "FlowSplit",
+    "Voice",
+    "VoiceError",
+    "VoiceInfo",
+    "bundled_voice_path",
+    "cut_flow",
+    "cut_model",
+    "default_cache_dir",
+    "discover",
+    "find_cut",
+    "find_flow",
+    "load_voice",
+    "sha256_of",
+    "verify_cut",
+    "verify_flow",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,112 +75,6 @@ _CUT_FORMAT = 3  # bump when the cut or the check changes
 
 class VoiceError(Exception):
     """A voice that cannot be loaded."""
-
-
-@dataclass(frozen=True)
-class VoiceInfo:
-    """What a voice is, from its ``.onnx.json``."""
-
-    name: str
-    language: str
-    espeak_voice: str
-    sample_rate: int
-    hop_length: int
-    num_speakers: int
-    speaker_id_map: dict[str, int]
-    phoneme_id_map: dict[str, list[int]]
-    noise_scale: float
-    length_scale: float
-    noise_w: float
-
-    @classmethod
-    def from_config(cls, name: str, cfg: dict[str, Any]) -> VoiceInfo:
-        inference = cfg.get("inference", {})
-        language = cfg.get("language", {}).get("code") or cfg.get("espeak", {}).get("voice", "")
-        return cls(
-            name=name,
-            language=str(language),
-            espeak_voice=str(cfg.get("espeak", {}).get("voice", "en-us")),
-            sample_rate=int(cfg["audio"]["sample_rate"]),
-            hop_length=int(cfg.get("hop_length", 256)),
-            num_speakers=int(cfg.get("num_speakers", 1)),
-            speaker_id_map={str(k): int(v) for k, v in cfg.get("speaker_id_map", {}).items()},
-            phoneme_id_map={str(k): list(v) for k, v in cfg["phoneme_id_map"].items()},
-            noise_scale=float(inference.get("noise_scale", 0.667)),
-            length_scale=float(inference.get("length_scale", 1.0)),
-            noise_w=float(inference.get("noise_w", 0.8)),
-        )
-
-    def speaker_id(self, speaker: str | int | None) -> int | None:
-        """Resolve a client's speaker (name or number) to a ``sid``; raises KeyError."""
-        if self.num_speakers <= 1:
-            if speaker in (None, 0, "0"):
-                return None
-            raise KeyError(speaker)
-        if speaker is None:
-            return 0
-        if isinstance(speaker, int):
-            if 0 <= speaker < self.num_speakers:
-                return speaker
-            raise KeyError(speaker)
-        if speaker in self.speaker_id_map:
-            return self.speaker_id_map[speaker]
-        raise KeyError(speaker)
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "language": self.language,
-            "sample_rate": self.sample_rate,
-            "speakers": sorted(self.speaker_id_map, key=lambda s: self.speaker_id_map[s])
-            if self.speaker_id_map
-            else ([] if self.num_speakers <= 1 else [str(i) for i in range(self.num_speakers)]),
-        }
-
-
-@dataclass(frozen=True)
-class CutNames:
-    """Tensor names of the cut, found by pattern."""
-
-    z: str
-    durations: str
-    g: str | None
-    inputs: tuple[str, ...]
-    output: str
-    z_p: str | None = None
-    """Input of the flow (prior latent with noise); None when the flow cannot be cut."""
-    mask: str | None = None
-    """The flow's frame mask [1, 1, T] (all ones for one unpadded utterance)."""
-    flow_context: int = 0
-    """Frames of ``z_p`` on each side that make a window of the flow exact."""
-
-
-@dataclass(frozen=True)
-class FlowSplit:
-    """The encoder as two verified parts: prior (ids → z_p, durations) and flow (z_p → z)."""
-
-    prior_path: Path
-    flow_path: Path
-
-
-@dataclass
-class Voice:
-    """A voice ready to load on a backend: its info and the paths of its halves."""
-
-    info: VoiceInfo
-    model_path: Path
-    sha256: str
-    encoder_path: Path | None
-    decoder_path: Path | None
-    cut: CutNames | None
-    split_ok: bool
-    split_note: str = ""
-    flow_split: FlowSplit | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return self.info.name
 
 
 # ------------------------------------------------------------------ discovery
@@ -482,11 +403,6 @@ def _check_model(
 ) -> tuple[bool, str]:
     """Windowed decode vs the fused model, zero noise; with ``flow``, the flow windowed too,
     in the two steps a request's first clause takes."""
-    from appliance.engine.base import Scales
-    from appliance.engine.onnx import OnnxVoiceModel
-    from appliance.phonemize import Phonemizer
-    from appliance.streaming import decode_windows
-
     try:
         model = OnnxVoiceModel.load(model_path, enc, dec, names, threads=1, flow=flow)
         ids = Phonemizer(info).ids(VERIFY_SENTENCE)

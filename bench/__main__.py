@@ -196,26 +196,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-out")
     parser.add_argument("--quick", action="store_true", help="fewer runs, short soak")
     parser.add_argument(
-        "--only", nargs="*", default=None, help="core normalizer concurrency playback wyoming"
+        "--only",
+        nargs="*",
+        default=None,
+        help="core normalizer ssml concurrency speed playback textstream wyoming",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = 10 if args.quick else args.runs
-    want = set(args.only or ["core", "normalizer", "concurrency", "playback", "wyoming"])
+    want = set(
+        args.only
+        or [
+            "core",
+            "normalizer",
+            "ssml",
+            "concurrency",
+            "speed",
+            "playback",
+            "textstream",
+            "wyoming",
+        ]
+    )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
     if "core" in want:
         results["core"] = bench_core(out, runs)
         print_core(results["core"])
     if "normalizer" in want:
         results["normalizer"] = _optional("normalizer", _bench_normalizer)
+    if "ssml" in want:
+        results["ssml"] = _optional("ssml", _bench_ssml)
     if "concurrency" in want:
         results["concurrency"] = _optional(
             "concurrency", lambda: _bench_concurrency(out, args.quick, args.soak)
         )
+    if "speed" in want:  # issue 15's table; reuses the sweep when it ran above
+        from bench.speed import bench_speed
+
+        sweep = (results.get("concurrency") or {}).get("sweep")
+        results["speed"] = _optional("speed", lambda: bench_speed(out, args.quick, sweep))
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
+    if "textstream" in want:
+        results["textstream"] = _optional("textstream", lambda: _bench_textstream(out, runs))
     if "wyoming" in want:
         from bench.wyoming import bench_wyoming
 
@@ -238,13 +262,22 @@ def _bench_normalizer() -> dict[str, Any]:
     return r
 
 
+def _bench_ssml() -> dict[str, Any]:
+    from bench.ssml import bench_ssml, format_table
+
+    r: dict[str, Any] = bench_ssml()
+    print("\n## SSML cost per sentence (goal ≤ 1 ms)\n")
+    print(format_table(r))
+    return r
+
+
 def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, Any]:
     """Concurrency sweep (real-time consumers, 100 ms jitter buffer) and the RSS soak."""
     from bench import concurrency as bc
 
     proc, sock = start_daemon(out)
     try:
-        rows = bc.run_sweep(sock, (1, 2, 4, 8, 16), 12.0 if quick else 30.0, proc.pid)
+        rows = bc.run_sweep(sock, bc.SWEEP_LEVELS, 12.0 if quick else 30.0, proc.pid)
         png = out / "ttfp_by_concurrency.png"
         bc.plot_ttfp(rows, png)
         print("\n## Concurrency sweep (consumed in real time, 100 ms jitter buffer)\n")
@@ -269,6 +302,21 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def _bench_textstream(out: Path, runs: int) -> list[dict[str, Any]]:
+    """Text fed as a language model writes it (3–5-character tokens at 20 and 50 /s)."""
+    from bench import textstream
+
+    proc, sock = start_daemon(out)
+    try:
+        rows = textstream.run(sock, runs=max(3, runs // 5))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    print("\n## Text that streams in (tokens of 3–5 characters)\n")
+    print(textstream.format_table(rows))
+    return rows
 
 
 def _bench_playback(out: Path) -> dict[str, Any]:

@@ -40,6 +40,9 @@ TEXTS = (
 
 _JITTER_S = 0.1
 
+SWEEP_LEVELS = (1, 2, 4, 8, 12, 16)
+"""Concurrent streams per sweep level (issue 15 asks for 12 between 8 and 16)."""
+
 
 class StreamConnection:
     """One raw protocol connection that reads only when asked to (for back-pressure)."""
@@ -321,7 +324,7 @@ async def _warm(socket_path: str) -> None:
 
 def run_sweep(
     socket_path: str,
-    levels: Sequence[int] = (1, 2, 4, 8, 16),
+    levels: Sequence[int] = SWEEP_LEVELS,
     duration_s: float = 30.0,
     pid: int | None = None,
 ) -> list[dict[str, Any]]:
@@ -527,7 +530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--socket", required=True)
     ap.add_argument("--pid", type=int, required=True, help="the daemon's pid (for RSS)")
     ap.add_argument("--quick", action="store_true", help="short levels and a 1000-request soak")
-    ap.add_argument("--levels", default="1,2,4,8,16")
+    ap.add_argument("--levels", default=",".join(map(str, SWEEP_LEVELS)))
     ap.add_argument("--duration", type=float, default=None, help="seconds per level")
     ap.add_argument("--soak", type=int, default=None, help="soak requests (0: no soak)")
     ap.add_argument("--out", default="bench-out", help="directory for the PNG and JSON")

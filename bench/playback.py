@@ -130,7 +130,9 @@ def _run(
             ts = time.monotonic()
             player.stop(("bench", i))
             utt.wait_ended_sync(timeout=10)
-            time.sleep(0.15)
+            # Silence must have been recorded for a while after the stop, however late the
+            # monitor's data comes in on a busy machine.
+            rec.wait_covered(max(time.monotonic(), ts + 0.15) + 0.05)
             x = rec.samples()
             start = max(0, rec.index_at(t0))
             first = first_loud(x[start:], threshold)

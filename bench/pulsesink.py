@@ -228,6 +228,19 @@ class Recording:
             raise ValueError("nothing recorded yet")
         return min(t - n / self.rate for t, n in stamps)
 
+    def wait_covered(self, t: float, timeout: float = 10.0) -> bool:
+        """Wait until the recording holds what was rendered up to monotonic time ``t``.
+
+        A busy machine delivers the monitor late (parec or the reader thread not
+        scheduled): a fixed sleep would cut the recording short of the sound it measures.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.frames() and self.time_of(self.frames()) >= t:
+                return True
+            time.sleep(0.01)
+        return False
+
     def time_of(self, index: int | float) -> float:
         return self.epoch() + float(index) / self.rate
 

@@ -10,9 +10,10 @@ import pytest
 from appliance.config import Config
 from appliance.engine.base import Scales
 from appliance.engine.onnx import OnnxVoiceModel
+from appliance.engine.windows import ensure_latent
 from appliance.frontend import FrontendLimits, prepare
 from appliance.phonemize import Phonemizer
-from appliance.streaming import ModePlan, ensure_latent, fade, mode_plan, plan_chunks
+from appliance.streaming import ModePlan, fade, mode_plan, plan_chunks
 from appliance.voices import Voice, bundled_voice_path, load_voice
 from tests.conftest import Daemon
 from tests.wire import Wire

@@ -55,6 +55,17 @@ RULE = SegmentRule(first_chars=40, max_chars=250, idle_ms=300)
             "A first part of a fairly long sentence here —",
         ),
         ("Numbers like 1,234,567 stay whole in the first segment", True, ""),
+        # a long first sentence: cut where the frontend cuts its first clause anyway
+        (
+            "The committee met on a cold and windy morning to review the proposal for",
+            True,
+            "The committee met on a cold and windy morning to review the",
+        ),
+        (
+            "The committee met on a cold and windy morning to review the proposal for",
+            False,
+            "",
+        ),
     ],
 )
 def test_release_point(pending: str, first: bool, released: str) -> None:

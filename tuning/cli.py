@@ -96,7 +96,7 @@ def main(argv: list[str], *, seams: Seams | None = None) -> int:
     )
     state_path = fs.path(args.state_file or cfg.state_file)
     try:
-        st = statefile.load(state_path)
+        st = ops.load_state(env.host, state_path)
         if args.command == "revert":
             outcome = ops.revert(env, state_path)
             return _report(out, outcome, None, args.json)
@@ -109,7 +109,7 @@ def main(argv: list[str], *, seams: Seams | None = None) -> int:
             return 0
         if args.command == "apply":
             return _report(out, ops.apply(plan, env, state_path), plan, args.json)
-        return _report(out, ops.verify(plan, state_path), plan, args.json)
+        return _report(out, ops.verify(plan, env, state_path), plan, args.json)
     except statefile.StateError as exc:
         print(f"ttsd tune: {exc}", file=sys.stderr)
         return 1

@@ -8,10 +8,18 @@ applications-clocks calls are not used: clocks are locked with
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from tuning.setting import Host, Setting, SettingError, SettingGone, SettingUnsupported
+from tuning.setting import (
+    Host,
+    NotPlanned,
+    Setting,
+    SettingError,
+    SettingGone,
+    SettingUnsupported,
+)
 from tuning.sysfs import SysRoot, format_cpulist, online_cpus, parse_cpulist
 
 
@@ -115,6 +123,10 @@ def gpu_irqs(fs: SysRoot, gpu: GpuInfo) -> list[int]:
     return [irq] if irq > 0 else []
 
 
+_BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+"""NVML's spelling of a PCI address (``00000000:3B:00.0``)."""
+
+
 class _GpuSetting(Setting):
     def __init__(self, host: Host, *, name: str, target: str, reason: str, bus_id: str) -> None:
         super().__init__(host, name=name, target=target, reason=reason)
@@ -122,6 +134,11 @@ class _GpuSetting(Setting):
 
     def params(self) -> dict[str, Any]:
         return {**super().params(), "bus_id": self.bus_id}
+
+    def check_planned(self, original: str) -> None:
+        super().check_planned(original)
+        if not isinstance(self.bus_id, str) or not _BUS_ID.fullmatch(self.bus_id):
+            raise NotPlanned(f"{self.target}: bus id {self.bus_id!r:.60} is not a PCI address")
 
     def _call(self, what: str, fn: str, *args: Any) -> Any:
         """Call NVML function ``fn`` on this GPU, turning NVMLError into SettingError."""
@@ -160,6 +177,11 @@ class GpuPersistence(_GpuSetting):
     def revert(self, original: str) -> None:
         self._call("restore persistence mode", "nvmlDeviceSetPersistenceMode", int(original))
 
+    def check_planned(self, original: str) -> None:
+        super().check_planned(original)
+        if original not in ("0", "1"):
+            raise NotPlanned(f"{self.target}: persistence mode {original!r:.60} is not 0 or 1")
+
     def show(self, value: str) -> str:
         return "on" if value == "1" else "off"
 
@@ -185,6 +207,12 @@ class GpuLockedClocks(_GpuSetting):
 
     def params(self) -> dict[str, Any]:
         return {**super().params(), "mhz": self.mhz}
+
+    def check_planned(self, original: str) -> None:
+        super().check_planned(original)
+        mhz: Any = self.mhz  # from the file: not necessarily an int
+        if isinstance(mhz, bool) or not isinstance(mhz, int) or not 1 <= mhz <= 100_000:
+            raise NotPlanned(f"{self.target}: clock {mhz!r:.60} is not a clock in MHz")
 
     def read(self) -> str:
         clock_type = getattr(self.host.nvml, self.clock_type_name, 0)

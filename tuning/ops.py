@@ -21,6 +21,7 @@ from tuning.plan import Environment, Plan
 from tuning.setting import (
     Host,
     IrqAffinity,
+    NotPlanned,
     Setting,
     SettingError,
     SettingGone,
@@ -86,6 +87,33 @@ def rebuild(host: Host, entry: Entry) -> Setting:
         raise SettingError(f"{entry.key}: bad parameters in the state file: {exc}") from exc
 
 
+def load_state(host: Host, state_path: Path) -> State | None:
+    """The state file, refused whole unless every entry is one the planner could have made.
+
+    ``revert`` runs as root and writes each entry's original to the entry's file: an entry
+    naming any other file, a value apply never sets, or a path whose symlinks lead out of
+    ``/sys`` or ``/proc`` under the root could make it overwrite anything."""
+    st = statefile.load(state_path, root=host.fs.root)
+    if st is None:
+        return None
+    for i, entry in enumerate(st.entries):
+        try:
+            s = rebuild(host, entry)
+            if s.key != entry.key:
+                raise NotPlanned(f"key {statefile.shorten(entry.key)} is not the setting's {s.key}")
+            s.check_planned(entry.original)
+        except SettingError as exc:
+            raise statefile.StateError(
+                f"{state_path}: refused, nothing restored: entry {i} "
+                f"({statefile.shorten(entry.key)}) is not one `tune apply` makes: {exc}"
+            ) from exc
+    return st
+
+
+def _save(env: Environment, path: Path, st: State) -> None:
+    statefile.save(path, st, root=env.host.fs.root)
+
+
 def apply(plan: Plan, env: Environment, state_path: Path) -> Outcome:
     out = Outcome("apply")
     changes = plan.changes()
@@ -97,7 +125,7 @@ def apply(plan: Plan, env: Environment, state_path: Path) -> Outcome:
         if out.needs_root:
             out.fail("not running as root: nothing changed; these settings need root")
             return out
-    old = statefile.load(state_path)
+    old = load_state(env.host, state_path)
     st = old if old is not None else State()
     existing = st.keys()
     try:
@@ -106,7 +134,7 @@ def apply(plan: Plan, env: Environment, state_path: Path) -> Outcome:
     except SettingError as exc:
         out.fail(f"nothing changed: {exc}")
         return out
-    statefile.save(state_path, st)  # originals are on disk before the first write
+    _save(env, state_path, st)  # originals are on disk before the first write
 
     originals = {e.key: e.original for e in st.entries}
     touched: list[Setting] = []
@@ -128,12 +156,12 @@ def apply(plan: Plan, env: Environment, state_path: Path) -> Outcome:
             out.failed.append(str(exc))
             out.fail(f"apply failed at {_label(s)}: {exc}; rolling back")
             _rollback(touched, originals, st, existing, out)
-            _store(state_path, st)
+            _store(env, state_path, st)
             return out
         out.changed.append(_label(s))
     # Entries of settings the system refused hold originals of nothing we changed.
     st.entries = [e for e in st.entries if e.key not in st.skipped or e.key in existing]
-    statefile.save(state_path, st)
+    _save(env, state_path, st)
     out.messages.append(f"changed {len(out.changed)} settings; originals in {state_path}")
     return out
 
@@ -174,16 +202,16 @@ def _rollback(
     out.messages.append(f"rolled back {len(reverted)} settings")
 
 
-def _store(path: Path, st: State) -> None:
+def _store(env: Environment, path: Path, st: State) -> None:
     if st.entries:
-        statefile.save(path, st)
+        _save(env, path, st)
     else:
-        statefile.remove(path)
+        statefile.remove(path, root=env.host.fs.root)
 
 
-def verify(plan: Plan, state_path: Path) -> Outcome:
+def verify(plan: Plan, env: Environment, state_path: Path) -> Outcome:
     out = Outcome("verify")
-    st = statefile.load(state_path)
+    st = load_state(env.host, state_path)
     skipped = st.skipped if st is not None else {}
     for s in plan.settings():
         if s.key in skipped:
@@ -206,7 +234,7 @@ def verify(plan: Plan, state_path: Path) -> Outcome:
 
 def revert(env: Environment, state_path: Path) -> Outcome:
     out = Outcome("revert")
-    st = statefile.load(state_path)
+    st = load_state(env.host, state_path)
     if st is None:
         out.messages.append("nothing to revert (no state file)")
         return out
@@ -234,8 +262,8 @@ def revert(env: Environment, state_path: Path) -> Outcome:
         st.remove(entry.key)
     if out.failed:
         out.fail(f"{len(out.failed)} settings not restored; their originals stay in {state_path}")
-        statefile.save(state_path, st)
+        _save(env, state_path, st)
     else:
-        statefile.remove(state_path)
+        statefile.remove(state_path, root=env.host.fs.root)
         out.messages.append(f"restored {len(out.changed)} settings")
     return out

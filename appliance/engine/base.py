@@ -57,6 +57,10 @@ class Encoded:
     """The flow's input, kept while ``z`` is not complete (see ``encode_prior``)."""
     ready: int = -1
     """Frames of ``z`` computed so far; -1 (the default) means all of them."""
+    ahead: FloatArray | None = None
+    """Audio decoded ahead of what was asked for (see ``appliance.engine.windows``)."""
+    ahead_from: int = 0
+    """The frame ``ahead`` starts at."""
 
     def __post_init__(self) -> None:
         if self.ready < 0:
@@ -68,7 +72,14 @@ class Encoded:
 
 
 class VoiceModel(ABC):
-    """One voice loaded on one backend."""
+    """One voice loaded on one backend.
+
+    Every member is abstract, with no fallback here: a wrapper (the failover pool)
+    that forgot to pass one on could otherwise silently lose a capability of the
+    backend it wraps (the windowed flow once went missing exactly that way).
+    A backend without a separate flow says so itself: ``flow_context`` 0,
+    ``encode_prior`` = ``encode``, ``flow`` raising :class:`BackendError`.
+    """
 
     backend_name: str = "abstract"
 
@@ -76,19 +87,21 @@ class VoiceModel(ABC):
     def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         """Phoneme ids [N] → latent and durations."""
 
-    flow_context: int = 0
-    """Frames of context a window of ``flow`` needs on each side; 0: no separate flow."""
+    @property
+    @abstractmethod
+    def flow_context(self) -> int:
+        """Frames of context a window of ``flow`` needs on each side; 0: no separate flow."""
 
+    @abstractmethod
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         """Like ``encode``, but ``z`` may be left for ``flow`` to fill (``ready`` < frames).
 
         Backends without a separate flow return the complete result of ``encode``.
         """
-        return self.encode(ids, scales, speaker)
 
+    @abstractmethod
     def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
         """A window of ``z_p`` [1, C, W] → ``z`` [1, C, W] (exact inside ``flow_context``)."""
-        raise BackendError(f"{self.backend_name} has no separate flow")
 
     @abstractmethod
     def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
@@ -98,5 +111,6 @@ class VoiceModel(ABC):
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         """The whole model in one call: phoneme ids → float32 samples."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    @abstractmethod
+    def close(self) -> None:
         """Release device resources."""

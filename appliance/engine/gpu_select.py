@@ -23,6 +23,7 @@ from appliance.engine import tensorrt as trt_backend
 from appliance.engine import trt_seam
 from appliance.engine.base import BackendError, VoiceModel
 from appliance.engine.engine_cache import EngineCache, EngineKey, Lookup
+from appliance.engine.onnx import OnnxVoiceModel
 from appliance.engine.pool import FailoverVoiceModel
 from appliance.engine.tensorrt import (
     ENCODER_OPT_PHONEMES,
@@ -35,8 +36,10 @@ from appliance.engine.tensorrt import (
     device_count,
     device_info,
 )
+from appliance.engine.threads import cpu_threads
 from appliance.engine.trt_seam import TrtRuntime
-from appliance.voices import Voice
+from appliance.voices import default_cache_dir
+from appliance.voicetypes import Voice
 from appliance.watchdog import GpuWatchdog
 
 log = logging.getLogger(__name__)
@@ -53,8 +56,6 @@ def engine_dir(cfg: Config) -> Path:
         return Path(os.environ["CACHE_DIRECTORY"].split(":", 1)[0]) / "engines"
     if cfg.voices.cache_dir:
         return Path(cfg.voices.cache_dir) / "engines"
-    from appliance.voices import default_cache_dir
-
     return default_cache_dir() / "engines"
 
 
@@ -341,9 +342,6 @@ def prepare_engines(
         log.info("no CUDA device: no GPU engines to prepare")
         return
     if cpu_model is None:
-        from appliance.engine.onnx import OnnxVoiceModel
-        from appliance.engine.select import cpu_threads
-
         cpu_model = OnnxVoiceModel.load(
             voice.model_path, voice.encoder_path, voice.decoder_path, voice.cut, cpu_threads(cfg)
         )

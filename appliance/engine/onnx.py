@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
 
 from appliance.engine import interrupt
 from appliance.engine.base import BackendError, Encoded, FloatArray, IntArray, Scales, VoiceModel
-
-if TYPE_CHECKING:
-    from appliance.voices import CutNames, FlowSplit
+from appliance.voicetypes import CutNames, FlowSplit
 
 
 def _session(path: Path, threads: int, spin: bool = False) -> ort.InferenceSession:
@@ -78,6 +75,7 @@ class OnnxVoiceModel(VoiceModel):
         self._cut = cut
         self._prior: ort.InferenceSession | None = None
         self._flow: ort.InferenceSession | None = None
+        self._flow_context = 0
 
     @classmethod
     def load(
@@ -102,8 +100,12 @@ class OnnxVoiceModel(VoiceModel):
         model = cls(model_path, None, decoder, cut, threads, spin)
         model._prior = _session(flow.prior_path, threads, spin)
         model._flow = _session(flow.flow_path, threads, spin)
-        model.flow_context = cut.flow_context
+        model._flow_context = cut.flow_context
         return model
+
+    @property
+    def flow_context(self) -> int:
+        return self._flow_context
 
     def _fused_session(self) -> ort.InferenceSession:
         # The fused graph is only needed for voices that cannot stream and for
@@ -156,7 +158,7 @@ class OnnxVoiceModel(VoiceModel):
 
     def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
         if self._flow is None or self._cut is None or self._cut.z_p is None:
-            return super().flow(z_p, g)
+            raise BackendError(f"{self.backend_name}: this voice has no separate flow")
         assert self._cut.mask is not None
         feeds = {
             self._cut.z_p: z_p,
@@ -189,3 +191,6 @@ class OnnxVoiceModel(VoiceModel):
         if "sid" not in {i.name for i in session.get_inputs()}:
             feeds.pop("sid", None)
         return np.asarray(_run(session, feeds, "model")[0], dtype=np.float32).reshape(-1)
+
+    def close(self) -> None:
+        """Nothing to release: the sessions go with the object."""

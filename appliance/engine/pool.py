@@ -30,7 +30,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_RERUN_COUNTER = {"window": "rerun_windows", "encode": "rerun_encodes", "fused": "rerun_fused"}
+_RERUN_COUNTER = {
+    "window": "rerun_windows",
+    "encode": "rerun_encodes",
+    "flow": "rerun_flows",
+    "fused": "rerun_fused",
+}
 
 
 class UnsupportedInput(BackendError):
@@ -107,14 +112,38 @@ class FailoverVoiceModel(VoiceModel):
         self._down_reason = ""
         self._last_alarm: dict[str, Any] | None = None
         self._watchdog: _Stoppable | None = None
-        self._counts = {"failovers": 0, "rerun_windows": 0, "rerun_encodes": 0, "rerun_fused": 0}
+        self._counts = {"failovers": 0, "rerun_windows": 0, "rerun_encodes": 0, "rerun_flows": 0}
+        self._counts["rerun_fused"] = 0
         self._counts.update({"recoveries": 0, "recovery_failures": 0})
         self.backend_name = primary.backend_name if primary is not None else cpu.backend_name
 
     # ------------------------------------------------------------------ VoiceModel
+    # Every member of VoiceModel is forwarded here (tests/engine/test_pool.py checks
+    # that none is inherited): a capability of the backends must not vanish behind the pool.
 
     def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         return self._run("encode", lambda m: m.encode(ids, scales, speaker))
+
+    @property
+    def flow_context(self) -> int:
+        """The CPU model's: it is always there to finish a clause's flow, whatever ran the prior.
+
+        A primary with a flow of its own takes flow windows only when this context is
+        enough for it (see :meth:`flow`); one without returns ``z`` complete from
+        ``encode_prior`` and is never asked for a flow.
+        """
+        return self._cpu.flow_context
+
+    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        return self._run("encode", lambda m: m.encode_prior(ids, scales, speaker))
+
+    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+        # The prior may have run on the CPU while the GPU was down and the GPU be back
+        # now: a primary without a (compatible) flow leaves the window to the CPU.
+        context = self._cpu.flow_context
+        return self._run(
+            "flow", lambda m: m.flow(z_p, g), usable=lambda m: 0 < m.flow_context <= context
+        )
 
     def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
         return self._run("window", lambda m: m.decode(z, g))
@@ -183,13 +212,19 @@ class FailoverVoiceModel(VoiceModel):
     def _primary_name(self) -> str:
         return self._primary.backend_name if self._primary is not None else "none"
 
-    def _run(self, what: str, call: Callable[[VoiceModel], T]) -> T:
+    def _run(
+        self,
+        what: str,
+        call: Callable[[VoiceModel], T],
+        usable: Callable[[VoiceModel], bool] | None = None,
+    ) -> T:
+        """``call`` on the primary if it is up (and ``usable`` for it), else on the CPU."""
         self._maybe_recover()
         with self._lock:
             primary = self._primary if self._state == "ok" else None
             worker = self._worker
             epoch = self._epoch
-        if primary is None or worker is None:
+        if primary is None or worker is None or (usable is not None and not usable(primary)):
             return call(self._cpu)
         try:
             return self._on_primary(worker, epoch, lambda: call(primary))

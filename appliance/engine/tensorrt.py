@@ -612,6 +612,17 @@ class TensorRTVoiceModel(VoiceModel):
         g = values[2].astype(np.float32, copy=False) if len(values) > 2 else None
         return Encoded(z=z, durations=durations, g=g)
 
+    # The engines run the encoder whole: no separate flow on this backend.
+    @property
+    def flow_context(self) -> int:
+        return 0
+
+    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        return self.encode(ids, scales, speaker)
+
+    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+        raise BackendError(f"{self.backend_name} has no separate flow")
+
     def _decode_exact(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
         frames = int(z.shape[2])
         lo = self.limits.decoder_frames[0]

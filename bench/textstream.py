@@ -1,0 +1,176 @@
+"""Text that streams in: a language model's tokens fed to ttsd at 20 and 50 tokens/s.
+
+For each bench text, split into 3–5-character tokens (seeded), the feed appends one token
+every 1/rate s on one text-stream request and reads chunks as they come.  Reported:
+
+- **release → first chunk**: from the append that completes the first segment (by the
+  documented rule, :func:`appliance.textstream.release_point`) to the first chunk read,
+  beside the plain TTFP of that same segment sent as an ordinary request (same daemon,
+  same run): the streaming overhead is the difference.
+- **stalls** after the first chunk: a client playing from its first chunk with a 100 ms
+  jitter buffer runs dry before a chunk arrives.
+- **wyoming-piper's rule**: when the same feed would let wyoming-piper start its first
+  sentence — it waits for the next sentence's first letter — from the same token timings
+  (its synthesis time not even added).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from typing import Any
+
+from appliance.client import AsyncClient
+from appliance.textstream import SegmentRule, release_point
+
+TEXTS = {
+    "assistant": (
+        "Sure! The train to Boston leaves at 3:30 pm from platform 9. Dr. Smith will meet "
+        "you there, and the tickets cost $42.50 each. Have a good trip."
+    ),
+    "long": (
+        "The committee met on a cold and windy morning to review the proposal for the new "
+        "library building which would replace the old structure that had stood in the town "
+        "square for more than one hundred years. Everyone agreed it was far too small."
+    ),
+}
+RATES = (20.0, 50.0)
+_JITTER_S = 0.1
+_RULE = SegmentRule()
+
+
+def tokens(text: str, seed: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    out, i = [], 0
+    while i < len(text):
+        n = rng.randint(3, 5)
+        out.append(text[i : i + n])
+        i += n
+    return out
+
+
+def first_release(toks: list[str]) -> tuple[int, str]:
+    """Index of the token whose append releases the first segment, and that segment."""
+    text = ""
+    for k, t in enumerate(toks):
+        text += t
+        n = release_point(text, _RULE, first=True)
+        if n:
+            return k, text[:n]
+    return len(toks) - 1, text
+
+
+def wyoming_piper_start(toks: list[str]) -> int:
+    """Token index at which wyoming-piper's rule starts the first sentence: the first
+    letter of the next sentence has arrived."""
+    text = ""
+    seen_end = False
+    for k, t in enumerate(toks):
+        for ch in t:
+            text += ch
+            if seen_end and ch.isalnum():
+                return k
+            if ch in ".!?" and not seen_end:
+                seen_end = True
+            elif seen_end and not (ch.isspace() or ch in ".!?\"')"):
+                seen_end = False
+    return len(toks) - 1
+
+
+async def _feed(sock: str, toks: list[str], rate: float) -> dict[str, Any]:
+    async with await AsyncClient.connect(sock) as ac:
+        stream = await ac.text_stream()
+        t_tok: list[float] = []
+
+        async def feed() -> None:
+            t0 = time.perf_counter()
+            for k, tok in enumerate(toks):
+                await asyncio.sleep(max(0.0, t0 + k / rate - time.perf_counter()))
+                t_tok.append(time.perf_counter())
+                await stream.append(tok)
+            await stream.finish()
+
+        feeder = asyncio.create_task(feed())
+        arrivals: list[tuple[float, float]] = []  # (time read, audio seconds)
+        async for ev in stream:
+            if ev.get("event") == "chunk":
+                arrivals.append((time.perf_counter(), float(ev["duration_ms"]) / 1000.0))
+        await feeder
+    stalls = 0
+    if arrivals:
+        t_first, played = arrivals[0][0], 0.0
+        for t, dur in arrivals:
+            if t > t_first + played + _JITTER_S:
+                stalls += 1
+                t_first = t - played  # playback resumes when the chunk arrives
+            played += dur
+    return {"t_tok": t_tok, "arrivals": arrivals, "stalls": stalls}
+
+
+async def _plain_ttfp(sock: str, text: str, runs: int) -> float:
+    async with await AsyncClient.connect(sock) as ac:
+        samples = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            first = None
+            async for ev in ac.synthesize(text):
+                if ev.get("event") == "chunk" and first is None:
+                    first = time.perf_counter() - t0
+            assert first is not None
+            samples.append(first)
+        return statistics.median(samples) * 1000.0
+
+
+def run(sock: str, runs: int = 3) -> list[dict[str, Any]]:
+    rows = []
+    for name, text in TEXTS.items():
+        toks = tokens(text)
+        k_rel, segment = first_release(toks)
+        k_wp = wyoming_piper_start(toks)
+        plain = asyncio.run(_plain_ttfp(sock, segment, runs + 1))
+        for rate in RATES:
+            lat, stalls, ours_start, wp_start = [], 0, [], []
+            for _ in range(runs):
+                r = asyncio.run(_feed(sock, toks, rate))
+                t0 = r["t_tok"][0]
+                first = r["arrivals"][0][0]
+                lat.append((first - r["t_tok"][k_rel]) * 1000.0)
+                stalls += r["stalls"]
+                ours_start.append((first - t0) * 1000.0)
+                wp_start.append((r["t_tok"][k_wp] - t0) * 1000.0)
+            rows.append(
+                {
+                    "text": name,
+                    "rate": rate,
+                    "tokens": len(toks),
+                    "segment_chars": len(segment),
+                    "release_to_first_chunk_ms": statistics.median(lat),
+                    "plain_ttfp_ms": plain,
+                    "overhead_ms": statistics.median(lat) - plain,
+                    "stalls": stalls,
+                    "runs": runs,
+                    "ttsd_first_audio_ms": statistics.median(ours_start),
+                    "wyoming_piper_rule_start_ms": statistics.median(wp_start),
+                }
+            )
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| text | tokens/s | first segment | release → first chunk P50 | plain TTFP of it "
+        "| overhead | stalls | ttsd first audio (from first token) "
+        "| wyoming-piper's rule would start at |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['text']} | {r['rate']:.0f} | {r['segment_chars']} chars "
+            f"| {r['release_to_first_chunk_ms']:.1f} ms | {r['plain_ttfp_ms']:.1f} ms "
+            f"| {r['overhead_ms']:+.1f} ms | {r['stalls']} / {r['runs']} runs "
+            f"| {r['ttsd_first_audio_ms']:.0f} ms | {r['wyoming_piper_rule_start_ms']:.0f} ms "
+            "(+ its synthesis) |"
+        )
+    return "\n".join(lines)
