@@ -110,7 +110,7 @@ class Admission:
     def __init__(
         self,
         workers: int,
-        rtf_prior: float = 0.25,
+        rtf_prior: float = 0.15,
         smoothing: float = 0.2,
         cpu_share: CpuShare | None = None,
     ) -> None:

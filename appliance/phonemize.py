@@ -216,7 +216,3 @@ class Phonemizer:
     def is_space(self, phoneme_id: int) -> bool:
         """The id of a word gap (where SSML marks between words are placed)."""
         return phoneme_id in self._space_ids
-
-    def word_count(self, ids: IntArray) -> int:
-        space = set(self._id_map.get(" ", []))
-        return 1 + sum(1 for i in ids.tolist() if i in space)

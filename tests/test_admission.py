@@ -43,11 +43,11 @@ def test_wall_time_inflated_by_contention_no_longer_refuses_streams() -> None:
     cfg = SchedulerConfig(admission_max_load=0.4, admission_backlog_ms=0)
     live = streams(3, wall_rtf=0.25)
     # Wall time only: (3 + 1) * 0.25 / 2 workers = 0.5 > 0.4, refused.
-    assert not Admission(2).decide(cfg, live, 0.0, 0.0).admit
+    assert not Admission(2, rtf_prior=0.25).decide(cfg, live, 0.0, 0.0).admit
     # The workers were busy 10 s while the daemon used 5 CPU seconds: each stream
     # costs half what its wall time says, and the fourth fits.
     c = Clocks()
-    admission = Admission(2, cpu_share=c.share())
+    admission = Admission(2, rtf_prior=0.25, cpu_share=c.share())
     c.busy, c.cpu = 10.0, 5.0
     d = admission.decide(cfg, live, 0.0, 0.0)
     assert d.admit and abs(d.load - 0.25) < 1e-3
@@ -55,4 +55,6 @@ def test_wall_time_inflated_by_contention_no_longer_refuses_streams() -> None:
 
 def test_without_a_cpu_share_the_estimate_is_unchanged() -> None:
     live = streams(2, wall_rtf=0.2)
-    assert abs(Admission(2).rtf(live) - (2.0 * 2 + 0.25 * 2.0) / (20.0 + 2.0)) < 1e-9
+    assert (
+        abs(Admission(2, rtf_prior=0.25).rtf(live) - (2.0 * 2 + 0.25 * 2.0) / (20.0 + 2.0)) < 1e-9
+    )

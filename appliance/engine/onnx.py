@@ -115,10 +115,6 @@ class OnnxVoiceModel(VoiceModel):
                 self._fused = _session(self._model_path, self._threads, self._spin)
             return self._fused
 
-    @property
-    def can_stream(self) -> bool:
-        return self._decoder is not None
-
     def _feeds(self, ids: IntArray, scales: Scales, speaker: int | None) -> dict[str, np.ndarray]:
         feeds: dict[str, np.ndarray] = {
             "input": ids.reshape(1, -1).astype(np.int64, copy=False),
