@@ -544,6 +544,50 @@ print_next_steps() {
 EOF
 }
 
+# speech-dispatcher output module (sd_ttsd): screen readers such as Orca speak through
+# ttsd.  Only when speech-dispatcher is installed; the module conf is never overwritten.
+# Usage: speechd_module install|uninstall.  See docs/speechd.md.
+speechd_module() {
+    local action=$1 dir="" candidate
+    local conf=/etc/speech-dispatcher/modules/ttsd.conf
+    for candidate in /usr/lib/speech-dispatcher-modules \
+        /usr/lib/x86_64-linux-gnu/speech-dispatcher-modules \
+        /usr/lib/aarch64-linux-gnu/speech-dispatcher-modules; do
+        if [[ -d $ROOT$candidate ]]; then
+            dir=$candidate
+            break
+        fi
+    done
+    if [[ $action == uninstall ]]; then
+        for candidate in /usr/lib/speech-dispatcher-modules \
+            /usr/lib/x86_64-linux-gnu/speech-dispatcher-modules \
+            /usr/lib/aarch64-linux-gnu/speech-dispatcher-modules; do
+            if [[ -L $ROOT$candidate/sd_ttsd && $(readlink "$ROOT$candidate/sd_ttsd") == "$VENV/bin/sd_ttsd" ]]; then
+                remove_path "$ROOT$candidate/sd_ttsd"
+            fi
+        done
+        if ((PURGE)); then
+            remove_path "$ROOT$conf"
+        fi
+        return 0
+    fi
+    if [[ -z $dir ]]; then
+        note "speech-dispatcher is not installed: no sd_ttsd module (see docs/speechd.md)"
+        return 0
+    fi
+    say "speech-dispatcher module sd_ttsd"
+    put_link "$VENV/bin/sd_ttsd" "$ROOT$dir/sd_ttsd"
+    if [[ -e $ROOT$conf ]]; then
+        note "keeping the existing $conf"
+    else
+        install -D -m 0644 "$SRC/speechd/ttsd.conf" "$ROOT$conf"
+        note "installed $ROOT$conf"
+    fi
+    note "speech-dispatcher finds the module by itself; to make it the default, add to"
+    note "/etc/speech-dispatcher/speechd.conf: DefaultModule ttsd (and run spd-conf or"
+    note "restart speech-dispatcher); users reach the daemon as members of group $USER_NAME"
+}
+
 do_install() {
     check_system "$@"
     if ((!NO_VENV)); then
@@ -555,6 +599,7 @@ do_install() {
     build_venv
     check_service_python
     install_files
+    speechd_module install
     prepare_models
     start_service
     print_next_steps
@@ -635,6 +680,7 @@ do_uninstall() {
             remove_path "$ROOT$BINDIR/$name"
         fi
     done
+    speechd_module uninstall
     remove_path "$ROOT$PREFIX"
     remove_path "$ROOT$CACHEDIR"
     remove_path "$ROOT$EXAMPLE"

@@ -344,6 +344,11 @@ class AsyncClient:
         except (ConnectionError, OSError):
             pass
 
+    @property
+    def connected(self) -> bool:
+        """False once the daemon has closed the connection: every request would fail."""
+        return not self._reader_task.done()
+
     async def __aenter__(self) -> AsyncClient:
         return self
 
@@ -376,8 +381,15 @@ class AsyncClient:
                 q.put_nowait(gone)
 
     async def send(self, message: dict[str, Any]) -> None:
-        self._writer.write(encode(message))
-        await self._writer.drain()
+        # A request on a connection the daemon has closed would wait for ever: no reader
+        # is left to hand it the "gone" error.
+        if self._reader_task.done():
+            raise TtsdError("disconnected", "the daemon closed the connection")
+        try:
+            self._writer.write(encode(message))
+            await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            raise TtsdError("disconnected", f"the daemon closed the connection: {exc}") from exc
 
     async def events(self, op: str, **fields: Any) -> AsyncIterator[dict[str, Any]]:
         rid = next(self._ids)

@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         nargs="*",
         default=None,
-        help="core normalizer ssml concurrency speed playback textstream wyoming",
+        help="core normalizer ssml concurrency speed playback textstream speechd wyoming",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             "speed",
             "playback",
             "textstream",
+            "speechd",
             "wyoming",
         ]
     )
@@ -240,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
     if "textstream" in want:
         results["textstream"] = _optional("textstream", lambda: _bench_textstream(out, runs))
+    if "speechd" in want:
+        results["speechd"] = _optional("speechd", lambda: _bench_speechd(out, max(runs, 20)))
     if "wyoming" in want:
         from bench.wyoming import bench_wyoming
 
@@ -247,6 +250,18 @@ def main(argv: list[str] | None = None) -> int:
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
+
+
+def _bench_speechd(out: Path, runs: int) -> dict[str, Any]:
+    """speech-dispatcher modules: sd_ttsd vs sd_espeak-ng vs piper-tts in sd_generic."""
+    from bench.speechd import bench_speechd
+
+    proc, sock = start_daemon(out)
+    try:
+        return bench_speechd(out, sock, runs)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 def _bench_normalizer() -> dict[str, Any]:
