@@ -887,14 +887,6 @@ class _Connection:
             await self.send(SynthesizeStopped().event())
 
 
-def door_from_config(service: Service, cfg: Config, uri: str | None = None) -> WyomingDoor | None:
-    """The door ``wyoming.uri`` (or ``--wyoming URI``) asks for; None when off."""
-    uri = uri or cfg.wyoming.uri
-    if not uri:
-        return None
-    return WyomingDoor(service, uri)
-
-
 __all__ = [
     "SERVICE_TYPE",
     "BadEvent",
@@ -903,7 +895,6 @@ __all__ = [
     "VoiceChoice",
     "WyomingDoor",
     "advertised_address",
-    "door_from_config",
     "info_event",
     "read_event",
     "zeroconf_record",
