@@ -229,6 +229,47 @@ class HttpConfig:
 
 
 @dataclass(frozen=True)
+class WyomingConfig:
+    """The Wyoming door (Home Assistant): see docs/wyoming.md."""
+
+    uri: str | None = None
+    """``tcp://HOST:PORT`` or ``unix://PATH``; None = off."""
+    zeroconf: bool = False
+    """Advertise ``_wyoming._tcp.local.`` (tcp only; needs the ``zeroconf`` package)."""
+    zeroconf_name: str | None = None
+    """The advertised instance name; None = ``ttsd-<hostname>``."""
+    allowed_networks: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
+    """tcp: client addresses allowed to connect (Wyoming has no authentication)."""
+
+    def __post_init__(self) -> None:
+        import ipaddress
+
+        if self.uri is not None:
+            wyoming_endpoint(self.uri)
+        for i, net in enumerate(self.allowed_networks):
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError as exc:
+                raise ConfigError(f"wyoming.allowed_networks[{i}]: {exc}") from None
+
+
+def wyoming_endpoint(uri: str) -> tuple[str, str, int]:
+    """``("tcp", host, port)`` or ``("unix", path, 0)``; ConfigError names the key."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(uri)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"wyoming.uri: {exc}") from None
+    if parts.scheme == "tcp" and parts.hostname and port is not None and not parts.path:
+        return "tcp", parts.hostname, port
+    if parts.scheme == "unix" and (parts.netloc + parts.path) and not parts.query:
+        return "unix", parts.netloc + parts.path, 0
+    raise ConfigError(f"wyoming.uri: want tcp://HOST:PORT or unix://PATH, got {uri!r}")
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -245,6 +286,7 @@ class Config:
     gpu: GpuConfig = field(default_factory=GpuConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    wyoming: WyomingConfig = field(default_factory=WyomingConfig)
 
 
 # Keys that can change while the daemon runs (SIGHUP); everything else needs a restart.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -215,6 +216,10 @@ def _front_ends(cfg: Config, service: Service) -> list[Door]:
         from appliance.http import HttpDoor
 
         doors.append(HttpDoor(service, cfg.http))
+    if cfg.wyoming.uri:
+        from appliance.wyoming import WyomingDoor
+
+        doors.append(WyomingDoor(service, cfg.wyoming.uri))
     return doors
 
 
@@ -311,13 +316,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from tuning.numa import bind_self
 
         bind_self(cfg.tuning, nvml.load())  # logs what it did
-    if args.http:
-        import dataclasses
-
-        cfg = dataclasses.replace(cfg, http=dataclasses.replace(cfg.http, listen=args.http))
     from appliance.paths import default_socket_path, prepare_socket_dir
 
     path = Path(args.socket or cfg.server.socket or default_socket_path())
+    if args.http:
+        cfg = dataclasses.replace(cfg, http=dataclasses.replace(cfg.http, listen=args.http))
+    if args.wyoming:
+        from appliance.config import wyoming_endpoint
+
+        try:
+            wyoming_endpoint(args.wyoming)
+        except ConfigError as exc:
+            print(f"ttsd: --wyoming: {exc}", file=sys.stderr)
+            return 2
+        cfg = dataclasses.replace(cfg, wyoming=dataclasses.replace(cfg.wyoming, uri=args.wyoming))
     try:
         prepare_socket_dir(path)  # here too: refuse before a minute of loading voices
     except OSError as exc:
@@ -380,6 +392,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help="YAML config (default: /etc/ttsd/config.yaml if present)")
     p.add_argument(
         "--http", metavar="HOST:PORT", help="serve the OpenAI-compatible HTTP API (http.listen)"
+    )
+    p.add_argument(
+        "--wyoming",
+        metavar="URI",
+        help="also serve Wyoming (Home Assistant) on tcp://HOST:PORT or unix://PATH",
     )
     p.set_defaults(fn=cmd_serve)
     p = sub.add_parser("check-config", help="validate a config file")

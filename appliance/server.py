@@ -39,7 +39,7 @@ from typing import Any
 
 import msgpack
 
-from appliance.config import Config
+from appliance.config import Config, ServerConfig
 from appliance.errors import ErrorCode, ServiceError
 from appliance.paths import default_socket_path, prepare_socket_dir
 from appliance.pcm import PcmEncoder
@@ -64,7 +64,16 @@ from appliance.runtime import Runtime
 from appliance.service import Service, Stream
 from appliance.speech import Chunk
 
-__all__ = ["Connection", "Peer", "Server", "default_socket_path", "peer_of"]
+__all__ = [
+    "Connection",
+    "Peer",
+    "Server",
+    "authorize_peer",
+    "default_socket_path",
+    "peer_of",
+    "privileged",
+    "remove_stale_socket",
+]
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +143,63 @@ def _peer_hung_up(sock: socket.socket) -> bool:
         return True
 
 
+def remove_stale_socket(path: Path) -> None:
+    """Replace a socket file left by a crash; refuse to touch one a daemon may use.
+
+    Only "connection refused" proves no one listens.  Anything else (EAGAIN from a
+    full accept queue, a timeout, a permission error) may be a live daemon."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise OSError(errno.EEXIST, f"{path} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        log.warning("removing stale socket %s", path)
+        path.unlink(missing_ok=True)
+        return
+    except OSError as exc:
+        raise OSError(
+            errno.EADDRINUSE,
+            f"{path} may belong to a running daemon (probe: {exc.strerror or exc});"
+            " not replacing it",
+        ) from exc
+    finally:
+        probe.close()
+    raise OSError(errno.EADDRINUSE, f"another daemon is serving on {path}")
+
+
+async def authorize_peer(
+    peer: Peer | None, cfg: ServerConfig, socket_gid: int | None
+) -> str | None:
+    """None if the peer of a Unix socket whose file has group ``socket_gid`` may connect,
+    else the reason it may not (every Unix-socket door applies the same rule)."""
+    if peer is None:
+        return "peer credentials unavailable"
+    if peer.uid in (0, os.getuid()) or peer.uid in cfg.allowed_uids:
+        return None
+    if peer.gid in cfg.allowed_gids or peer.gid == socket_gid:
+        return None
+    groups: set[int]
+    if peer.groups is not None:
+        groups = set(peer.groups)
+    else:
+        loop = asyncio.get_running_loop()
+        groups = await loop.run_in_executor(None, _user_groups, peer.uid, peer.gid)
+    if socket_gid in groups or groups & set(cfg.allowed_gids):
+        return None
+    return f"uid {peer.uid} is not allowed"
+
+
+def privileged(peer: Peer | None) -> bool:
+    """Root and the daemon's own user: they keep a few connection slots to themselves."""
+    return peer is not None and peer.uid in (0, os.getuid())
+
+
 @dataclass
 class RequestState:
     id: int
@@ -199,7 +265,7 @@ class Server:
             return
         path = self.socket_path
         prepare_socket_dir(path)  # the per-user default: 0700, ours, not a symlink
-        self._remove_stale(path)
+        remove_stale_socket(path)
         # Created owner-only, then opened up to the configured mode: no window
         # in which the socket is reachable by anyone else.
         old = os.umask(0o177)
@@ -215,35 +281,7 @@ class Server:
         self._socket_id = (st.st_dev, st.st_ino)
         log.info("listening on %s (mode %o)", path, cfg.socket_mode)
 
-    @staticmethod
-    def _remove_stale(path: Path) -> None:
-        """Replace a socket file left by a crash; refuse to touch one a daemon may use.
-
-        Only "connection refused" proves no one listens.  Anything else (EAGAIN from a
-        full accept queue, a timeout, a permission error) may be a live daemon."""
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return
-        if not stat.S_ISSOCK(st.st_mode):
-            raise OSError(errno.EEXIST, f"{path} exists and is not a socket")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.settimeout(1.0)
-            probe.connect(str(path))
-        except (ConnectionRefusedError, FileNotFoundError):
-            log.warning("removing stale socket %s", path)
-            path.unlink(missing_ok=True)
-            return
-        except OSError as exc:
-            raise OSError(
-                errno.EADDRINUSE,
-                f"{path} may belong to a running daemon (probe: {exc.strerror or exc});"
-                " not replacing it",
-            ) from exc
-        finally:
-            probe.close()
-        raise OSError(errno.EADDRINUSE, f"another daemon is serving on {path}")
+    _remove_stale = staticmethod(remove_stale_socket)
 
     # ------------------------------------------------------------ serve
 
@@ -265,27 +303,9 @@ class Server:
 
     async def authorize(self, peer: Peer | None) -> str | None:
         """None if the peer may connect, else the reason it may not."""
-        if peer is None:
-            return "peer credentials unavailable"
-        cfg = self.config.server
-        if peer.uid in (0, os.getuid()) or peer.uid in cfg.allowed_uids:
-            return None
-        if peer.gid in cfg.allowed_gids or peer.gid == self._socket_gid:
-            return None
-        groups: set[int]
-        if peer.groups is not None:
-            groups = set(peer.groups)
-        else:
-            loop = asyncio.get_running_loop()
-            groups = await loop.run_in_executor(None, _user_groups, peer.uid, peer.gid)
-        if self._socket_gid in groups or groups & set(cfg.allowed_gids):
-            return None
-        return f"uid {peer.uid} is not allowed"
+        return await authorize_peer(peer, self.config.server, self._socket_gid)
 
-    @staticmethod
-    def privileged(peer: Peer | None) -> bool:
-        """Root and the daemon's own user: they keep a few connection slots to themselves."""
-        return peer is not None and peer.uid in (0, os.getuid())
+    privileged = staticmethod(privileged)
 
     # ------------------------------------------------------------ shutdown
 

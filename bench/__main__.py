@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         nargs="*",
         default=None,
-        help="core http normalizer ssml concurrency speed playback textstream speechd",
+        help="core http normalizer ssml concurrency speed playback textstream speechd wyoming",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             "playback",
             "textstream",
             "speechd",
+            "wyoming",
         ]
     )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
@@ -245,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         results["textstream"] = _optional("textstream", lambda: _bench_textstream(out, runs))
     if "speechd" in want:
         results["speechd"] = _optional("speechd", lambda: _bench_speechd(out, max(runs, 20)))
+    if "wyoming" in want:
+        from bench.wyoming import bench_wyoming
+
+        results["wyoming"] = _optional("wyoming", lambda: bench_wyoming(out, args.quick))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
