@@ -87,7 +87,9 @@ class EngineConfig:
     spin_wait: Literal["auto", "on", "off"] = "auto"
     """ONNX Runtime threads spin between ops (faster, but they hold a core): auto = only when
     all workers' threads together fit on the CPUs."""
-    context_frames: int = field(default=16, metadata=_rng(0, 128))
+    context_frames: int | None = field(default=None, metadata=_rng(0, 128))
+    """Decoder frames of latent on each side of a streamed window; None = each voice's own,
+    the fewest that pass the cut's exactness check (10 for the bundled voice, else 16)."""
     max_phonemes: int = field(default=400, metadata=_rng(16, 4096))
     """Longest clause (phoneme ids) sent to the encoder in one piece."""
 

@@ -83,6 +83,9 @@ class Runtime:
                 can_stream=voice.split_ok,
                 defaults=Scales(info.noise_scale, info.length_scale, info.noise_w),
                 default_speaker=0 if info.num_speakers > 1 else None,
+                context=voice.context_frames
+                if cfg.engine.context_frames is None
+                else cfg.engine.context_frames,
             )
             metas[name] = voice
             log.info(
@@ -122,7 +125,7 @@ class Runtime:
         """
         for v in self.voices.values():
             t0 = time.monotonic()
-            context = self.config.engine.context_frames
+            context = v.context
             for text in (WARM_UP_FIRST, WARM_UP_LATER):
                 ids = v.phonemizer.ids(text)
                 if not v.can_stream:
@@ -150,6 +153,8 @@ class Runtime:
             d = meta.info.describe()
             d["streaming"] = meta.split_ok
             d["flow"] = "windowed" if meta.flow_split is not None else "whole"
+            if meta.split_ok:
+                d["context_frames"] = self.voices[meta.name].context
             if not meta.split_ok:
                 d["note"] = meta.split_note
             voices.append(d)

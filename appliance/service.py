@@ -505,7 +505,7 @@ class Service:
             speaker=sid,
             mode=req.mode or cfg.streaming.default_mode,
             realtime=req.realtime,
-            context=cfg.engine.context_frames,
+            context=voice.context,
             watermark_s=cfg.scheduler.watermark_ms / 1000.0,
             join_fade_ms=cfg.streaming.join_fade_ms,
             # The player applies the volume of speech on the device itself.

@@ -176,6 +176,8 @@ class VoiceRuntime:
     can_stream: bool
     defaults: Scales
     default_speaker: int | None
+    context: int = 16
+    """Decoder frames of latent on each side of a streamed window."""
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,32 @@ def test_flow_split_is_found_verified_and_cached(tmp_path: Path) -> None:
     assert v2.flow_split == v1.flow_split and v2.cut == v1.cut
 
 
+def test_smallest_passing_context_is_found_and_cached(tmp_path: Path) -> None:
+    v1 = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v1.context_frames == 10  # 8 is off by ~1.5e-3, over the 1e-4 gate
+    assert v1.flow_split is not None
+    meta_path = v1.flow_split.prior_path.parent / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["context_frames"] == 10
+    assert load_voice("joe", bundled_voice_path(), tmp_path).context_frames == 10
+    # A cache entry with a context the check never tried is cut again, not trusted.
+    meta["context_frames"] = 1
+    meta_path.write_text(json.dumps(meta))
+    assert load_voice("joe", bundled_voice_path(), tmp_path).context_frames == 10
+    assert json.loads(meta_path.read_text())["context_frames"] == 10
+
+
+def test_no_smaller_context_passing_keeps_the_exact_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import appliance.voices as voices
+
+    monkeypatch.setattr(voices, "CONTEXT_CANDIDATES", (4, 6))  # both fail the gate
+    v = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v.split_ok and v.flow_split is not None
+    assert v.context_frames == voices.DEFAULT_CONTEXT == 16
+
+
 def test_graph_without_flow_noise_has_no_flow_split() -> None:
     model = onnx.load(str(bundled_voice_path()), load_external_data=False)
     names = find_cut(model)
