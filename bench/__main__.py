@@ -78,6 +78,21 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def v1_request(client: Any, rid: int, text: str) -> tuple[float, dict[str, Any]]:
+    """One protocol v1 synthesize: ms from sending it to its first chunk, and its ``end``."""
+    first: float | None = None
+    t0 = time.perf_counter()
+    client.send({"op": "synthesize", "id": rid, "text": text})
+    while True:
+        ev = client.recv()
+        if ev.get("event") == "chunk" and first is None:
+            first = time.perf_counter() - t0
+        elif ev.get("event") in ("end", "error"):
+            if ev["event"] == "error" or first is None:
+                raise RuntimeError(str(ev))
+            return first * 1000, ev
+
+
 def socket_ttfp(path: str, text: str, runs: int) -> dict[str, Any]:
     """TTFP over the socket: from writing the request to reading the first chunk."""
     from appliance.client import Client
@@ -87,22 +102,11 @@ def socket_ttfp(path: str, text: str, runs: int) -> dict[str, Any]:
     rtf: list[float] = []
     audio_ms = 0.0
     for i in range(runs + 2):
-        first = None
-        t0 = time.perf_counter()
-        client.send({"op": "synthesize", "id": i, "text": text})
-        while True:
-            ev = client.recv()
-            if ev.get("event") == "chunk" and first is None:
-                first = time.perf_counter() - t0
-            elif ev.get("event") in ("end", "error"):
-                if ev["event"] == "error":
-                    raise RuntimeError(str(ev))
-                if i >= 2:  # the first two are warm-up
-                    rtf.append(float(ev["stats"]["rtf"]))
-                    audio_ms = float(ev["stats"]["audio_ms"])
-                break
-        if i >= 2 and first is not None:
-            ttfp.append(first * 1000)
+        first_ms, end = v1_request(client, i, text)
+        if i >= 2:  # the first two are warm-up
+            ttfp.append(first_ms)
+            rtf.append(float(end["stats"]["rtf"]))
+            audio_ms = float(end["stats"]["audio_ms"])
     client.close()
     return {
         "p50": _pct(ttfp, 50),

@@ -48,19 +48,9 @@ def http_first_byte(conn: http.client.HTTPConnection, text: str) -> float:
 
 
 def v1_first_chunk(client: Any, rid: int, text: str) -> float:
-    first: float | None = None
-    t0 = time.perf_counter()
-    client.send({"op": "synthesize", "id": rid, "text": text})
-    while True:
-        ev = client.recv()
-        if ev.get("event") == "chunk" and first is None:
-            first = time.perf_counter() - t0
-        elif ev.get("event") in ("end", "error"):
-            if ev["event"] == "error":
-                raise RuntimeError(str(ev))
-            break
-    assert first is not None
-    return first * 1000
+    from bench.__main__ import v1_request
+
+    return v1_request(client, rid, text)[0]
 
 
 def bench_http(out: Path, runs: int, texts: dict[str, str]) -> dict[str, Any]:
