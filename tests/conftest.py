@@ -44,6 +44,15 @@ class Daemon:
         return self.proc.returncode
 
 
+def let_anyone_walk_to(path: str | Path) -> None:
+    """Give others search (x) permission on ``path``'s parents below /tmp: pytest's temp
+    dirs are private, and a test that runs a client as another user needs it to get there."""
+    for parent in Path(path).parents:
+        if parent == Path("/tmp"):
+            break
+        parent.chmod(parent.stat().st_mode | 0o011)
+
+
 def wait_for_socket(path: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Daemon, DaemonFactory
+from tests.conftest import Daemon, DaemonFactory, let_anyone_walk_to
 from tests.wire import Wire
 
 LONG = "This sentence is spoken again and again so that the stream lasts a while. " * 20
@@ -128,11 +128,7 @@ def test_peer_credentials_checked(daemon_factory: DaemonFactory) -> None:
     # Mode 0666 lets anyone reach the socket, so only SO_PEERCRED stands in the way.
     d = daemon_factory({"server": {"socket_mode": 0o666}})
     nobody = pwd.getpwnam("nobody")
-    # pytest's temp dirs are private; let "nobody" walk to the socket.
-    for parent in Path(d.socket).parents:
-        if parent == Path("/tmp"):
-            break
-        parent.chmod(parent.stat().st_mode | 0o011)
+    let_anyone_walk_to(d.socket)
     code = (
         "import os, socket, msgpack, sys\n"
         f"os.setgid({nobody.pw_gid}); os.setgroups([]); os.setuid({nobody.pw_uid})\n"

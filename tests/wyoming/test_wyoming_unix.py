@@ -7,13 +7,12 @@ import pwd
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
-from tests.conftest import Daemon, DaemonFactory
+from tests.conftest import Daemon, DaemonFactory, let_anyone_walk_to
 from tests.wyoming.wyoming_helpers import SHORT_TEXT, client_for, request, wyoming_uri
 
 
@@ -51,10 +50,7 @@ def test_unix_peer_credentials_checked(
     )
     uri = wyoming_uri(d)
     nobody = pwd.getpwnam("nobody")
-    for parent in Path(path).parents:
-        if parent == Path("/tmp"):
-            break
-        parent.chmod(parent.stat().st_mode | 0o011)
+    let_anyone_walk_to(path)
     # (Raw JSON lines: this interpreter's importlib.metadata is not readable by nobody.)
     code = (
         "import json, os, socket, sys\n"
