@@ -6,7 +6,10 @@ every 1/rate s on one text-stream request and reads chunks as they come.  Report
 - **release → first chunk**: from the append that completes the first segment (by the
   documented rule, :func:`appliance.textstream.release_point`) to the first chunk read,
   beside the plain TTFP of that same segment sent as an ordinary request (same daemon,
-  same run): the streaming overhead is the difference.
+  same run) after the daemon sat idle as long as the feed kept it waiting for the
+  release: the streaming overhead is the difference.  (A request after ~1 s of idleness
+  has its first packet 5–10 ms later than one right after another — cold caches, cores
+  in a power state — so back-to-back plain requests would flatter the plain side.)
 - **stalls** after the first chunk: a client playing from its first chunk with a 100 ms
   jitter buffer runs dry before a chunk arrives.
 - **wyoming-piper's rule**: when the same feed would let wyoming-piper start its first
@@ -109,10 +112,12 @@ async def _feed(sock: str, toks: list[str], rate: float) -> dict[str, Any]:
     return {"t_tok": t_tok, "arrivals": arrivals, "stalls": stalls}
 
 
-async def _plain_ttfp(sock: str, text: str, runs: int) -> float:
+async def _plain_ttfp(sock: str, text: str, runs: int, idle_s: float) -> float:
+    """Median TTFP of ``text`` as an ordinary request, each after ``idle_s`` of quiet."""
     async with await AsyncClient.connect(sock) as ac:
         samples = []
         for _ in range(runs):
+            await asyncio.sleep(idle_s)
             t0 = time.perf_counter()
             first = None
             async for ev in ac.synthesize(text):
@@ -129,8 +134,9 @@ def run(sock: str, runs: int = 3) -> list[dict[str, Any]]:
         toks = tokens(text)
         k_rel, segment = first_release(toks)
         k_wp = wyoming_piper_start(toks)
-        plain = asyncio.run(_plain_ttfp(sock, segment, runs + 1))
         for rate in RATES:
+            # The feed keeps the daemon idle for k_rel tokens before the release.
+            plain = asyncio.run(_plain_ttfp(sock, segment, runs + 1, k_rel / rate))
             lat, stalls, ours_start, wp_start = [], 0, [], []
             for _ in range(runs):
                 r = asyncio.run(_feed(sock, toks, rate))
@@ -160,7 +166,8 @@ def run(sock: str, runs: int = 3) -> list[dict[str, Any]]:
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| text | tokens/s | first segment | release → first chunk P50 | plain TTFP of it "
+        "| text | tokens/s | first segment | release → first chunk P50 "
+        "| plain TTFP of it (same idle gap) "
         "| overhead | stalls | ttsd first audio (from first token) "
         "| wyoming-piper's rule would start at |",
         "|---|---|---|---|---|---|---|---|---|",
