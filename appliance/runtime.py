@@ -155,7 +155,7 @@ class Runtime:
             d["flow"] = "windowed" if meta.flow_split is not None else "whole"
             if meta.split_ok:
                 d["context_frames"] = self.voices[meta.name].context
-            if not meta.split_ok:
+            else:
                 d["note"] = meta.split_note
             voices.append(d)
         return {

@@ -483,7 +483,7 @@ def smallest_context(
     Every frame of context is decoded again by the window on either side, so it is the
     whole of streaming's extra decoder cost (and part of the first packet's).  HiFi-GAN's
     receptive field is wide, but what reaches the edge from far away is tiny: the
-    bundled voice passes at 10 frames (2.0e-6) and fails at 8 (7.5e-4).  Found once per
+    bundled voice passes at 10 frames (3.1e-6) and fails at 8 (1.5e-3).  Found once per
     voice at cut time and cached with the cut; DEFAULT_CONTEXT when nothing smaller passes.
     ``enc``: the encoder half, or the flow split when the voice streams with it.
     """
