@@ -87,6 +87,7 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         for door in doors:
             await door.close()
         server.close_listener()
+        server.remove_socket()  # bound before a later door failed: leave nothing behind
         service.close()
         runtime.close()
         return 1

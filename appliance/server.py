@@ -324,10 +324,10 @@ class Server:
             c.close()
         if self._conn_tasks:
             await asyncio.wait(list(self._conn_tasks), timeout=2.0)
-        self._unlink_own_socket()
+        self.remove_socket()
         log.info("shutdown complete")
 
-    def _unlink_own_socket(self) -> None:
+    def remove_socket(self) -> None:
         """Remove the socket file only if it is still the one we bound (a daemon started
         after us may have replaced it)."""
         if self._activated is not None or self._socket_id is None:

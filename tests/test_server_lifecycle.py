@@ -123,6 +123,29 @@ def test_stale_socket_is_replaced(daemon_factory: DaemonFactory, tmp_path: Path)
         proc.wait(timeout=30)
 
 
+def test_a_front_end_that_cannot_listen_stops_start_up_cleanly(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """A port in use for --http or --wyoming: exit 1 with the reason, and the protocol v1
+    socket bound just before is not left behind."""
+    d = daemon_factory()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        for flag in (["--http", f"127.0.0.1:{port}"], ["--wyoming", f"tcp://127.0.0.1:{port}"]):
+            sock = tmp_path / "t.sock"
+            cmd = [sys.executable, "-m", "appliance.main", "serve", "--socket", str(sock)]
+            cmd += ["--config", str(d.config_path), *flag]
+            r = subprocess.run(cmd, capture_output=True, timeout=300)
+            assert r.returncode == 1
+            assert b"cannot listen" in r.stderr and b"address already in use" in r.stderr
+            assert not sock.exists()
+    finally:
+        taken.close()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another uid")
 def test_peer_credentials_checked(daemon_factory: DaemonFactory) -> None:
     # Mode 0666 lets anyone reach the socket, so only SO_PEERCRED stands in the way.
