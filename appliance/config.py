@@ -86,7 +86,7 @@ class EngineConfig:
     do not spin-wait when the workers together have more threads than CPUs)."""
     spin_wait: Literal["auto", "on", "off"] = "auto"
     """ONNX Runtime threads spin between ops (faster, but they hold a core): auto = only when
-    all workers' threads together fit on the CPUs."""
+    all workers' threads together leave at least one CPU free."""
     context_frames: int | None = field(default=None, metadata=_rng(0, 128))
     """Decoder frames of latent on each side of a streamed window; None = each voice's own,
     the fewest that pass the cut's exactness check (10 for the bundled voice, else 16)."""
