@@ -323,14 +323,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.http:
         cfg = dataclasses.replace(cfg, http=dataclasses.replace(cfg.http, listen=args.http))
     if args.wyoming:
-        from appliance.config import wyoming_endpoint
-
-        try:
-            wyoming_endpoint(args.wyoming)
+        try:  # WyomingConfig checks the URI
+            wyoming = dataclasses.replace(cfg.wyoming, uri=args.wyoming)
         except ConfigError as exc:
             print(f"ttsd: --wyoming: {exc}", file=sys.stderr)
             return 2
-        cfg = dataclasses.replace(cfg, wyoming=dataclasses.replace(cfg.wyoming, uri=args.wyoming))
+        cfg = dataclasses.replace(cfg, wyoming=wyoming)
     try:
         prepare_socket_dir(path)  # here too: refuse before a minute of loading voices
     except OSError as exc:

@@ -32,7 +32,7 @@ import socket
 import stat
 import struct
 import time
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,13 +65,16 @@ from appliance.service import Service, Stream
 from appliance.speech import Chunk
 
 __all__ = [
+    "ClientSlots",
     "Connection",
     "Peer",
     "Server",
     "authorize_peer",
+    "bind_unix_socket",
     "default_socket_path",
     "peer_of",
     "privileged",
+    "remove_own_socket",
     "remove_stale_socket",
 ]
 
@@ -200,6 +203,64 @@ def privileged(peer: Peer | None) -> bool:
     return peer is not None and peer.uid in (0, os.getuid())
 
 
+async def bind_unix_socket(
+    path: Path, mode: int, start: Callable[[str], Awaitable[asyncio.AbstractServer]]
+) -> tuple[asyncio.AbstractServer, os.stat_result]:
+    """Listen on ``path`` (``start(path)`` makes the server), replacing only a stale socket.
+
+    Created owner-only, then opened up to ``mode``: no window in which the socket is
+    reachable by anyone else.  Returns the server and the socket file's stat (its group
+    for the peer check, its device and inode for :func:`remove_own_socket`)."""
+    remove_stale_socket(path)
+    old = os.umask(0o177)
+    try:
+        server = await start(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, mode)
+    return server, os.stat(path)
+
+
+def remove_own_socket(path: Path, socket_id: tuple[int, int]) -> None:
+    """Remove the socket file only if it is still the one we bound (device, inode): a
+    daemon started after us may have replaced it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if (st.st_dev, st.st_ino) == socket_id:
+        path.unlink(missing_ok=True)
+    else:
+        log.warning("%s is no longer our socket; leaving it", path)
+
+
+class ClientSlots:
+    """A door's connection slots: all of them (less the few kept for root and the daemon's
+    user) and those of any one client (a uid, a host), each capped by ``server.*``."""
+
+    def __init__(self) -> None:
+        self._held: dict[object, int] = {}
+
+    def refusal(
+        self, limits: ServerConfig, open_now: int, client: object, is_privileged: bool
+    ) -> str | None:
+        """The error code that refuses one more connection of ``client``, or None."""
+        cap = limits.max_connections - (0 if is_privileged else limits.reserved_connections)
+        if open_now >= cap:
+            return ErrorCode.TOO_MANY_CONNECTIONS
+        if not is_privileged and self._held.get(client, 0) >= limits.max_connections_per_uid:
+            return ErrorCode.TOO_MANY_CONNECTIONS_FOR_USER
+        return None
+
+    def take(self, client: object) -> None:
+        self._held[client] = self._held.get(client, 0) + 1
+
+    def give_back(self, client: object) -> None:
+        self._held[client] -= 1
+        if self._held[client] <= 0:
+            del self._held[client]
+
+
 @dataclass
 class RequestState:
     id: int
@@ -233,7 +294,7 @@ class Server:
         self._socket_id: tuple[int, int] | None = None
         self.connections: set[Connection] = set()
         self._conn_tasks: set[asyncio.Task[None]] = set()
-        self._per_uid: dict[int, int] = {}
+        self.slots = ClientSlots()
         self._stop = asyncio.Event()
         self.stopping = False
         self._conn_seq = 0
@@ -265,23 +326,14 @@ class Server:
             return
         path = self.socket_path
         prepare_socket_dir(path)  # the per-user default: 0700, ours, not a symlink
-        remove_stale_socket(path)
-        # Created owner-only, then opened up to the configured mode: no window
-        # in which the socket is reachable by anyone else.
-        old = os.umask(0o177)
-        try:
-            self._server = await asyncio.start_unix_server(
-                self._accept, path=str(path), limit=_READ_SIZE
-            )
-        finally:
-            os.umask(old)
-        os.chmod(path, cfg.socket_mode)
-        st = os.stat(path)
+        self._server, st = await bind_unix_socket(
+            path,
+            cfg.socket_mode,
+            lambda p: asyncio.start_unix_server(self._accept, path=p, limit=_READ_SIZE),
+        )
         self._socket_gid = st.st_gid
         self._socket_id = (st.st_dev, st.st_ino)
         log.info("listening on %s (mode %o)", path, cfg.socket_mode)
-
-    _remove_stale = staticmethod(remove_stale_socket)
 
     # ------------------------------------------------------------ serve
 
@@ -330,16 +382,8 @@ class Server:
     def remove_socket(self) -> None:
         """Remove the socket file only if it is still the one we bound (a daemon started
         after us may have replaced it)."""
-        if self._activated is not None or self._socket_id is None:
-            return
-        try:
-            st = os.lstat(self.socket_path)
-        except FileNotFoundError:
-            return
-        if (st.st_dev, st.st_ino) == self._socket_id:
-            self.socket_path.unlink(missing_ok=True)
-        else:
-            log.warning("%s is no longer our socket; leaving it", self.socket_path)
+        if self._activated is None and self._socket_id is not None:
+            remove_own_socket(self.socket_path, self._socket_id)
 
 
 class Connection:
@@ -392,26 +436,21 @@ class Connection:
         uid = self.peer.uid if self.peer else -1
         if self.peer is not None:
             self.client_key = ("uid", self.peer.uid)
-        privileged = srv.privileged(self.peer)
-        cap = limits.max_connections - (0 if privileged else limits.reserved_connections)
-        if len(srv.connections) >= cap:
-            await self._refuse(ErrorCode.TOO_MANY_CONNECTIONS, "connection limit reached")
+        refused = srv.slots.refusal(limits, len(srv.connections), uid, srv.privileged(self.peer))
+        if refused == ErrorCode.TOO_MANY_CONNECTIONS:
+            await self._refuse(refused, "connection limit reached")
             return
-        if not privileged and srv._per_uid.get(uid, 0) >= limits.max_connections_per_uid:
-            await self._refuse(
-                ErrorCode.TOO_MANY_CONNECTIONS_FOR_USER, f"uid {uid} has too many connections"
-            )
+        if refused is not None:
+            await self._refuse(refused, f"uid {uid} has too many connections")
             return
         srv.connections.add(self)
-        srv._per_uid[uid] = srv._per_uid.get(uid, 0) + 1
+        srv.slots.take(uid)
         try:
             if await self._read_loop():
                 await self._finish_half_closed(sock)
         finally:
             srv.connections.discard(self)
-            srv._per_uid[uid] -= 1
-            if srv._per_uid[uid] <= 0:
-                del srv._per_uid[uid]
+            srv.slots.give_back(uid)
             for r in list(self.requests.values()):
                 r.cancel("disconnect")
             tasks = [r.task for r in self.requests.values() if r.task is not None]

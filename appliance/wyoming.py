@@ -35,9 +35,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import os
 import socket
-import stat
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -61,7 +59,14 @@ from appliance import __version__
 from appliance.config import Config, WyomingConfig, wyoming_endpoint
 from appliance.errors import ErrorCode, ServiceError
 from appliance.pcm import PcmEncoder
-from appliance.server import authorize_peer, peer_of, privileged, remove_stale_socket
+from appliance.server import (
+    ClientSlots,
+    authorize_peer,
+    bind_unix_socket,
+    peer_of,
+    privileged,
+    remove_own_socket,
+)
 from appliance.service import Service, Stream
 from appliance.speech import Chunk, SpeechRequest
 
@@ -340,7 +345,7 @@ class WyomingDoor:
         self.kind, self.host, self.port = wyoming_endpoint(uri)
         self.connections: set[_Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._per_key: dict[object, int] = {}
+        self.slots = ClientSlots()
         self._server: asyncio.AbstractServer | None = None
         self._socket_gid: int | None = None
         self._socket_id: tuple[int, int] | None = None
@@ -382,14 +387,11 @@ class WyomingDoor:
         else:
             path = Path(self.host)
             path.parent.mkdir(parents=True, exist_ok=True)
-            remove_stale_socket(path)
-            old = os.umask(0o177)  # owner-only until chmod: no window for anyone else
-            try:
-                self._server = await loop.create_unix_server(protocol, str(path))
-            finally:
-                os.umask(old)
-            os.chmod(path, self.config.server.socket_mode)
-            st = os.stat(path)
+            self._server, st = await bind_unix_socket(
+                path,
+                self.config.server.socket_mode,
+                lambda p: loop.create_unix_server(protocol, p),
+            )
             self._socket_gid, self._socket_id = st.st_gid, (st.st_dev, st.st_ino)
         log.info("wyoming: listening on %s", self.uri)
         if self.wcfg.zeroconf:
@@ -433,11 +435,8 @@ class WyomingDoor:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=2.0)
         if self.kind == "unix" and self._socket_id is not None:
-            path = Path(self.host)
             with contextlib.suppress(OSError):
-                st = os.lstat(path)
-                if stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == self._socket_id:
-                    path.unlink()
+                remove_own_socket(Path(self.host), self._socket_id)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         assert isinstance(reader, _BoundedReader)
@@ -568,30 +567,23 @@ class _Connection:
             await self._refuse(admitted)
             return
         key, is_privileged = admitted
-        limits = self.cfg.server
-        cap = limits.max_connections - (0 if is_privileged else limits.reserved_connections)
-        if len(door.connections) >= cap:
-            await self._refuse(
-                ServiceError(ErrorCode.TOO_MANY_CONNECTIONS, "connection limit reached")
+        refused = door.slots.refusal(self.cfg.server, len(door.connections), key, is_privileged)
+        if refused is not None:
+            message = (
+                "connection limit reached"
+                if refused == ErrorCode.TOO_MANY_CONNECTIONS
+                else "this client has too many connections"
             )
-            return
-        if not is_privileged and door._per_key.get(key, 0) >= limits.max_connections_per_uid:
-            await self._refuse(
-                ServiceError(
-                    ErrorCode.TOO_MANY_CONNECTIONS_FOR_USER, "this client has too many connections"
-                )
-            )
+            await self._refuse(ServiceError(refused, message))
             return
         door.connections.add(self)
-        door._per_key[key] = door._per_key.get(key, 0) + 1
+        door.slots.take(key)
         self._worker = asyncio.create_task(self._work())
         try:
             await self._read_loop()
         finally:
             door.connections.discard(self)
-            door._per_key[key] -= 1
-            if door._per_key[key] <= 0:
-                del door._per_key[key]
+            door.slots.give_back(key)
             self.disconnect()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait([self._worker], timeout=5.0)

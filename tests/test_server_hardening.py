@@ -18,7 +18,7 @@ import pytest
 
 from appliance.config import Config, ServerConfig, VoicesConfig
 from appliance.runtime import Runtime
-from appliance.server import Peer, Server, peer_of
+from appliance.server import Peer, Server, peer_of, remove_stale_socket
 from appliance.service import Service
 from tests.conftest import Daemon, DaemonFactory
 from tests.wire import Wire
@@ -179,13 +179,13 @@ def test_a_live_daemons_socket_is_never_replaced(tmp_path: Path) -> None:
             pass
         fillers.append(c)
     with pytest.raises(OSError, match=r"may belong to a running daemon|another daemon"):
-        Server._remove_stale(path)
+        remove_stale_socket(path)
     assert path.exists()
     for c in fillers:
         c.close()
     listener.close()
     # nobody listens now: that is stale, and replaced
-    Server._remove_stale(path)
+    remove_stale_socket(path)
     assert not path.exists()
 
 
