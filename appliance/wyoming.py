@@ -609,6 +609,15 @@ class _Connection:
         with contextlib.suppress(Exception):
             self.writer.close()
 
+    def _too_slow(self) -> None:
+        """The client left its output over the bound for ``client_too_slow_s``: drop what
+        it has not read (a plain close would wait for it to read) and stop its work."""
+        log.warning("wyoming connection %d: client_too_slow: closing", self.number)
+        self.service.record_error(ErrorCode.CLIENT_TOO_SLOW)
+        with contextlib.suppress(Exception):
+            self.writer.transport.abort()
+        self.disconnect()
+
     def _busy(self) -> bool:
         return self.current is not None or bool(self.jobs) or self.text_job is not None
 
@@ -664,6 +673,7 @@ class _Connection:
             try:
                 await self._dispatch(event)
             except ClientTooSlow:
+                self._too_slow()
                 return
             except (ConnectionError, OSError):
                 return
@@ -697,20 +707,20 @@ class _Connection:
         elif Synthesize.is_type(t):
             if self.text_job is not None:
                 return  # the compatibility copy of the streamed text: ignored
-            self._enqueue(self._job(event))
+            await self._enqueue(self._job(event))
         elif SynthesizeStart.is_type(t):
             if self.text_job is not None:
-                self._enqueue(
+                await self._enqueue(
                     _Job(error=ServiceError(ErrorCode.BAD_REQUEST, "a text stream is open"))
                 )
                 return
             job = self._job(event)
             self.text_job = job
-            if not self._enqueue(job):
+            if not await self._enqueue(job):
                 job.dead = True
         elif SynthesizeChunk.is_type(t):
             if self.text_job is None:
-                self._enqueue(
+                await self._enqueue(
                     _Job(
                         error=ServiceError(
                             ErrorCode.BAD_REQUEST, "synthesize-chunk without synthesize-start"
@@ -732,7 +742,7 @@ class _Connection:
         elif SynthesizeStop.is_type(t):
             open_job, self.text_job = self.text_job, None
             if open_job is None:
-                self._enqueue(
+                await self._enqueue(
                     _Job(
                         error=ServiceError(
                             ErrorCode.BAD_REQUEST, "synthesize-stop without synthesize-start"
@@ -751,23 +761,19 @@ class _Connection:
             self.service.record_error(exc.code)
             return _Job(error=exc, dead=True)
 
-    def _enqueue(self, job: _Job) -> bool:
+    async def _enqueue(self, job: _Job) -> bool:
         limit = self.cfg.server.max_inflight_per_connection
         if len(self.jobs) + (self.current is not None) >= limit:
             exc = ServiceError(ErrorCode.TOO_MANY_REQUESTS, f"at most {limit} requests in flight")
             self.service.record_error(exc.code)
-            # Said now, not in turn: the queue it would wait in is what is full.
-            task = asyncio.create_task(self._send_quietly(error_event(exc)))
-            self.door._tasks.add(task)
-            task.add_done_callback(self.door._tasks.discard)
+            # Said now, not in turn (the queue it would wait in is what is full), and by the
+            # reader itself: while the client's output is over the bound, it stops reading,
+            # so a client that sends and never reads cannot pile up error replies.
+            await self.send(error_event(exc))
             return False
         self.jobs.append(job)
         self._wake.set()
         return True
-
-    async def _send_quietly(self, event: Event) -> None:
-        with contextlib.suppress(ConnectionError, OSError, ClientTooSlow):
-            await self.send(event)
 
     # ------------------------------------------------------------ writing
 
@@ -797,11 +803,7 @@ class _Connection:
             except (ConnectionError, OSError):
                 return
             except ClientTooSlow:
-                log.warning("wyoming connection %d: client_too_slow: closing", self.number)
-                self.service.record_error(ErrorCode.CLIENT_TOO_SLOW)
-                with contextlib.suppress(Exception):
-                    self.writer.transport.abort()
-                self.disconnect()
+                self._too_slow()
                 return
             finally:
                 self.current = None

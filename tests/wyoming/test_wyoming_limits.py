@@ -8,8 +8,8 @@ import contextlib
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
 
-from tests.conftest import Daemon
-from tests.wyoming.wyoming_helpers import client_for
+from tests.conftest import Daemon, DaemonFactory
+from tests.wyoming.wyoming_helpers import client_for, wyoming_uri
 
 
 async def test_per_client_connection_limit(wy_uri: str, wy_daemon: Daemon) -> None:
@@ -63,3 +63,45 @@ async def test_address_outside_allowed_networks_is_refused(wy_uri: str) -> None:
         await c.write_event(Describe().event())
         ev = await c.read_event()
         assert ev is not None and Info.is_type(ev.type)
+
+
+def test_error_flood_from_a_client_that_never_reads_is_bounded(
+    daemon_factory: DaemonFactory,
+) -> None:
+    """Every stray synthesize-chunk gets an error; past the in-flight limit each is said at
+    once.  A client that sends them and never reads must meet the output bound (its
+    connection stops being read, then is closed), not grow the daemon."""
+    import socket
+    import time
+
+    import psutil
+
+    d = daemon_factory(
+        {
+            "wyoming": {"uri": "tcp://127.0.0.1:0"},
+            "server": {"client_too_slow_s": 1.0, "max_output_buffer_bytes": 65536},
+        }
+    )
+    host, port = wyoming_uri(d).removeprefix("tcp://").rsplit(":", 1)
+    rss = lambda: psutil.Process(d.proc.pid).memory_info().rss / 1e6  # noqa: E731
+    base = rss()
+    s = socket.create_connection((host, int(port)))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(0.2)
+    line = b'{"type": "synthesize-chunk", "data": {"text": "x"}}\n'
+    flood = line * ((8 << 20) // len(line))  # ~160 000 events, each answered with an error
+    sent, closed, t0 = 0, False, time.monotonic()
+    while sent < len(flood) and time.monotonic() - t0 < 30:
+        try:
+            sent += s.send(flood[sent : sent + 65536])
+        except TimeoutError:
+            continue
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+            break
+    s.close()
+    assert closed and sent < len(flood)
+    assert rss() - base < 60
+    with socket.create_connection((host, int(port)), timeout=10) as again:
+        again.sendall(b'{"type": "describe"}\n')
+        assert b'"type": "info"' in again.recv(65536)
