@@ -136,8 +136,8 @@ class Runtime:
                     enc = v.model.encode_prior(ids, v.defaults, v.default_speaker)
                 else:
                     enc = v.model.encode(ids, v.defaults, v.default_speaker)
-                for width in (8, 16, 32):
-                    decode_span(v.model, enc, 0, min(enc.frames, width), context, v.hop)
+                for width in (8, 16, 32):  # first chunks: the decoder a listener waits for
+                    decode_span(v.model, enc, 0, min(enc.frames, width), context, v.hop, True)
                 enc.ahead = None
                 a = 8
                 while a < enc.frames:  # the stream's own windows, decoded ahead
@@ -155,6 +155,7 @@ class Runtime:
             d["flow"] = "windowed" if meta.flow_split is not None else "whole"
             if meta.split_ok:
                 d["context_frames"] = self.voices[meta.name].context
+                d["decoder"] = "2d" if meta.lean_decoder_path is not None else "1d"
             else:
                 d["note"] = meta.split_note
             voices.append(d)

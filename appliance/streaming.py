@@ -389,7 +389,11 @@ class SynthesisJob:
         if out.chunks:
             t0 = time.monotonic()
             a, b = out.chunks[0]
-            out.first_audio = decode_span(model, enc, a, b, s.context, self.voice.hop)
+            # A first chunk of a streaming plan is what a real-time listener waits for:
+            # the backend's fastest decoder.  A whole-sentence one (mode sentence, what
+            # Piper does) and a batch request's take the cheapest (appliance.decoder2d).
+            urgent = s.realtime and not self._plan.whole
+            out.first_audio = decode_span(model, enc, a, b, s.context, self.voice.hop, urgent)
             out.first_decode_s = time.monotonic() - t0
         return out
 

@@ -55,6 +55,7 @@ __all__ = [
     "VoiceInfo",
     "bundled_voice_path",
     "cut_flow",
+    "cut_lean_decoder",
     "cut_model",
     "default_cache_dir",
     "discover",
@@ -74,7 +75,7 @@ DEFAULT_CONTEXT = 16
 """Decoder frames of context on each side of a window, unless a voice verified fewer."""
 CONTEXT_CANDIDATES = (4, 6, 8, 10, 12, 14, DEFAULT_CONTEXT)
 VERIFY_SENTENCE = "Testing one two three, the quick brown fox jumps over the lazy dog."
-_CUT_FORMAT = 4  # bump when the cut or the check changes
+_CUT_FORMAT = 5  # bump when the cut or the check changes
 
 
 class VoiceError(Exception):
@@ -315,6 +316,18 @@ def cut_flow(model_path: Path, out_dir: Path, names: CutNames) -> FlowSplit:
     return split
 
 
+def cut_lean_decoder(dec: Path, out_dir: Path) -> Path:
+    """Write the decoder once more with 2-D convolutions (:mod:`appliance.decoder2d`)."""
+    import onnx
+
+    from appliance.decoder2d import lift_to_2d
+
+    lean = lift_to_2d(onnx.load(str(dec)))
+    path = out_dir / "decoder2d.onnx"
+    _atomic_write_model(lean, path)
+    return path
+
+
 def default_cache_dir() -> Path:
     if os.geteuid() == 0:
         return Path("/var/cache/ttsd")
@@ -332,6 +345,8 @@ def _cached(info: VoiceInfo, model_path: Path, digest: str, slot: Path) -> Voice
         return None
     flow = FlowSplit(slot / "prior.onnx", slot / "flow.onnx")
     has_flow = bool(meta.get("flow_ok")) and flow.prior_path.is_file() and flow.flow_path.is_file()
+    lean = slot / "decoder2d.onnx"
+    has_lean = bool(meta.get("lean_ok")) and lean.is_file()
     log.info("voice %s: cached split (%s)", info.name, "ok" if meta["ok"] else "failed")
     return Voice(
         info,
@@ -343,6 +358,7 @@ def _cached(info: VoiceInfo, model_path: Path, digest: str, slot: Path) -> Voice
         bool(meta["ok"]),
         meta["note"],
         flow_split=flow if has_flow else None,
+        lean_decoder_path=lean if has_lean else None,
         context_frames=_cached_context(meta.get("context_frames")),
     )
 
@@ -396,10 +412,14 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
             flow = flow if flow_ok else None
         log.info("voice %s: flow %s (%s)", name, "windowed" if flow else "whole", flow_note)
     context = DEFAULT_CONTEXT
+    lean: Path | None = None
+    lean_note = ""
     if ok:
         assert enc is not None
         context, context_note = smallest_context(info, model_path, dec, names, flow or enc)
         log.info("voice %s: decoder context %d frames (%s)", name, context, context_note)
+        lean, lean_note = _lean_decoder(info, model_path, dec, names, flow or enc, context, slot)
+        log.info("voice %s: 2-D decoder %s (%s)", name, "used" if lean else "not used", lean_note)
     meta = {
         "sha256": digest,
         "ok": ok,
@@ -408,13 +428,45 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
         "flow_note": flow_note,
         "cut": dataclasses.asdict(names),
         "context_frames": context,
+        "lean_ok": lean is not None,
+        "lean_note": lean_note,
     }
     tmp = slot / "meta.tmp"
     tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
     os.replace(tmp, slot / "meta.json")
     return Voice(
-        info, model_path, digest, enc, dec, names, ok, note, flow_split=flow, context_frames=context
+        info,
+        model_path,
+        digest,
+        enc,
+        dec,
+        names,
+        ok,
+        note,
+        flow_split=flow,
+        lean_decoder_path=lean,
+        context_frames=context,
     )
+
+
+def _lean_decoder(
+    info: VoiceInfo,
+    model_path: Path,
+    dec: Path,
+    names: CutNames,
+    enc: Path | FlowSplit,
+    context: int,
+    slot: Path,
+) -> tuple[Path | None, str]:
+    """The 2-D decoder, when it can be written and passes the cut's check at ``context``."""
+    try:
+        lean = cut_lean_decoder(dec, slot)
+    except (ValueError, OSError) as exc:  # ValueError: a graph the rewrite does not know
+        return None, f"cannot rewrite: {exc}"
+    flow = enc if isinstance(enc, FlowSplit) else None
+    first = enc.prior_path if isinstance(enc, FlowSplit) else enc
+    passed, note = _check_model(info, model_path, first, dec, names, flow, (context,), lean)
+    return (lean if passed is not None else None), note
 
 
 def _check_model(
@@ -425,9 +477,11 @@ def _check_model(
     names: CutNames,
     flow: FlowSplit | None,
     contexts: tuple[int, ...] = (DEFAULT_CONTEXT,),
+    lean: Path | None = None,
 ) -> tuple[int | None, str]:
     """Windowed decode vs the fused model, zero noise; with ``flow``, the flow windowed too,
-    in the two steps a request's first clause takes.
+    in the two steps a request's first clause takes; with ``lean``, every window through
+    the 2-D decoder.
 
     Returns the first of ``contexts`` (decoder frames on each side of a window) whose
     windows of 8 frames (a first chunk) and of 32 are within :data:`CUT_TOLERANCE` of the
@@ -435,7 +489,9 @@ def _check_model(
     """
     diffs: list[str] = []
     try:
-        model = OnnxVoiceModel.load(model_path, enc, dec, names, threads=1, flow=flow)
+        model = OnnxVoiceModel.load(
+            model_path, enc, dec, names, threads=1, flow=flow, lean_decoder=lean
+        )
         ids = Phonemizer(info).ids(VERIFY_SENTENCE)
         scales = Scales(0.0, info.length_scale, 0.0)
         sid = 0 if info.num_speakers > 1 else None

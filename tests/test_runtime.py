@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from appliance.config import parse_config
+from appliance.engine.base import Encoded, FloatArray, IntArray, Scales, VoiceModel
+from appliance.engine.onnx import _session
+from appliance.engine.pool import FailoverVoiceModel
 from appliance.engine.windows import decode_span
 from appliance.runtime import Runtime
+from appliance.service import Service
+from appliance.speech import Chunk, SpeechRequest
+from appliance.streaming import VoiceRuntime
 
 
 @pytest.fixture(scope="module")
 def runtime(voice_cache: Path) -> Iterator[Runtime]:
-    cfg = parse_config({"voices": {"cache_dir": str(voice_cache)}, "engine": {"workers": 1}})
+    # Two intra-op threads, as on the 2-core machines this is built for, whatever CI has.
+    cfg = parse_config(
+        {
+            "voices": {"cache_dir": str(voice_cache)},
+            "engine": {"workers": 1, "intra_op_threads": 2},
+        }
+    )
     rt = Runtime.load(cfg)
     yield rt
     rt.close()
@@ -39,9 +54,6 @@ def test_the_first_clause_flow_is_windowed_in_the_daemons_model(runtime: Runtime
 def test_windows_use_the_voices_verified_context(runtime: Runtime) -> None:
     """The daemon's model decodes with the fewest context frames the cut's check passed
     (10 for the bundled voice), and the windows still match the fused model."""
-    import numpy as np
-
-    from appliance.engine.base import Scales
     from appliance.engine.windows import decode_windows
     from appliance.voices import CUT_TOLERANCE
 
@@ -74,3 +86,108 @@ def test_configured_context_overrides_the_voices(voice_cache: Path) -> None:
         assert rt.voices[rt.default_voice].context == 16
     finally:
         rt.close()
+
+
+def _latent(voice: VoiceRuntime, frames: int) -> FloatArray:
+    ids = voice.phonemizer.ids("Turn left in two hundred metres, then keep right.")
+    z = voice.model.encode(ids, voice.defaults, voice.default_speaker).z
+    return np.ascontiguousarray(z[:, :, :frames])
+
+
+def test_the_daemons_model_decodes_ahead_in_2d_and_first_chunks_in_1d(
+    runtime: Runtime, voice_cache: Path
+) -> None:
+    """Windows decoded ahead run the 2-D decoder on one thread (the cheapest), a window a
+    listener waits for the 1-D one on every thread (the fastest): each is bit for bit
+    what its own session gives, through the failover wrapper the daemon builds."""
+    voice = runtime.voices[runtime.default_voice]
+    meta = runtime.voice_meta[runtime.default_voice]
+    assert meta.lean_decoder_path is not None and meta.cut is not None
+    assert runtime.info()["voices"][0]["decoder"] == "2d"
+    assert isinstance(voice.model, FailoverVoiceModel)
+    z = _latent(voice, 30)
+    feeds = {meta.cut.z: z}
+    lean = _session(meta.lean_decoder_path, 1).run(None, feeds)[0].reshape(-1)
+    assert meta.decoder_path is not None
+    parallel = _session(meta.decoder_path, 2).run(None, feeds)[0].reshape(-1)
+    ahead = voice.model.decode(z, None)
+    urgent = voice.model.decode(z, None, True)
+    np.testing.assert_array_equal(ahead, lean)
+    np.testing.assert_array_equal(urgent, parallel)
+    assert not np.array_equal(lean, parallel)  # two graphs, really
+    assert float(np.max(np.abs(lean - parallel))) < 1e-5
+
+
+class _Recorder(VoiceModel):
+    """The daemon's model, passed through, with each decode's window and urgency noted."""
+
+    def __init__(self, inner: VoiceModel) -> None:
+        self.inner = inner
+        self.backend_name = inner.backend_name
+        self.decodes: list[tuple[int, bool]] = []
+
+    def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        return self.inner.encode(ids, scales, speaker)
+
+    @property
+    def flow_context(self) -> int:
+        return self.inner.flow_context
+
+    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        return self.inner.encode_prior(ids, scales, speaker)
+
+    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+        return self.inner.flow(z_p, g)
+
+    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
+        self.decodes.append((int(z.shape[2]), urgent))
+        return self.inner.decode(z, g, urgent)
+
+    def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
+        return self.inner.fused(ids, scales, speaker)
+
+    def close(self) -> None:
+        """The runtime closes the inner model."""
+
+
+@pytest.mark.parametrize(
+    ("mode", "realtime", "first_urgent"),
+    [
+        ("dialog", True, True),
+        ("reading", True, True),
+        ("sentence", True, False),
+        ("dialog", False, False),
+    ],
+)
+def test_only_a_streamed_first_chunk_is_urgent(
+    runtime: Runtime, mode: str, realtime: bool, first_urgent: bool
+) -> None:
+    """A real-time request's first chunk waits for the fastest decoder; every later window,
+    a whole-sentence first chunk and a batch request's take the cheapest."""
+    name = runtime.default_voice
+    voice = runtime.voices[name]
+    recorder = _Recorder(voice.model)
+    runtime.voices[name] = dataclasses.replace(voice, model=recorder)
+    try:
+
+        async def run() -> int:
+            service = Service(runtime)
+            text = "Turn left in two hundred metres, then keep right at the big roundabout."
+            stream = await service.open_stream(
+                SpeechRequest(text=text, mode=mode, realtime=realtime), frontend="test"
+            )
+            chunks: list[Chunk] = []
+
+            async def emit(chunk: Chunk) -> None:
+                chunks.append(chunk)
+
+            await stream.run(emit)
+            return len(chunks)
+
+        chunks = asyncio.run(run())
+    finally:
+        runtime.voices[name] = voice
+    assert chunks >= 2
+    urgent = [u for _, u in recorder.decodes]
+    assert urgent[0] is first_urgent
+    assert not any(urgent[1:]), recorder.decodes

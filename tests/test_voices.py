@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
 
+from appliance.decoder2d import lift_to_2d as real_lift_to_2d
 from appliance.voices import (
     VoiceError,
     VoiceInfo,
@@ -163,6 +165,48 @@ def test_failed_flow_check_keeps_streaming_with_the_whole_encoder(
     monkeypatch.undo()
     again = load_voice("joe", bundled_voice_path(), tmp_path)
     assert again.split_ok and again.flow_split is None  # the verdict is cached
+
+
+def test_the_2d_decoder_is_written_verified_and_cached(tmp_path: Path) -> None:
+    v1 = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v1.lean_decoder_path is not None and v1.lean_decoder_path.is_file()
+    meta = json.loads((v1.lean_decoder_path.parent / "meta.json").read_text())
+    assert meta["lean_ok"] is True and "max abs difference" in meta["lean_note"]
+    stamp = v1.lean_decoder_path.stat().st_mtime_ns
+    v2 = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v2.lean_decoder_path == v1.lean_decoder_path
+    assert v2.lean_decoder_path.stat().st_mtime_ns == stamp
+
+
+def _off_the_gate(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The real rewrite, then the last convolution's weights nudged by 1 %."""
+    from onnx import numpy_helper
+
+    lifted = real_lift_to_2d(model)
+    last = [n for n in lifted.graph.node if n.op_type == "Conv"][-1]
+    for t in lifted.graph.initializer:
+        if t.name == last.input[1]:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 1.01, t.name))
+    return lifted
+
+
+def _unknown(model: onnx.ModelProto) -> onnx.ModelProto:
+    raise ValueError("Transpose is not known to the 2-D rewrite")
+
+
+@pytest.mark.parametrize("rewrite", [_off_the_gate, _unknown], ids=["off-gate", "unknown-op"])
+def test_a_2d_decoder_that_fails_keeps_the_voice_on_the_1d_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rewrite: Any
+) -> None:
+    import appliance.decoder2d
+
+    monkeypatch.setattr(appliance.decoder2d, "lift_to_2d", rewrite)
+    v = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v.split_ok and v.flow_split is not None and v.context_frames == 10
+    assert v.lean_decoder_path is None
+    monkeypatch.undo()
+    again = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert again.lean_decoder_path is None  # the verdict is cached
 
 
 def test_daemon_reports_the_windowed_flow(daemon: Daemon) -> None:

@@ -104,8 +104,13 @@ class VoiceModel(ABC):
         """A window of ``z_p`` [1, C, W] → ``z`` [1, C, W] (exact inside ``flow_context``)."""
 
     @abstractmethod
-    def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
-        """A window of latent [1, C, W] → float32 samples [W * hop]."""
+    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
+        """A window of latent [1, C, W] → float32 samples [W * hop].
+
+        ``urgent``: a listener is waiting for this very window (a request's first chunk),
+        so the backend may spend more CPU to have it sooner; otherwise the window is
+        decoded ahead of need and the cheapest way is the right one.
+        """
 
     @abstractmethod
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:

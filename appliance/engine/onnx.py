@@ -64,6 +64,7 @@ class OnnxVoiceModel(VoiceModel):
         cut: CutNames | None,
         threads: int,
         spin: bool = False,
+        lean: ort.InferenceSession | None = None,
     ) -> None:
         self._model_path = model_path
         self._threads = threads
@@ -72,6 +73,8 @@ class OnnxVoiceModel(VoiceModel):
         self._fused_lock = threading.Lock()
         self._encoder = encoder
         self._decoder = decoder
+        self._lean = lean
+        """The decoder with 2-D convolutions on one thread: the cheapest per frame."""
         self._cut = cut
         self._prior: ort.InferenceSession | None = None
         self._flow: ort.InferenceSession | None = None
@@ -87,17 +90,22 @@ class OnnxVoiceModel(VoiceModel):
         threads: int,
         spin: bool = False,
         flow: FlowSplit | None = None,
+        lean_decoder: Path | None = None,
     ) -> OnnxVoiceModel:
+        """``lean_decoder``: the 2-D decoder (:mod:`appliance.decoder2d`), run on one thread
+        for every window but an urgent one; those keep the 1-D decoder on ``threads``
+        threads, which it splits well.  With one thread the 1-D decoder is not loaded."""
         if encoder_path is None or decoder_path is None or cut is None:
             model = cls(model_path, None, None, None, threads, spin)
             model._fused_session()
             return model
-        decoder = _session(decoder_path, threads, spin)
+        lean = _session(lean_decoder, 1) if lean_decoder is not None else None
+        decoder = _session(decoder_path, threads, spin) if lean is None or threads > 1 else None
         if flow is None or cut.z_p is None or cut.mask is None:
             encoder = _session(encoder_path, threads, spin)
-            return cls(model_path, encoder, decoder, cut, threads, spin)
+            return cls(model_path, encoder, decoder, cut, threads, spin, lean)
         # Prior + flow replace the encoder (the same weights; loading both would double them).
-        model = cls(model_path, None, decoder, cut, threads, spin)
+        model = cls(model_path, None, decoder, cut, threads, spin, lean)
         model._prior = _session(flow.prior_path, threads, spin)
         model._flow = _session(flow.flow_path, threads, spin)
         model._flow_context = cut.flow_context
@@ -163,10 +171,12 @@ class OnnxVoiceModel(VoiceModel):
         }
         return self._run_latent(self._flow, feeds, g, "flow")
 
-    def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
-        if self._decoder is None or self._cut is None:
+    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
+        session = self._decoder if urgent or self._lean is None else self._lean
+        session = session or self._lean
+        if session is None or self._cut is None:
             raise BackendError("this voice has no verified encoder/decoder split")
-        return self._run_latent(self._decoder, {self._cut.z: z}, g, "decoder").reshape(-1)
+        return self._run_latent(session, {self._cut.z: z}, g, "decoder").reshape(-1)
 
     def _run_latent(
         self,

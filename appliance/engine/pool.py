@@ -145,8 +145,8 @@ class FailoverVoiceModel(VoiceModel):
             "flow", lambda m: m.flow(z_p, g), usable=lambda m: 0 < m.flow_context <= context
         )
 
-    def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
-        return self._run("window", lambda m: m.decode(z, g))
+    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
+        return self._run("window", lambda m: m.decode(z, g, urgent))
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         return self._run("fused", lambda m: m.fused(ids, scales, speaker))

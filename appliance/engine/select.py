@@ -23,6 +23,7 @@ def load_voice_model(voice: Voice, cfg: Config) -> tuple[VoiceModel, dict[str, A
         threads,
         spin_wait(cfg, threads),
         flow=voice.flow_split,
+        lean_decoder=voice.lean_decoder_path,
     )
     if cfg.engine.backend == "onnx-cpu":
         return cpu, {"backend": "onnx-cpu", "status": "ok"}

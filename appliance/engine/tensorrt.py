@@ -642,7 +642,8 @@ class TensorRTVoiceModel(VoiceModel):
         hop = samples.shape[0] // int(z.shape[2])
         return samples[: frames * hop]
 
-    def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
+    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
+        # One engine serves every window: ``urgent`` changes nothing on the GPU.
         frames = int(z.shape[2])
         hi = self.limits.decoder_frames[2]
         if frames <= hi:

@@ -64,12 +64,19 @@ def _ahead_end(a: int, b: int, total: int, context: int) -> int:
 
 
 def decode_span(
-    model: VoiceModel, enc: Encoded, a: int, b: int, context: int, hop: int
+    model: VoiceModel,
+    enc: Encoded,
+    a: int,
+    b: int,
+    context: int,
+    hop: int,
+    urgent: bool = False,
 ) -> FloatArray:
     """Samples of frames [a, b) decoded with ``context`` frames of latent on each side.
 
     Consecutive calls on one clause (as a stream makes them) may be served from audio
     a previous call decoded ahead (``enc.ahead``); the samples are the same either way.
+    ``urgent``: a listener waits for exactly these frames (see ``VoiceModel.decode``).
     """
     total = enc.frames
     b = min(b, total)
@@ -88,7 +95,7 @@ def decode_span(
     end = _ahead_end(start, b, total, context)
     lo, hi = max(0, start - context), min(total, end + context)
     ensure_latent(model, enc, hi)
-    audio = model.decode(enc.z[:, :, lo:hi], enc.g)
+    audio = model.decode(enc.z[:, :, lo:hi], enc.g, urgent)
     fresh = audio[(start - lo) * hop : (end - lo) * hop]
     if end > b:
         enc.ahead = fresh[(b - start) * hop :]

@@ -166,9 +166,9 @@ class Scripted(VoiceModel):
         self._call("flow")
         return self.cpu.flow(z_p, g)
 
-    def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
-        self._call("decode")
-        return self.cpu.decode(z, g)
+    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
+        self._call("decode urgent" if urgent else "decode")
+        return self.cpu.decode(z, g, urgent)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         self.called.append("fused")
@@ -250,6 +250,7 @@ def test_each_call_reaches_the_primary_while_up_and_the_cpu_otherwise(up: bool) 
         "encode_prior": lambda m: m.encode_prior(IDS, GATE_SCALES, None).z_p,
         "flow": lambda m: m.flow(z_p, None),
         "decode": lambda m: m.decode(full.z[:, :, :48], None),
+        "decode urgent": lambda m: m.decode(full.z[:, :, :48], None, True),
         "fused": lambda m: m.fused(IDS, GATE_SCALES, None),
     }
     for name, call in calls.items():

@@ -42,9 +42,9 @@ class Counting(VoiceModel):
     def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
         return self.inner.flow(z_p, g)
 
-    def decode(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
+    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
         self.decoded.append(int(z.shape[2]))
-        return self.inner.decode(z, g)
+        return self.inner.decode(z, g, urgent)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         return self.inner.fused(ids, scales, speaker)
