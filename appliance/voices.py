@@ -75,7 +75,7 @@ DEFAULT_CONTEXT = 16
 """Decoder frames of context on each side of a window, unless a voice verified fewer."""
 CONTEXT_CANDIDATES = (4, 6, 8, 10, 12, 14, DEFAULT_CONTEXT)
 VERIFY_SENTENCE = "Testing one two three, the quick brown fox jumps over the lazy dog."
-_CUT_FORMAT = 5  # bump when the cut or the check changes
+_CUT_FORMAT = 6  # bump when the cut or the check changes
 
 
 class VoiceError(Exception):
@@ -281,7 +281,55 @@ def _rank_latent_input(decoder: Any, z_name: str) -> None:
             )
 
 
-def cut_model(model_path: Path, out_dir: Path, names: CutNames) -> tuple[Path, Path]:
+Probe = dict[str, np.ndarray]
+"""Inputs of the encoder for one sentence with zero noise (see :func:`_probe`)."""
+
+
+def _probe(info: VoiceInfo) -> Probe:
+    ids = Phonemizer(info).ids(VERIFY_SENTENCE)
+    return {
+        "input": ids.reshape(1, -1).astype(np.int64),
+        "input_lengths": np.array([ids.shape[-1]], dtype=np.int64),
+        "scales": np.array([0.0, info.length_scale, 0.0], dtype=np.float32),
+        "sid": np.array([0], dtype=np.int64),
+    }
+
+
+def _with_fused_layer_norms(model: Any, probe: Probe | None) -> Any:
+    """``model`` with its layer norms fused (:mod:`appliance.layernorm`) when every output
+    stays within :data:`CUT_TOLERANCE` on ``probe``; otherwise ``model`` as it was."""
+    import onnxruntime as ort
+
+    from appliance.layernorm import fuse_layer_norms
+
+    fused, count = fuse_layer_norms(model)
+    if count == 0 or probe is None:
+        return model
+    names = {i.name for i in model.graph.input}
+    feeds = {k: v for k, v in probe.items() if k in names}
+    try:
+        want, got = (
+            ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+                None, feeds
+            )
+            for m in (model, fused)
+        )
+        worst = max(float(np.max(np.abs(a - b))) for a, b in zip(want, got, strict=True))
+    except Exception as exc:  # onnxruntime's own exception types are not exported
+        log.info("layer norms left unfused: %s", exc)
+        return model
+    if worst > CUT_TOLERANCE:
+        log.info("layer norms left unfused: max abs difference %.2e", worst)
+        return model
+    log.info("%d layer norms fused (max abs difference %.2e)", count, worst)
+    return fused
+
+
+def cut_model(
+    model_path: Path, out_dir: Path, names: CutNames, probe: Probe | None = None
+) -> tuple[Path, Path]:
+    """Write the encoder and decoder halves; with ``probe``, the encoder's layer norms
+    fused when that changes nothing (checked on the probe)."""
     import onnx
     import onnx.utils
 
@@ -293,13 +341,16 @@ def cut_model(model_path: Path, out_dir: Path, names: CutNames) -> tuple[Path, P
     encoder = onnx.utils.Extractor(model).extract_model(list(names.inputs), enc_outputs)
     decoder = onnx.utils.Extractor(model).extract_model(dec_inputs, [names.output])
     _rank_latent_input(decoder, names.z)
-    _atomic_write_model(encoder, enc)
+    _atomic_write_model(_with_fused_layer_norms(encoder, probe), enc)
     _atomic_write_model(decoder, dec)
     return enc, dec
 
 
-def cut_flow(model_path: Path, out_dir: Path, names: CutNames) -> FlowSplit:
-    """Write the encoder once more as prior + flow (``names`` from :func:`find_flow`)."""
+def cut_flow(
+    model_path: Path, out_dir: Path, names: CutNames, probe: Probe | None = None
+) -> FlowSplit:
+    """Write the encoder once more as prior + flow (``names`` from :func:`find_flow`);
+    the prior's layer norms fused as in :func:`cut_model`."""
     import onnx
     import onnx.utils
 
@@ -311,7 +362,7 @@ def cut_flow(model_path: Path, out_dir: Path, names: CutNames) -> FlowSplit:
     )
     flow = onnx.utils.Extractor(model).extract_model([names.z_p, names.mask, *extra], [names.z])
     split = FlowSplit(out_dir / "prior.onnx", out_dir / "flow.onnx")
-    _atomic_write_model(prior, split.prior_path)
+    _atomic_write_model(_with_fused_layer_norms(prior, probe), split.prior_path)
     _atomic_write_model(flow, split.flow_path)
     return split
 
@@ -390,7 +441,8 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
     try:
         graph = onnx.load(str(model_path), load_external_data=False)
         names = find_cut(graph)
-        enc, dec = cut_model(model_path, slot, names)
+        probe = _probe(info)
+        enc, dec = cut_model(model_path, slot, names, probe)
     except (VoiceError, ValueError, OSError) as exc:
         log.warning("voice %s: cannot split (%s); running whole-sentence", name, exc)
         return Voice(info, model_path, digest, None, None, None, False, f"cannot split: {exc}")
@@ -404,7 +456,7 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
     if ok:
         try:
             names = find_flow(graph, names)
-            flow = cut_flow(model_path, slot, names)
+            flow = cut_flow(model_path, slot, names, probe)
         except (VoiceError, ValueError, OSError) as exc:
             flow_note = f"cannot split the flow: {exc}"
         else:
