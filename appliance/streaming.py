@@ -391,7 +391,7 @@ class SynthesisJob:
             a, b = out.chunks[0]
             # A first chunk of a streaming plan is what a real-time listener waits for:
             # the backend's fastest decoder.  A whole-sentence one (mode sentence, what
-            # Piper does) and a batch request's take the cheapest (appliance.decoder2d).
+            # Piper does) and a batch request's take the cheapest (appliance.conv2d).
             urgent = s.realtime and not self._plan.whole
             out.first_audio = decode_span(model, enc, a, b, s.context, self.voice.hop, urgent)
             out.first_decode_s = time.monotonic() - t0

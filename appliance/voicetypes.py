@@ -112,7 +112,7 @@ class Voice:
     split_note: str = ""
     flow_split: FlowSplit | None = None
     lean_decoder_path: Path | None = None
-    """The decoder with 2-D convolutions (:mod:`appliance.decoder2d`), when it passed the check."""
+    """The decoder with 2-D convolutions (:mod:`appliance.conv2d`), when it passed the check."""
     context_frames: int = 16
     """Decoder frames of context on each side of a window: the fewest that passed the check."""
     extra: dict[str, Any] = field(default_factory=dict)

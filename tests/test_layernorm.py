@@ -80,14 +80,23 @@ def test_a_pattern_that_is_not_a_layer_norm_stays() -> None:
     assert count == 0 and same is model
 
 
-def test_the_daemons_prior_runs_fused_layer_norms(voice_cache: Path) -> None:
+def _conv_ranks(path: Path) -> list[int]:
+    model = onnx.load(str(path))
+    weights = {t.name: len(t.dims) for t in model.graph.initializer}
+    return [weights[n.input[1]] for n in model.graph.node if n.op_type == "Conv"]
+
+
+def test_the_daemons_prior_and_flow_are_the_rewritten_ones(voice_cache: Path) -> None:
     """The prior the cut writes (and Runtime.load reads) has the bundled voice's 36 layer
-    norms as single nodes, and still passed the cut's check against the fused model."""
+    norms as single nodes, and the prior and the flow run every convolution 2-D; the
+    voice still passed the cut's check against the fused model."""
     voice = load_voice("en_US-joe-medium", bundled_voice_path(), voice_cache)
     assert voice.flow_split is not None and voice.split_ok
     ops = [n.op_type for n in onnx.load(str(voice.flow_split.prior_path)).graph.node]
     assert ops.count("LayerNormalization") == 36
     assert "ReduceMean" not in ops
+    assert _conv_ranks(voice.flow_split.prior_path) == [4] * 69
+    assert _conv_ranks(voice.flow_split.flow_path) == [4] * 40
 
 
 def test_fused_layer_norms_that_change_the_outputs_are_not_kept(
@@ -110,3 +119,5 @@ def test_fused_layer_norms_that_change_the_outputs_are_not_kept(
     assert voice.split_ok and voice.flow_split is not None
     ops = [n.op_type for n in onnx.load(str(voice.flow_split.prior_path)).graph.node]
     assert "LayerNormalization" not in ops and ops.count("ReduceMean") == 72
+    # The convolutions alone still passed: they are kept without the layer norms.
+    assert _conv_ranks(voice.flow_split.prior_path) == [4] * 69

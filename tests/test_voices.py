@@ -10,7 +10,7 @@ from typing import Any
 import onnx
 import pytest
 
-from appliance.decoder2d import lift_to_2d as real_lift_to_2d
+from appliance.conv2d import lift_to_2d as real_lift_to_2d
 from appliance.voices import (
     VoiceError,
     VoiceInfo,
@@ -198,9 +198,9 @@ def _unknown(model: onnx.ModelProto) -> onnx.ModelProto:
 def test_a_2d_decoder_that_fails_keeps_the_voice_on_the_1d_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rewrite: Any
 ) -> None:
-    import appliance.decoder2d
+    import appliance.conv2d
 
-    monkeypatch.setattr(appliance.decoder2d, "lift_to_2d", rewrite)
+    monkeypatch.setattr(appliance.conv2d, "lift_to_2d", rewrite)
     v = load_voice("joe", bundled_voice_path(), tmp_path)
     assert v.split_ok and v.flow_split is not None and v.context_frames == 10
     assert v.lean_decoder_path is None

@@ -92,7 +92,7 @@ class OnnxVoiceModel(VoiceModel):
         flow: FlowSplit | None = None,
         lean_decoder: Path | None = None,
     ) -> OnnxVoiceModel:
-        """``lean_decoder``: the 2-D decoder (:mod:`appliance.decoder2d`), run on one thread
+        """``lean_decoder``: the 2-D decoder (:mod:`appliance.conv2d`), run on one thread
         for every window but an urgent one; those keep the 1-D decoder on ``threads``
         threads, which it splits well.  With one thread the 1-D decoder is not loaded."""
         if encoder_path is None or decoder_path is None or cut is None:

@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from appliance.decoder2d import lift_to_2d
+from appliance.conv2d import lift_to_2d, wrap_convs
 from appliance.voices import bundled_voice_path, load_voice
 
 
@@ -102,3 +102,39 @@ def test_constants_and_the_speaker_input_keep_their_broadcasting() -> None:
 def test_an_operator_the_rewrite_does_not_know_is_refused() -> None:
     with pytest.raises(ValueError, match="Transpose"):
         lift_to_2d(_toy_decoder("transpose"))
+
+
+def test_each_convolution_wrapped_alone_gives_the_same_output() -> None:
+    """A grouped (depthwise) and a dilated convolution are wrapped; one whose weight an
+    element-wise node also reads keeps its 1-D shape; the graph's other operators stay."""
+    rng = np.random.default_rng(9)
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "dw", "db"], ["a"], kernel_shape=[3], pads=[1, 1], group=4),
+        helper.make_node("Transpose", ["a"], ["at"], perm=[0, 2, 1]),
+        helper.make_node("Transpose", ["at"], ["ab"], perm=[0, 2, 1]),
+        helper.make_node("Conv", ["ab", "wd"], ["b"], kernel_shape=[3], pads=[2, 2], dilations=[2]),
+        helper.make_node("Conv", ["b", "shared"], ["c"], kernel_shape=[1]),
+        helper.make_node("Add", ["shared", "shared"], ["twice"]),
+        helper.make_node("Conv", ["c", "twice"], ["y"], kernel_shape=[1]),
+    ]
+    inits = [w("dw", 4, 1, 3), w("db", 4), w("wd", 4, 4, 3), w("shared", 4, 4, 1)]
+    graph = helper.make_graph(
+        nodes,
+        "convs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "T"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, "T"])],
+        inits,
+    )
+    flat = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    wrapped, count = wrap_convs(flat)
+    assert count == 2  # the depthwise and the dilated one; "shared" is read by the Add
+    onnx.checker.check_model(wrapped)
+    ops = [n.op_type for n in wrapped.graph.node]
+    assert ops.count("Unsqueeze") == ops.count("Squeeze") == 2 and ops.count("Transpose") == 2
+    x = rng.standard_normal((1, 4, 17)).astype(np.float32)
+    np.testing.assert_allclose(_run(wrapped, {"x": x}), _run(flat, {"x": x}), atol=1e-5)
+    assert wrap_convs(_toy_decoder("transpose"))[1] == 2  # any graph: nothing refused
