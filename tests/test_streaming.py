@@ -184,12 +184,15 @@ def test_flow_in_two_steps_equals_the_whole_encoder(
     assert enc.ready == 20  # already there: nothing runs
     ensure_latent(split, enc, 21)
     assert enc.ready == enc.frames and enc.z_p is None  # the second call: all the rest
-    np.testing.assert_allclose(enc.z, reference.z, atol=1e-4)
     np.testing.assert_allclose(enc.durations, reference.durations)
-    # encode() on the split model is prior + whole flow: the same z, complete.
+    # encode() on the split model is prior + whole flow: the same z, complete, and the
+    # flow in two steps gives it too (the same graphs: only float rounding apart).
     full = split.encode(ids, scales, None)
     assert full.ready == full.frames and full.z_p is None
-    np.testing.assert_allclose(full.z, reference.z, atol=1e-4)
+    np.testing.assert_allclose(enc.z, full.z, atol=1e-5)
+    # The whole encoder is another graph (its convolutions stay 1-D, see
+    # appliance.voices._optimised): latents reach ±20, so its rounding shows at 1e-4.
+    np.testing.assert_allclose(full.z, reference.z, rtol=1e-4, atol=1e-4)
 
 
 def test_flow_context_makes_windows_exact_and_less_does_not(

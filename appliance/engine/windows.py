@@ -45,6 +45,12 @@ decoded 1.46 frames per frame sent).  The bound keeps one work item short enough
 that a newcomer never waits long for a worker (~70 ms on a slow core)."""
 
 
+MAX_WINDOW_FRAMES = 256
+"""Most frames one decoder run produces (~3 s of audio).  A whole sentence decoded as
+one window (``sentence`` mode) made ONNX Runtime's arenas keep that run's buffers for
+good; longer spans are decoded window after window (each with its context)."""
+
+
 def _ahead_end(a: int, b: int, total: int, context: int) -> int:
     """Where a decode that must produce [a, b) stops: further ahead the further the
     clause has got, so a stream with audio in hand decodes in large windows.
@@ -93,10 +99,14 @@ def decode_span(
                 return have
     enc.ahead = None
     end = _ahead_end(start, b, total, context)
-    lo, hi = max(0, start - context), min(total, end + context)
-    ensure_latent(model, enc, hi)
-    audio = model.decode(enc.z[:, :, lo:hi], enc.g, urgent)
-    fresh = audio[(start - lo) * hop : (end - lo) * hop]
+    ensure_latent(model, enc, min(total, end + context))
+    pieces = []
+    for a_ in range(start, end, MAX_WINDOW_FRAMES):
+        b_ = min(end, a_ + MAX_WINDOW_FRAMES)
+        lo, hi = max(0, a_ - context), min(total, b_ + context)
+        audio = model.decode(enc.z[:, :, lo:hi], enc.g, urgent)
+        pieces.append(audio[(a_ - lo) * hop : (b_ - lo) * hop])
+    fresh = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
     if end > b:
         enc.ahead = fresh[(b - start) * hop :]
         enc.ahead_from = b

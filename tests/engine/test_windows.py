@@ -8,7 +8,12 @@ import numpy as np
 
 from appliance.engine.base import Encoded, FloatArray, IntArray, Scales, VoiceModel
 from appliance.engine.onnx import OnnxVoiceModel
-from appliance.engine.windows import AHEAD_MAX_FRAMES, decode_span, decode_windows
+from appliance.engine.windows import (
+    AHEAD_MAX_FRAMES,
+    MAX_WINDOW_FRAMES,
+    decode_span,
+    decode_windows,
+)
 from appliance.voices import CUT_TOLERANCE
 from tests.fakes.voice import real_voice
 
@@ -126,3 +131,23 @@ def test_a_long_clause_is_decoded_in_windows_larger_than_its_chunks() -> None:
     assert len(counting.decoded) < len(spans)
     assert max(counting.decoded) <= AHEAD_MAX_FRAMES + 2 * 16
     assert sum(counting.decoded) <= 1.35 * enc.frames
+
+
+def test_a_whole_long_clause_is_decoded_in_bounded_runs_and_still_exact() -> None:
+    """A sentence-mode chunk is the whole clause; longer than MAX_WINDOW_FRAMES it is
+    decoded run after run (the arenas then keep a bounded run's buffers, not a whole
+    sentence's), each run with its context, and the samples are the same."""
+    model, _ = model_and_ids()
+    from appliance.phonemize import Phonemizer
+
+    voice, _ = real_voice()
+    ids = Phonemizer(voice.info).ids(TEXT + " " + TEXT)
+    fused = model.fused(ids, ZERO, None)
+    counting = Counting(model)
+    enc = counting.encode_prior(ids, ZERO, None)
+    assert enc.frames > MAX_WINDOW_FRAMES + 16
+    out = decode_span(counting, enc, 0, enc.frames, 16, HOP)
+    assert len(counting.decoded) == -(-enc.frames // MAX_WINDOW_FRAMES)
+    assert max(counting.decoded) <= MAX_WINDOW_FRAMES + 2 * 16
+    assert out.shape == fused.shape
+    assert float(np.max(np.abs(out - fused))) <= CUT_TOLERANCE
