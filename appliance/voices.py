@@ -19,7 +19,11 @@ durations do not depend on); the flow's one other dynamic input is the frame
 mask.
 
 The parts are written once to the cache, keyed by the model's sha256, and
-checked against the fused model with zero noise.  A voice whose cut does not
+checked against the fused model with zero noise.  On the way each part may be
+rewritten for ONNX Runtime's faster kernels (layer norms fused, convolutions
+run 2-D: :mod:`appliance.layernorm`, :mod:`appliance.conv2d`), and the decoder
+written a second time in 2-D for the windows decoded ahead; a rewrite is kept
+only when its outputs stay within the same tolerance.  A voice whose cut does not
 reproduce the fused output runs whole-sentence (``split_ok = False``); one whose
 flow split does not runs its encoder whole (``flow_split = None``).
 """

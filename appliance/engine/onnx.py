@@ -172,8 +172,9 @@ class OnnxVoiceModel(VoiceModel):
         return self._run_latent(self._flow, feeds, g, "flow")
 
     def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
-        session = self._decoder if urgent or self._lean is None else self._lean
-        session = session or self._lean
+        # Urgent: the 1-D decoder on every thread; otherwise the 2-D one on one thread.
+        # (With one of them loaded, that one.)
+        session = (self._decoder if urgent else self._lean) or self._decoder or self._lean
         if session is None or self._cut is None:
             raise BackendError("this voice has no verified encoder/decoder split")
         return self._run_latent(session, {self._cut.z: z}, g, "decoder").reshape(-1)

@@ -101,11 +101,11 @@ def decode_span(
     end = _ahead_end(start, b, total, context)
     ensure_latent(model, enc, min(total, end + context))
     pieces = []
-    for a_ in range(start, end, MAX_WINDOW_FRAMES):
-        b_ = min(end, a_ + MAX_WINDOW_FRAMES)
-        lo, hi = max(0, a_ - context), min(total, b_ + context)
+    for run_start in range(start, end, MAX_WINDOW_FRAMES):
+        run_end = min(end, run_start + MAX_WINDOW_FRAMES)
+        lo, hi = max(0, run_start - context), min(total, run_end + context)
         audio = model.decode(enc.z[:, :, lo:hi], enc.g, urgent)
-        pieces.append(audio[(a_ - lo) * hop : (b_ - lo) * hop])
+        pieces.append(audio[(run_start - lo) * hop : (run_end - lo) * hop])
     fresh = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
     if end > b:
         enc.ahead = fresh[(b - start) * hop :]
