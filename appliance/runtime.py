@@ -121,7 +121,8 @@ class Runtime:
         runs at a size, and a first request after start was ~15 ms slower than the tenth.
 
         A first clause as long as any (prior, windowed flow, first chunk, windows decoded
-        ahead up to the largest) and a later clause (whole encoder).
+        ahead up to the largest) and a later clause (whole encoder, and whole as a
+        ``sentence``-mode chunk is: decoder runs of the longest kind).
         """
         for v in self.voices.values():
             t0 = time.monotonic()
@@ -144,6 +145,8 @@ class Runtime:
                     b = min(enc.frames, a + 2 * a)
                     decode_span(v.model, enc, a, b, context, v.hop)
                     a = b
+                if text is WARM_UP_LATER:  # a sentence-mode chunk: the longest decoder runs
+                    decode_span(v.model, enc, 0, enc.frames, context, v.hop)
             log.debug("warm-up of %s: %.0f ms", v.name, (time.monotonic() - t0) * 1000)
 
     def info(self) -> dict[str, Any]:
