@@ -308,11 +308,14 @@ def _run_graph(model: Any, feeds: Probe) -> list[np.ndarray]:
     return outs
 
 
-def _optimised(model: Any, feeds: Probe | None, what: str) -> Any:
+def _optimised(
+    model: Any, feeds: Probe | None, what: str, want: list[np.ndarray] | None = None
+) -> Any:
     """``model`` with its layer norms fused (:mod:`appliance.layernorm`) and its
     convolutions run 2-D (:func:`appliance.conv2d.wrap_convs`): both, either, or
     neither, the first whose outputs stay within :data:`CUT_TOLERANCE` of the original's
-    on ``feeds``.  Without ``feeds`` nothing can be checked: ``model`` as it is."""
+    on ``feeds`` (``want``: those outputs, when the caller has them already).  Without
+    ``feeds`` nothing can be checked: ``model`` as it is."""
     from appliance.conv2d import wrap_convs
     from appliance.layernorm import fuse_layer_norms
 
@@ -327,11 +330,12 @@ def _optimised(model: Any, feeds: Probe | None, what: str) -> Any:
         (fused, fused_note),
         (wrapped, wrapped_note),
     ]
-    try:
-        want = _run_graph(model, feeds)
-    except Exception as exc:  # onnxruntime's own exception types are not exported
-        log.info("%s left as exported: %s", what, exc)
-        return model
+    if want is None:
+        try:
+            want = _run_graph(model, feeds)
+        except Exception as exc:  # onnxruntime's own exception types are not exported
+            log.info("%s left as exported: %s", what, exc)
+            return model
     tried: set[int] = set()
     for candidate, note in candidates:
         if candidate is model or id(candidate) in tried:
@@ -389,16 +393,19 @@ def cut_flow(
     flow = onnx.utils.Extractor(model).extract_model([names.z_p, names.mask, *extra], [names.z])
     split = FlowSplit(out_dir / "prior.onnx", out_dir / "flow.onnx")
     flow_feeds: Probe | None = None
+    prior_out: list[np.ndarray] | None = None
     if probe is not None:
         try:
-            z_p, _durations, *g = _run_graph(prior, probe)
+            prior_out = _run_graph(prior, probe)
         except Exception as exc:  # onnxruntime's own exception types are not exported
             log.info("prior does not run on the probe: %s", exc)
+            probe = None  # nothing to check the prior's rewrites against
         else:
+            z_p, _durations, *g = prior_out
             flow_feeds = {names.z_p: z_p, names.mask: np.ones((1, 1, z_p.shape[2]), np.float32)}
             if names.g and g:
                 flow_feeds[names.g] = g[0]
-    _atomic_write_model(_optimised(prior, probe, "prior"), split.prior_path)
+    _atomic_write_model(_optimised(prior, probe, "prior", prior_out), split.prior_path)
     _atomic_write_model(_optimised(flow, flow_feeds, "flow"), split.flow_path)
     return split
 

@@ -53,6 +53,24 @@ def let_anyone_walk_to(path: str | Path) -> None:
         parent.chmod(parent.stat().st_mode | 0o011)
 
 
+def flood_until_closed(sock: socket.socket, data: bytes, limit_s: float = 30.0) -> tuple[int, bool]:
+    """Send ``data`` without ever reading, until the peer closes or ``limit_s`` passes.
+
+    Returns the bytes sent and whether the peer closed the connection (a daemon whose
+    output bound works stops reading, then drops a client that never reads).
+    """
+    sock.settimeout(0.2)
+    sent, t0 = 0, time.monotonic()
+    while sent < len(data) and time.monotonic() - t0 < limit_s:
+        try:
+            sent += sock.send(data[sent : sent + 65536])
+        except TimeoutError:
+            continue
+        except (BrokenPipeError, ConnectionResetError):
+            return sent, True
+    return sent, False
+
+
 def wait_for_socket(path: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

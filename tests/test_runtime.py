@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from appliance.config import parse_config
-from appliance.engine.base import Encoded, FloatArray, IntArray, Scales, VoiceModel
+from appliance.engine.base import FloatArray, Scales
 from appliance.engine.onnx import _session
 from appliance.engine.pool import FailoverVoiceModel
 from appliance.engine.windows import decode_span
@@ -19,6 +19,7 @@ from appliance.runtime import Runtime
 from appliance.service import Service
 from appliance.speech import Chunk, SpeechRequest
 from appliance.streaming import VoiceRuntime
+from tests.fakes.voice import RecordingModel
 
 
 @pytest.fixture(scope="module")
@@ -118,38 +119,6 @@ def test_the_daemons_model_decodes_ahead_in_2d_and_first_chunks_in_1d(
     assert float(np.max(np.abs(lean - parallel))) < 1e-5
 
 
-class _Recorder(VoiceModel):
-    """The daemon's model, passed through, with each decode's window and urgency noted."""
-
-    def __init__(self, inner: VoiceModel) -> None:
-        self.inner = inner
-        self.backend_name = inner.backend_name
-        self.decodes: list[tuple[int, bool]] = []
-
-    def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
-        return self.inner.encode(ids, scales, speaker)
-
-    @property
-    def flow_context(self) -> int:
-        return self.inner.flow_context
-
-    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
-        return self.inner.encode_prior(ids, scales, speaker)
-
-    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
-        return self.inner.flow(z_p, g)
-
-    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
-        self.decodes.append((int(z.shape[2]), urgent))
-        return self.inner.decode(z, g, urgent)
-
-    def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
-        return self.inner.fused(ids, scales, speaker)
-
-    def close(self) -> None:
-        """The runtime closes the inner model."""
-
-
 @pytest.mark.parametrize(
     ("mode", "realtime", "first_urgent"),
     [
@@ -166,7 +135,7 @@ def test_only_a_streamed_first_chunk_is_urgent(
     a whole-sentence first chunk and a batch request's take the cheapest."""
     name = runtime.default_voice
     voice = runtime.voices[name]
-    recorder = _Recorder(voice.model)
+    recorder = RecordingModel(voice.model)
     runtime.voices[name] = dataclasses.replace(voice, model=recorder)
     try:
 

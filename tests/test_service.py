@@ -19,7 +19,7 @@ from appliance.runtime import Runtime
 from appliance.server import Server
 from appliance.service import Service
 from appliance.speech import Chunk, SpeechRequest
-from tests.conftest import DaemonFactory
+from tests.conftest import DaemonFactory, flood_until_closed
 from tests.wire import Wire
 
 LONG = "This sentence is long enough to keep a stream busy for a little while. " * 6
@@ -174,18 +174,8 @@ def test_sighup_reaches_open_connections(daemon_factory: DaemonFactory) -> None:
         # never reads is not read any more once its replies fill the output bound, and is
         # closed after 0.5 s (not the 60 s it connected under)
         flood = b"\x01" * (4 << 20)  # 4 Mi one-byte messages, each worth an error reply
-        w.sock.settimeout(0.2)
         t0 = time.monotonic()
-        sent = 0
-        closed = False
-        while sent < len(flood) and time.monotonic() - t0 < 30:
-            try:
-                sent += w.sock.send(flood[sent : sent + 65536])
-            except TimeoutError:
-                continue
-            except (BrokenPipeError, ConnectionResetError):
-                closed = True
-                break
+        sent, closed = flood_until_closed(w.sock, flood)
         closed_after = time.monotonic() - t0
         assert sent < len(flood), "the daemon kept reading a client that never reads"
         assert closed, f"not closed after {closed_after:.1f} s"

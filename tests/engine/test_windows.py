@@ -6,7 +6,7 @@ import functools
 
 import numpy as np
 
-from appliance.engine.base import Encoded, FloatArray, IntArray, Scales, VoiceModel
+from appliance.engine.base import IntArray, Scales
 from appliance.engine.onnx import OnnxVoiceModel
 from appliance.engine.windows import (
     AHEAD_MAX_FRAMES,
@@ -15,7 +15,7 @@ from appliance.engine.windows import (
     decode_windows,
 )
 from appliance.voices import CUT_TOLERANCE
-from tests.fakes.voice import real_voice
+from tests.fakes.voice import RecordingModel, real_voice
 
 HOP = 256
 ZERO = Scales(0.0, 1.0, 0.0)
@@ -23,39 +23,6 @@ TEXT = (
     "The committee met on a cold and windy morning to review the proposal for the new "
     "library building, which would replace the old structure in the town square."
 )
-
-
-class Counting(VoiceModel):
-    """The real model, counting the latent frames each decode call is given."""
-
-    backend_name = "counting"
-
-    def __init__(self, inner: VoiceModel) -> None:
-        self.inner = inner
-        self.decoded: list[int] = []
-
-    def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
-        return self.inner.encode(ids, scales, speaker)
-
-    @property
-    def flow_context(self) -> int:
-        return self.inner.flow_context
-
-    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
-        return self.inner.encode_prior(ids, scales, speaker)
-
-    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
-        return self.inner.flow(z_p, g)
-
-    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
-        self.decoded.append(int(z.shape[2]))
-        return self.inner.decode(z, g, urgent)
-
-    def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
-        return self.inner.fused(ids, scales, speaker)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 @functools.lru_cache(maxsize=1)
@@ -112,7 +79,7 @@ def test_a_span_out_of_order_is_decoded_afresh_and_still_exact() -> None:
 
 def test_the_first_chunk_decodes_nothing_ahead() -> None:
     model, ids = model_and_ids()
-    counting = Counting(model)
+    counting = RecordingModel(model)
     enc = counting.encode_prior(ids, ZERO, None)
     decode_span(counting, enc, 0, 8, 16, HOP)
     assert counting.decoded == [8 + 16]
@@ -121,7 +88,7 @@ def test_the_first_chunk_decodes_nothing_ahead() -> None:
 
 def test_a_long_clause_is_decoded_in_windows_larger_than_its_chunks() -> None:
     model, ids = model_and_ids()
-    counting = Counting(model)
+    counting = RecordingModel(model)
     enc = counting.encode(ids, ZERO, None)
     spans = chunks_of(enc.frames, [8, 18, 37] + [69] * 20)
     for a, b in spans:
@@ -143,7 +110,7 @@ def test_a_whole_long_clause_is_decoded_in_bounded_runs_and_still_exact() -> Non
     voice, _ = real_voice()
     ids = Phonemizer(voice.info).ids(TEXT + " " + TEXT)
     fused = model.fused(ids, ZERO, None)
-    counting = Counting(model)
+    counting = RecordingModel(model)
     enc = counting.encode_prior(ids, ZERO, None)
     assert enc.frames > MAX_WINDOW_FRAMES + 16
     out = decode_span(counting, enc, 0, enc.frames, 16, HOP)

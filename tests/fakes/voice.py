@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from appliance.engine.base import Encoded, FloatArray, IntArray, Scales, VoiceModel
 from appliance.engine.onnx import OnnxVoiceModel
 from appliance.voices import Voice, bundled_voice_path, load_voice
 
@@ -23,3 +24,43 @@ def real_voice() -> tuple[Voice, OnnxVoiceModel]:
         voice.model_path, voice.encoder_path, voice.decoder_path, voice.cut, 1
     )
     return voice, cpu
+
+
+class RecordingModel(VoiceModel):
+    """A model passed through, noting each decode call's latent frames and urgency.
+
+    It does not close the model it wraps: whoever built that one closes it."""
+
+    backend_name = "recording"
+
+    def __init__(self, inner: VoiceModel) -> None:
+        self.inner = inner
+        self.decodes: list[tuple[int, bool]] = []
+
+    @property
+    def decoded(self) -> list[int]:
+        """The latent frames of each decode call, in order."""
+        return [frames for frames, _ in self.decodes]
+
+    def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        return self.inner.encode(ids, scales, speaker)
+
+    @property
+    def flow_context(self) -> int:
+        return self.inner.flow_context
+
+    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        return self.inner.encode_prior(ids, scales, speaker)
+
+    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+        return self.inner.flow(z_p, g)
+
+    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
+        self.decodes.append((int(z.shape[2]), urgent))
+        return self.inner.decode(z, g, urgent)
+
+    def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
+        return self.inner.fused(ids, scales, speaker)
+
+    def close(self) -> None:
+        """Nothing: the wrapped model belongs to its builder."""

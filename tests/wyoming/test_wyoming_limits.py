@@ -8,7 +8,7 @@ import contextlib
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
 
-from tests.conftest import Daemon, DaemonFactory
+from tests.conftest import Daemon, DaemonFactory, flood_until_closed
 from tests.wyoming.wyoming_helpers import client_for, wyoming_uri
 
 
@@ -72,7 +72,6 @@ def test_error_flood_from_a_client_that_never_reads_is_bounded(
     once.  A client that sends them and never reads must meet the output bound (its
     connection stops being read, then is closed), not grow the daemon."""
     import socket
-    import time
 
     import psutil
 
@@ -87,18 +86,9 @@ def test_error_flood_from_a_client_that_never_reads_is_bounded(
     base = rss()
     s = socket.create_connection((host, int(port)))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.settimeout(0.2)
     line = b'{"type": "synthesize-chunk", "data": {"text": "x"}}\n'
     flood = line * ((8 << 20) // len(line))  # ~160 000 events, each answered with an error
-    sent, closed, t0 = 0, False, time.monotonic()
-    while sent < len(flood) and time.monotonic() - t0 < 30:
-        try:
-            sent += s.send(flood[sent : sent + 65536])
-        except TimeoutError:
-            continue
-        except (BrokenPipeError, ConnectionResetError):
-            closed = True
-            break
+    sent, closed = flood_until_closed(s, flood)
     s.close()
     assert closed and sent < len(flood)
     assert rss() - base < 60
