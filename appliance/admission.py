@@ -38,6 +38,8 @@ from appliance.config import SchedulerConfig
 # Before a stream has produced this much audio its compute/audio ratio is
 # dominated by the first encode and says little about its steady demand.
 _MIN_AUDIO_FOR_RTF_S = 2.0
+RTF_PRIOR = 0.15
+"""Worker-seconds per second of audio assumed before anything was measured."""
 _RETRY_MIN_MS = 200
 _RETRY_MAX_MS = 30_000
 
@@ -110,7 +112,7 @@ class Admission:
     def __init__(
         self,
         workers: int,
-        rtf_prior: float = 0.15,
+        rtf_prior: float = RTF_PRIOR,
         smoothing: float = 0.2,
         cpu_share: CpuShare | None = None,
     ) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appliance.admission import process_cpu_s
 from appliance.config import Config
 from appliance.engine.base import Scales
 from appliance.engine.gpu_select import gpu_health
@@ -50,6 +51,9 @@ class Runtime:
     """The speaker, when playback is enabled (``speak`` answers no_audio_device without it)."""
     lexicon: Lexicon | None = None
     """The user's lexicon (``voices.lexicon``), replaced whole on SIGHUP."""
+    stream_cost: float | None = None
+    """CPU seconds per second of audio a stream's later clauses took at start-up (the
+    costliest voice): admission's estimate until real streams have been measured."""
 
     @classmethod
     def load(cls, cfg: Config, notifier: Notifier | None = None) -> Runtime:
@@ -99,7 +103,7 @@ class Runtime:
             )
         scheduler = Scheduler(cfg.engine.workers)
         rt = cls(cfg, voices, metas, cfg.voices.default, scheduler, Metrics(), status)
-        rt.warm_up()
+        rt.stream_cost = rt.warm_up()
         scheduler.start()
         return rt
 
@@ -115,7 +119,7 @@ class Runtime:
             first_clause_chars=min(c.streaming.clause_chars, c.streaming.first_clause_chars),
         )
 
-    def warm_up(self) -> None:
+    def warm_up(self) -> float | None:
         """Run every voice through the shapes a request takes, so the first client pays
         for no lazy initialisation: ONNX Runtime grows its arenas on a session's first
         runs at a size, and a first request after start was ~15 ms slower than the tenth.
@@ -123,7 +127,12 @@ class Runtime:
         A first clause as long as any (prior, windowed flow, first chunk, windows decoded
         ahead up to the largest) and a later clause (whole encoder, and whole as a
         ``sentence``-mode chunk is: decoder runs of the longest kind).
+
+        Returns the costliest voice's CPU seconds per second of audio for the later
+        clause's encoder and windows, as a stream pays them (this process's CPU time:
+        the figure means something only when nothing else runs, as at start-up).
         """
+        cost: float | None = None
         for v in self.voices.values():
             t0 = time.monotonic()
             context = v.context
@@ -132,22 +141,30 @@ class Runtime:
                 if not v.can_stream:
                     v.model.fused(ids, v.defaults, v.default_speaker)
                     continue
+                cpu0 = process_cpu_s()
                 if text is WARM_UP_FIRST:
                     # encode_prior + decode_span run the prior and the windowed flow, if any.
                     enc = v.model.encode_prior(ids, v.defaults, v.default_speaker)
                 else:
                     enc = v.model.encode(ids, v.defaults, v.default_speaker)
+                cpu = process_cpu_s() - cpu0
                 for width in (8, 16, 32):  # first chunks: the decoder a listener waits for
                     decode_span(v.model, enc, 0, min(enc.frames, width), context, v.hop, True)
                 enc.ahead = None
                 a = 8
+                cpu0 = process_cpu_s()
                 while a < enc.frames:  # the stream's own windows, decoded ahead
                     b = min(enc.frames, a + 2 * a)
                     decode_span(v.model, enc, a, b, context, v.hop)
                     a = b
+                cpu += process_cpu_s() - cpu0
                 if text is WARM_UP_LATER:  # a sentence-mode chunk: the longest decoder runs
                     decode_span(v.model, enc, 0, enc.frames, context, v.hop)
+                    audio_s = enc.frames * v.hop / v.sample_rate
+                    if audio_s > 0:
+                        cost = max(cost or 0.0, cpu / audio_s)
             log.debug("warm-up of %s: %.0f ms", v.name, (time.monotonic() - t0) * 1000)
+        return cost
 
     def info(self) -> dict[str, Any]:
         c = self.config

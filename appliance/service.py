@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from appliance.admission import Admission, CpuShare, Decision, StreamLoad
+from appliance.admission import RTF_PRIOR, Admission, CpuShare, Decision, StreamLoad
 from appliance.engine.base import Scales
 from appliance.errors import ErrorCode, ServiceError
 from appliance.frontend import Clause, FrontendLimits, prepare
@@ -436,7 +436,11 @@ class Service:
     def __post_init__(self) -> None:
         sched = self.runtime.scheduler
         # Each stream's cost in CPU time, not in worker wall time that contention inflates.
-        self.admission = Admission(sched.workers, cpu_share=CpuShare(lambda: sched.busy_s))
+        self.admission = Admission(
+            sched.workers,
+            rtf_prior=self.runtime.stream_cost or RTF_PRIOR,
+            cpu_share=CpuShare(lambda: sched.busy_s),
+        )
         self._numbers = itertools.count(1)
         self._frontend_pool = ThreadPoolExecutor(_FRONTEND_THREADS, "frontend")
         self._idle = asyncio.Event()

@@ -37,6 +37,11 @@ STALL_JITTER_S = 0.1
 """A stall is counted when a chunk arrives after a client playing in real time from its
 first chunk, with this much jitter buffer, would have run dry (the benchmark's client)."""
 
+NEWCOMER_GRACE_S = STALL_JITTER_S / 2
+"""How far past the moment a buffer-less player would run dry a stream's work may start
+when newcomers' first items go ahead of it: half the jitter buffer, leaving the other
+half for the work itself (the scheduler's ``slack_until``)."""
+
 # ------------------------------------------------------------------ pure helpers
 
 
@@ -330,6 +335,13 @@ class SynthesisJob:
             return now
         return self.stats.t_first + self._audio_out_s + ahead_s - self.settings.watermark_s
 
+    def _slack_until(self, ahead_s: float = 0.0) -> float | None:
+        """The latest start for work a listener playing since its first chunk still gets in
+        time (None before the first chunk: nothing is playing, nothing can wait)."""
+        if self.stats.t_first is None:
+            return None
+        return self.stats.t_first + self._audio_out_s + ahead_s + NEWCOMER_GRACE_S
+
     def buffer_s(self) -> float:
         """Audio the client holds but has not played yet (if it plays in real time)."""
         if self.stats.t_first is None:
@@ -344,15 +356,18 @@ class SynthesisJob:
         return max(0.0, (self.clauses.chars_total - self._chars_done) * per_char)
 
     async def _submit(
-        self, fn: Callable[[], Any], deadline: float, kind: str, urgent: bool = False
+        self, fn: Callable[[], Any], kind: str, ahead_s: float = 0.0, urgent: bool = False
     ) -> tuple[Any, WorkTiming]:
+        """Run ``fn`` on the scheduler, due when the listener needs ``ahead_s`` more audio
+        than it has."""
         fut = self.scheduler.submit(
             fn,
-            deadline=deadline,
+            deadline=self._due(ahead_s),
             realtime=self.settings.realtime,
             owner=self,
             kind=kind,
             urgent=urgent,
+            slack_until=self._slack_until(ahead_s),
         )
         result, timing = await fut
         self.stats.compute_s += timing.run_s
@@ -390,12 +405,23 @@ class SynthesisJob:
             t0 = time.monotonic()
             a, b = out.chunks[0]
             # A first chunk of a streaming plan is what a real-time listener waits for:
-            # the backend's fastest decoder.  A whole-sentence one (mode sentence, what
-            # Piper does) and a batch request's take the cheapest (appliance.conv2d).
-            urgent = s.realtime and not self._plan.whole
+            # the backend's fastest decoder, if the cores it spreads over are free.  In a
+            # burst, and for a whole-sentence chunk (mode sentence, what Piper does) or a
+            # batch request, the cheapest (appliance.conv2d): 16 vs 21 ms of CPU.
+            urgent = s.realtime and not self._plan.whole and not self.scheduler.crowded()
             out.first_audio = decode_span(model, enc, a, b, s.context, self.voice.hop, urgent)
             out.first_decode_s = time.monotonic() - t0
         return out
+
+    def _decode(self, enc: Encoded, a: int, b: int) -> FloatArray:
+        """A later chunk's frames; decoded ahead only while no other work waits: in a
+        burst of newcomers, a second chunk that ran the rest of its clause's flow and
+        decoded 4× its frames took ~50 ms, and the last streams' second chunks came
+        after their listeners had run dry."""
+        ahead = not self.scheduler.crowded()
+        return decode_span(
+            self.voice.model, enc, a, b, self.settings.context, self.voice.hop, ahead=ahead
+        )
 
     def _rate_scales(self, ids: IntArray, speed: float) -> Scales:
         """Scales that make a clause ``speed`` times as fast (SSML ``<prosody rate>``).
@@ -450,9 +476,7 @@ class SynthesisJob:
                 work = functools.partial(self._encode, clause, target if k == 0 else None)
                 # The first item is what the listener waits for: work ahead of time
                 # steps aside for it (see the scheduler).
-                pending = asyncio.ensure_future(
-                    self._submit(work, self._due(), "encode", urgent=k == 0)
-                )
+                pending = asyncio.ensure_future(self._submit(work, "encode", urgent=k == 0))
             encoded, timing = await pending
             pending = None
             nxt: Clause | None = None
@@ -497,11 +521,7 @@ class SynthesisJob:
                 elif encoded.enc is not None:
                     enc = encoded.enc
                     audio, timing = await self._submit(
-                        functools.partial(
-                            decode_span, self.voice.model, enc, a, b, self.settings.context, hop
-                        ),
-                        self._due(),
-                        "decode",
+                        functools.partial(self._decode, enc, a, b), "decode"
                     )
                     self.stats.windows += 1
                     if seq == 0:
@@ -557,8 +577,8 @@ class SynthesisJob:
                     pending = asyncio.ensure_future(
                         self._submit(
                             functools.partial(self._encode, nxt),
-                            self._due(clause_audio_s - clause_out_s),
                             "encode",
+                            clause_audio_s - clause_out_s,
                         )
                     )
                 seq += 1

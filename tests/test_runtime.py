@@ -160,3 +160,64 @@ def test_only_a_streamed_first_chunk_is_urgent(
     urgent = [u for _, u in recorder.decodes]
     assert urgent[0] is first_urgent
     assert not any(urgent[1:]), recorder.decodes
+
+
+def test_in_a_crowd_a_stream_takes_the_cheapest_decoder_and_decodes_nothing_ahead(
+    runtime: Runtime,
+) -> None:
+    """While another worker runs due work, a newcomer's first chunk keeps to one core
+    (the 2-D decoder) and every later chunk is decoded on its own, nothing ahead: on the
+    daemon's model, through the service and a real two-worker scheduler."""
+    from appliance.scheduler import Scheduler
+    from tests.test_scheduler import run_blocking
+
+    name = runtime.default_voice
+    voice = runtime.voices[name]
+    recorder = RecordingModel(voice.model)
+    crowd = Scheduler(2, name="crowd")
+    crowded = dataclasses.replace(runtime, scheduler=crowd)
+    crowded.voices = {**runtime.voices, name: dataclasses.replace(voice, model=recorder)}
+    crowd.start()
+    try:
+
+        async def run() -> list[Chunk]:
+            import time
+
+            busy, busy_fut = await run_blocking(crowd, time.monotonic(), owner="other")
+            service = Service(crowded)
+            text = "Turn left in two hundred metres, then keep right at the big roundabout."
+            stream = await service.open_stream(SpeechRequest(text=text), frontend="test")
+            chunks: list[Chunk] = []
+
+            async def emit(chunk: Chunk) -> None:
+                chunks.append(chunk)
+
+            await stream.run(emit)
+            busy.finish.set()
+            await busy_fut
+            return chunks
+
+        chunks = asyncio.run(run())
+    finally:
+        crowd.stop()
+    assert len(chunks) >= 3
+    assert not any(u for _, u in recorder.decodes), recorder.decodes
+    # One decode per chunk, each no larger than its chunk and the context on both sides.
+    assert len(recorder.decodes) == len(chunks)
+    for (frames, _), chunk in zip(recorder.decodes, chunks, strict=True):
+        assert frames <= len(chunk.samples) // voice.hop + 2 * voice.context
+
+
+def test_admission_starts_from_what_start_up_measured(runtime: Runtime) -> None:
+    """A fresh daemon admits by the cost its own warm-up measured on this machine, not a
+    fixed guess (0.15 refused the sixth of eight streams started together here)."""
+    from appliance.admission import RTF_PRIOR
+
+    cost = runtime.stream_cost
+    assert cost is not None and 0.0 < cost < 1.0  # CPU seconds per audio second
+    assert cost != RTF_PRIOR
+
+    async def estimate() -> float:
+        return Service(runtime).admission.rtf([])
+
+    assert asyncio.run(estimate()) == pytest.approx(cost)

@@ -175,3 +175,130 @@ async def test_cancel_stops_the_running_item_and_drops_the_queued_ones(
     assert due.runs == 1 and ahead.runs == 1  # stopped, not run again
     assert all(f.cancelled() for f in futs)
     assert s.snapshot()["stopped_ahead"] == 0 and s.snapshot()["completed"] == 0
+
+
+@pytest.fixture
+async def one_worker() -> AsyncIterator[Scheduler]:
+    s = Scheduler(1, name="test")
+    s.start()
+    yield s
+    s.stop()
+
+
+async def queue_behind_a_gate(
+    s: Scheduler, slack_s: float | None
+) -> tuple[Blocking, list[str], list[asyncio.Future[tuple[None, WorkTiming]]]]:
+    """A worker held by a gate; queued behind it, a due window whose listener has
+    ``slack_s`` of audio in hand (None: none) and then a newcomer's first item."""
+    gate, gate_fut = await run_blocking(s, time.monotonic(), owner="gate")
+    order: list[str] = []
+    now = time.monotonic()
+    window = s.submit(
+        lambda: order.append("window"),
+        deadline=now - 0.3,
+        realtime=True,
+        owner="playing",
+        kind="t",
+        slack_until=None if slack_s is None else now + slack_s,
+    )
+    first = s.submit(
+        lambda: order.append("first"),
+        deadline=now,
+        realtime=True,
+        owner="new",
+        kind="t",
+        urgent=True,
+    )
+    return gate, order, [gate_fut, window, first]  # type: ignore[list-item]
+
+
+async def test_a_newcomer_goes_ahead_of_due_work_whose_listener_has_audio_in_hand(
+    one_worker: Scheduler,
+) -> None:
+    s = one_worker
+    gate, order, futs = await queue_behind_a_gate(s, slack_s=10.0)
+    gate.finish.set()
+    await asyncio.wait_for(asyncio.gather(*futs), 5)
+    assert order == ["first", "window"]
+    assert s.snapshot()["newcomers_ahead"] == 1
+
+
+@pytest.mark.parametrize("slack_s", [None, 0.0, 0.02])
+async def test_due_work_whose_listener_is_about_to_run_dry_goes_first(
+    one_worker: Scheduler, slack_s: float | None
+) -> None:
+    """No audio in hand, or less than a first item takes (50 ms before one has run)."""
+    s = one_worker
+    gate, order, futs = await queue_behind_a_gate(s, slack_s=slack_s)
+    gate.finish.set()
+    await asyncio.wait_for(asyncio.gather(*futs), 5)
+    assert order == ["window", "first"]
+    assert s.snapshot()["newcomers_ahead"] == 0
+
+
+async def test_first_items_teach_the_scheduler_how_long_they_take(one_worker: Scheduler) -> None:
+    s = one_worker
+    before = s.first_item_s
+    for _ in range(3):
+        fut = s.submit(
+            lambda: time.sleep(0.2),
+            deadline=time.monotonic(),
+            realtime=True,
+            owner=1,
+            kind="t",
+            urgent=True,
+        )
+        await asyncio.wait_for(fut, 5)
+    assert s.first_item_s > before + 0.05  # 0.2 s runs pull the mean up from its prior
+    fut = s.submit(
+        lambda: time.sleep(0.3), deadline=time.monotonic(), realtime=True, owner=1, kind="t"
+    )
+    learned = s.first_item_s
+    await asyncio.wait_for(fut, 5)
+    assert s.first_item_s == learned  # other work does not count
+
+
+async def test_a_worker_is_crowded_while_another_runs_due_work_or_due_work_waits(
+    two_workers: Scheduler,
+) -> None:
+    s = two_workers
+    seen: list[bool] = []
+
+    def look() -> None:
+        seen.append(s.crowded())
+
+    async def looked() -> bool:
+        fut = s.submit(look, deadline=time.monotonic(), realtime=True, owner="look", kind="t")
+        await asyncio.wait_for(fut, 5)
+        return seen[-1]
+
+    assert not await looked()  # alone
+    ahead, ahead_fut = await run_blocking(s, time.monotonic() + 100, owner=2)
+    assert not await looked()  # work ahead of time steps aside: it crowds nobody
+    ahead.finish.set()
+    await asyncio.wait_for(ahead_fut, 5)
+    due, due_fut = await run_blocking(s, time.monotonic(), owner=3)
+    assert await looked()  # the other worker runs due work
+    due.finish.set()
+    await asyncio.wait_for(due_fut, 5)
+
+
+async def test_a_lone_worker_is_crowded_while_due_work_waits(one_worker: Scheduler) -> None:
+    s = one_worker
+    seen: list[bool] = []
+    gate, gate_fut = await run_blocking(s, time.monotonic(), owner=1)
+    now = time.monotonic()
+    futs = [
+        s.submit(
+            lambda: seen.append(s.crowded()), deadline=now - 2, realtime=True, owner=2, kind="t"
+        ),
+        s.submit(lambda: None, deadline=now - 1, realtime=True, owner=3, kind="t"),
+    ]
+    gate.finish.set()
+    await asyncio.wait_for(asyncio.gather(gate_fut, *futs), 5)
+    assert seen == [True]  # the second item was due and waiting
+    await asyncio.wait_for(
+        s.submit(lambda: seen.append(s.crowded()), deadline=now, realtime=True, owner=4, kind="t"),
+        5,
+    )
+    assert seen == [True, False]

@@ -14,19 +14,28 @@ import numpy as np
 from appliance.engine.base import Encoded, FloatArray, VoiceModel
 
 
-def ensure_latent(model: VoiceModel, enc: Encoded, upto: int) -> None:
+def ensure_latent(model: VoiceModel, enc: Encoded, upto: int, ahead: bool = True) -> None:
     """Run the flow so that ``z`` is valid on frames [0, ``upto``).
 
     The first call computes just those frames, which is all the first chunk
     waits for; a later call computes the rest of the clause in one go (each call
     pays ``flow_context`` frames of overlap on each side, so few large calls).
+    Without ``ahead`` (other work waits for the cores) a later call computes what
+    is asked, at least twice the overlap: the rest comes when the cores are free.
     """
     if enc.ready >= upto or enc.z_p is None:
         return
     total = enc.frames
     lo = enc.ready
-    hi = total if lo > 0 else min(total, upto)
     c = model.flow_context
+    if lo == 0:
+        hi = min(total, upto)
+    elif ahead:
+        hi = total
+    else:
+        hi = min(total, max(upto, lo + 2 * c))
+        if total - hi < 2 * c:
+            hi = total  # a tail this short would cost more in overlap than it holds
     a, b = max(0, lo - c), min(total, hi + c)
     z = model.flow(enc.z_p[:, :, a:b], enc.g)
     enc.z[:, :, lo:hi] = z[:, :, lo - a : hi - a]
@@ -51,18 +60,18 @@ one window (``sentence`` mode) made ONNX Runtime's arenas keep that run's buffer
 good; longer spans are decoded window after window (each with its context)."""
 
 
-def _ahead_end(a: int, b: int, total: int, context: int) -> int:
+def _ahead_end(a: int, b: int, total: int, context: int, ahead: bool = True) -> int:
     """Where a decode that must produce [a, b) stops: further ahead the further the
     clause has got, so a stream with audio in hand decodes in large windows.
 
     A clause that has delivered ``a`` frames is at least that far ahead of its
     listener; decoding 4 ``a`` frames takes ~0.2 ``a`` frames' time on one slow core
     (the decoder runs at ~0.045 of real time), so even with a quarter of a core the
-    window is done before the audio in hand has played.
+    window is done before the audio in hand has played.  Without ``ahead``, [a, b).
     """
     if a == 0:
         return b  # the first chunk of a clause: what the listener may be waiting for
-    n = max(b - a, min(AHEAD_MAX_FRAMES, 4 * a))
+    n = max(b - a, min(AHEAD_MAX_FRAMES, 4 * a)) if ahead else b - a
     end = min(total, a + n)
     if total - end < 2 * context:
         end = total  # a tail this short would cost more in context than it holds
@@ -77,12 +86,15 @@ def decode_span(
     context: int,
     hop: int,
     urgent: bool = False,
+    ahead: bool = True,
 ) -> FloatArray:
     """Samples of frames [a, b) decoded with ``context`` frames of latent on each side.
 
     Consecutive calls on one clause (as a stream makes them) may be served from audio
     a previous call decoded ahead (``enc.ahead``); the samples are the same either way.
     ``urgent``: a listener waits for exactly these frames (see ``VoiceModel.decode``).
+    ``ahead``: the cores are free for decoding (and running the flow) beyond ``b``;
+    when other work waits for them, a call does no more than its own frames need.
     """
     total = enc.frames
     b = min(b, total)
@@ -98,8 +110,8 @@ def decode_span(
                 enc.ahead_from = b
                 return have
     enc.ahead = None
-    end = _ahead_end(start, b, total, context)
-    ensure_latent(model, enc, min(total, end + context))
+    end = _ahead_end(start, b, total, context, ahead)
+    ensure_latent(model, enc, min(total, end + context), ahead)
     pieces = []
     for run_start in range(start, end, MAX_WINDOW_FRAMES):
         run_end = min(end, run_start + MAX_WINDOW_FRAMES)

@@ -118,3 +118,29 @@ def test_a_whole_long_clause_is_decoded_in_bounded_runs_and_still_exact() -> Non
     assert max(counting.decoded) <= MAX_WINDOW_FRAMES + 2 * 16
     assert out.shape == fused.shape
     assert float(np.max(np.abs(out - fused))) <= CUT_TOLERANCE
+
+
+def test_with_the_cores_wanted_elsewhere_a_chunk_costs_only_its_own_frames() -> None:
+    """``ahead=False`` (other work waits): every chunk is its own decode, no larger than
+    its frames and context, the flow runs only a little past what is asked, and the
+    samples are still the fused model's."""
+    model, ids = model_and_ids()
+    fused = model.fused(ids, ZERO, None)
+    counting = RecordingModel(model)
+    enc = counting.encode_prior(ids, ZERO, None)
+    spans = chunks_of(enc.frames, [8, 18, 37] + [69] * 20)
+    out = []
+    for k, (a, b) in enumerate(spans):
+        out.append(decode_span(counting, enc, a, b, 16, HOP, ahead=False))
+        if k == 1:  # the flow went no further than the next chunk needs (and its minimum)
+            assert enc.ready <= b + 16 + 2 * model.flow_context < enc.frames
+    assert len(counting.decoded) == len(spans)
+    assert all(n <= (b - a) + 2 * 16 for n, (a, b) in zip(counting.decoded, spans, strict=True))
+    audio = np.concatenate(out)
+    assert audio.shape == fused.shape
+    assert float(np.max(np.abs(audio - fused))) <= CUT_TOLERANCE
+    # The same stream with the cores free: the second chunk runs the rest of the flow.
+    again = model.encode_prior(ids, ZERO, None)
+    for a, b in spans[:2]:
+        decode_span(model, again, a, b, 16, HOP)
+    assert again.ready == again.frames
