@@ -126,7 +126,7 @@ class SchedulerConfig:
     admission_window_s: float = field(default=10.0, metadata=_rng(0, 3600))
     """Admission refuses while real-time work has on average finished more than
     ``admission_backlog_ms`` past its deadlines over this many seconds."""
-    admission_max_load: float = field(default=0.6, metadata=_rng(0.05, 64))
+    admission_max_load: float = field(default=0.4, metadata=_rng(0.05, 64))
     """Admission refuses a real-time stream when the streams still producing plus the
     newcomer would claim more than this share of the inference workers' time."""
 
