@@ -168,17 +168,14 @@ def test_in_a_crowd_a_stream_takes_the_cheapest_decoder_and_decodes_nothing_ahea
     """While another worker runs due work, a newcomer's first chunk keeps to one core
     (the 2-D decoder) and every later chunk is decoded on its own, nothing ahead: on the
     daemon's model, through the service and a real two-worker scheduler."""
-    from appliance.scheduler import Scheduler
-    from tests.test_scheduler import run_blocking
+    from tests.fakes.work import run_blocking, running_scheduler
 
     name = runtime.default_voice
     voice = runtime.voices[name]
     recorder = RecordingModel(voice.model)
-    crowd = Scheduler(2, name="crowd")
-    crowded = dataclasses.replace(runtime, scheduler=crowd)
-    crowded.voices = {**runtime.voices, name: dataclasses.replace(voice, model=recorder)}
-    crowd.start()
-    try:
+    with running_scheduler(2, name="crowd") as crowd:
+        crowded = dataclasses.replace(runtime, scheduler=crowd)
+        crowded.voices = {**runtime.voices, name: dataclasses.replace(voice, model=recorder)}
 
         async def run() -> list[Chunk]:
             import time
@@ -198,8 +195,6 @@ def test_in_a_crowd_a_stream_takes_the_cheapest_decoder_and_decodes_nothing_ahea
             return chunks
 
         chunks = asyncio.run(run())
-    finally:
-        crowd.stop()
     assert len(chunks) >= 3
     assert not any(u for _, u in recorder.decodes), recorder.decodes
     # One decode per chunk, each no larger than its chunk and the context on both sides.

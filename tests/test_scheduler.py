@@ -3,50 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from appliance.engine import interrupt
-from appliance.engine.interrupt import Interrupted
 from appliance.scheduler import Scheduler, WorkTiming
-
-
-class Blocking:
-    """A work item that runs until the test lets it finish, or its token stops it
-    (between steps, as ONNX Runtime stops between nodes)."""
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.finish = threading.Event()
-        self.runs = 0
-
-    def __call__(self) -> int:
-        self.runs += 1
-        token = interrupt.current()
-        assert token is not None
-        self.started.set()
-        while not self.finish.wait(0.002):
-            if token.stopped:
-                self.started.clear()
-                raise Interrupted("stopped")
-        return self.runs
-
-
-async def started(work: Blocking) -> None:
-    assert await asyncio.to_thread(work.started.wait, 5)
-
-
-async def run_blocking(
-    s: Scheduler, deadline: float, owner: object, urgent: bool = False
-) -> tuple[Blocking, asyncio.Future[tuple[int, WorkTiming]]]:
-    """Submit a real-time :class:`Blocking` item and wait until a worker runs it."""
-    work = Blocking()
-    fut = s.submit(work, deadline=deadline, realtime=True, owner=owner, kind="t", urgent=urgent)
-    await started(work)
-    return work, fut
+from tests.fakes.work import Blocking, run_blocking, running_scheduler, started
 
 
 async def until(pred: Callable[[], bool]) -> None:
@@ -59,41 +22,39 @@ async def until(pred: Callable[[], bool]) -> None:
 
 @pytest.fixture
 async def two_workers() -> AsyncIterator[Scheduler]:
-    s = Scheduler(2, name="test")
-    s.start()
-    yield s
-    s.stop()
+    with running_scheduler(2) as s:
+        yield s
 
 
-async def test_due_work_runs_earliest_deadline_first_batch_last() -> None:
-    s = Scheduler(1, name="test")
-    s.start()
-    try:
-        gate = Blocking()
-        order: list[str] = []
-        now = time.monotonic()
-        first = s.submit(gate, deadline=now - 10, realtime=True, owner=1, kind="t")
-        await started(gate)
-        futs = [
-            s.submit(
-                lambda: order.append("batch"), deadline=now - 9, realtime=False, owner=2, kind="t"
-            ),
-            s.submit(
-                lambda: order.append("late"), deadline=now - 1, realtime=True, owner=3, kind="t"
-            ),
-            s.submit(
-                lambda: order.append("later"), deadline=now - 0.5, realtime=True, owner=4, kind="t"
-            ),
-            s.submit(
-                lambda: order.append("earliest"), deadline=now - 5, realtime=True, owner=5, kind="t"
-            ),
-        ]
-        gate.finish.set()
-        await asyncio.wait_for(asyncio.gather(first, *futs), 5)
-        assert order == ["earliest", "late", "later", "batch"]
-        assert s.depth() == 0
-    finally:
-        s.stop()
+@pytest.fixture
+async def one_worker() -> AsyncIterator[Scheduler]:
+    with running_scheduler(1) as s:
+        yield s
+
+
+async def test_due_work_runs_earliest_deadline_first_batch_last(one_worker: Scheduler) -> None:
+    s = one_worker
+    gate = Blocking()
+    order: list[str] = []
+    now = time.monotonic()
+    first = s.submit(gate, deadline=now - 10, realtime=True, owner=1, kind="t")
+    await started(gate)
+    futs = [
+        s.submit(
+            lambda: order.append("batch"), deadline=now - 9, realtime=False, owner=2, kind="t"
+        ),
+        s.submit(lambda: order.append("late"), deadline=now - 1, realtime=True, owner=3, kind="t"),
+        s.submit(
+            lambda: order.append("later"), deadline=now - 0.5, realtime=True, owner=4, kind="t"
+        ),
+        s.submit(
+            lambda: order.append("earliest"), deadline=now - 5, realtime=True, owner=5, kind="t"
+        ),
+    ]
+    gate.finish.set()
+    await asyncio.wait_for(asyncio.gather(first, *futs), 5)
+    assert order == ["earliest", "late", "later", "batch"]
+    assert s.depth() == 0
 
 
 async def test_work_ahead_never_takes_the_last_free_worker(two_workers: Scheduler) -> None:
@@ -175,14 +136,6 @@ async def test_cancel_stops_the_running_item_and_drops_the_queued_ones(
     assert due.runs == 1 and ahead.runs == 1  # stopped, not run again
     assert all(f.cancelled() for f in futs)
     assert s.snapshot()["stopped_ahead"] == 0 and s.snapshot()["completed"] == 0
-
-
-@pytest.fixture
-async def one_worker() -> AsyncIterator[Scheduler]:
-    s = Scheduler(1, name="test")
-    s.start()
-    yield s
-    s.stop()
 
 
 async def queue_behind_a_gate(
