@@ -87,6 +87,11 @@ class EngineConfig:
     spin_wait: Literal["auto", "on", "off"] = "auto"
     """ONNX Runtime threads spin between ops (faster, but they hold a core): auto = only when
     all workers' threads together leave at least one CPU free."""
+    pin_threads: Literal["auto", "off"] = "auto"
+    """auto: each worker on its own CPU and ONNX Runtime's pool threads on the others, so a
+    lone request's threads never share one CPU (after a second of quiet they did here, and
+    its first packet came 5 ms later); off: wherever the kernel puts them (a box whose CPUs
+    other busy programs share).  See appliance.engine.threads.pinning."""
     context_frames: int | None = field(default=None, metadata=_rng(0, 128))
     """Decoder frames of latent on each side of a streamed window; None = each voice's own,
     the fewest that pass the cut's exactness check (10 for the bundled voice, else 16)."""

@@ -17,6 +17,7 @@ from appliance.config import Config
 from appliance.engine.base import Scales
 from appliance.engine.gpu_select import gpu_health
 from appliance.engine.select import load_voice_model
+from appliance.engine.threads import cpu_threads, pinning
 from appliance.engine.windows import decode_span
 from appliance.frontend import FrontendLimits
 from appliance.lexicon import Lexicon
@@ -101,7 +102,8 @@ class Runtime:
                 if voice.split_ok
                 else f"whole-sentence: {voice.split_note}",
             )
-        scheduler = Scheduler(cfg.engine.workers)
+        pins = pinning(cfg, cpu_threads(cfg))
+        scheduler = Scheduler(cfg.engine.workers, cpus=pins.workers if pins else None)
         rt = cls(cfg, voices, metas, cfg.voices.default, scheduler, Metrics(), status)
         rt.stream_cost = rt.warm_up()
         scheduler.start()

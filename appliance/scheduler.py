@@ -30,6 +30,10 @@ watermark makes a stream's next window due long before its listener runs dry:
 in a burst of eight requests at once, EDF alone served the first two streams'
 second and third windows before the last newcomers' first sound (P95 ~360 ms).
 
+An item wakes the idle worker that comes first (worker 0 before worker 1), so a lone
+stream's items all run on one thread, whose CPU and caches stay warm; with
+``engine.pin_threads`` each worker has a CPU of its own (``cpus``).
+
 Inference never runs on the event loop: the loop submits and awaits an
 ``asyncio.Future`` that a worker resolves; cancelling an owner removes its
 queued items, stops its running one and cancels their futures, so nothing
@@ -43,9 +47,10 @@ import collections
 import heapq
 import itertools
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -93,12 +98,18 @@ class WorkTiming:
 class Scheduler:
     """EDF queue (real-time heap + batch heap) + N worker threads."""
 
-    def __init__(self, workers: int, name: str = "infer") -> None:
+    def __init__(
+        self, workers: int, name: str = "infer", cpus: Sequence[int] | None = None
+    ) -> None:
+        """``cpus``: worker k runs on ``cpus[k]`` (``appliance.engine.threads.pinning``)."""
         self._n = max(1, workers)
         self._name = name
         self._rt: list[_Item[Any]] = []
         self._batch: list[_Item[Any]] = []
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()
+        self._idle: dict[int, threading.Condition] = {}
+        """Idle workers' wake-ups, by worker number (see _wake_one_locked)."""
+        self._cpus = tuple(cpus) if cpus is not None and len(cpus) >= self._n else None
         self._seq = itertools.count()
         self._threads: list[threading.Thread] = []
         self._stopping = False
@@ -130,14 +141,16 @@ class Scheduler:
 
     def start(self) -> None:
         for k in range(self._n):
-            t = threading.Thread(target=self._work, name=f"{self._name}-{k}", daemon=True)
+            t = threading.Thread(
+                target=self._work, args=(k,), name=f"{self._name}-{k}", daemon=True
+            )
             t.start()
             self._threads.append(t)
 
     def stop(self) -> None:
-        with self._cv:
+        with self._lock:
             self._stopping = True
-            self._cv.notify_all()
+            self._wake_all_locked()
         for t in self._threads:
             t.join(timeout=5)
 
@@ -147,12 +160,12 @@ class Scheduler:
 
     def depth(self) -> int:
         """Items queued or running: 0 once every stream has finished or been cancelled."""
-        with self._cv:
+        with self._lock:
             return len(self._live)
 
     def overdue_s(self) -> float:
         """How long the most urgent queued real-time item is past its deadline (0 if none)."""
-        with self._cv:
+        with self._lock:
             if not self._rt:
                 return 0.0
             return max(0.0, time.monotonic() - self._rt[0].deadline)
@@ -161,12 +174,12 @@ class Scheduler:
         """Mean of how far real-time items finished past their deadlines (early counts as 0)
         over the last ``window_s`` seconds; 0 when none finished."""
         since = time.monotonic() - window_s
-        with self._cv:
+        with self._lock:
             recent = [late for t, late in self._lateness if t >= since]
         return sum(recent) / len(recent) if recent else 0.0
 
     def snapshot(self) -> dict[str, Any]:
-        with self._cv:
+        with self._lock:
             return {
                 "queue_depth": len(self._live),
                 "queued_realtime": len(self._rt),
@@ -184,7 +197,7 @@ class Scheduler:
 
     def heartbeat_age(self) -> float:
         """Seconds since a worker last proved it is alive; 0 while idle-waiting."""
-        with self._cv:
+        with self._lock:
             if not self._running:
                 return 0.0
             return time.monotonic() - self.heartbeat
@@ -217,7 +230,7 @@ class Scheduler:
             urgent=urgent and realtime,
             slack_until=slack_until,
         )
-        with self._cv:
+        with self._lock:
             if self._stopping:
                 raise RuntimeError("scheduler stopped")
             heapq.heappush(self._rt if realtime else self._batch, item)
@@ -225,8 +238,20 @@ class Scheduler:
             self._by_owner.setdefault(id(owner), set()).add(item.seq)
             if item.urgent:
                 self._stop_optional_locked()
-            self._cv.notify()
+            self._wake_one_locked()
         return fut
+
+    def _wake_one_locked(self) -> None:
+        """Wake the idle worker that comes first: a lone stream's items then all run on
+        worker 0, whose thread, CPU (``cpus``) and caches are the warm ones.  A plain
+        condition wakes the worker idle longest, so the items went round the workers."""
+        if self._idle:
+            self._idle.pop(min(self._idle)).notify()
+
+    def _wake_all_locked(self) -> None:
+        for wake in self._idle.values():
+            wake.notify()
+        self._idle.clear()
 
     def _stop_optional_locked(self) -> None:
         for running in self._running.values():
@@ -240,7 +265,7 @@ class Scheduler:
         result is discarded by the cancelled future.
         """
         dropped: list[_Item[Any]] = []
-        with self._cv:
+        with self._lock:
             seqs = self._by_owner.pop(id(owner), set())
             for s in seqs:
                 item = self._live.pop(s, None)
@@ -276,7 +301,7 @@ class Scheduler:
         """Another worker runs due work or due work waits: the item that asks (on a
         worker) should keep to one core and do no more than it must."""
         mine = getattr(self._current, "item", None)
-        with self._cv:
+        with self._lock:
             now = time.monotonic()
             others = sum(not i.optional and i is not mine for i in self._running.values())
             return others > 0 or bool(self._rt and self._rt[0].deadline <= now)
@@ -324,9 +349,16 @@ class Scheduler:
             return min(1.0, max(0.001, self._rt[0].deadline - now))
         return 1.0
 
-    def _work(self) -> None:
+    def _work(self, k: int) -> None:
+        if self._cpus is not None:
+            # Pin before the first run: ONNX Runtime's pool threads are on the other CPUs.
+            try:
+                os.sched_setaffinity(0, {self._cpus[k]})
+            except OSError as exc:  # a CPU taken away since start: run unpinned
+                log.warning("worker %d stays unpinned: %s", k, exc)
+        wake = threading.Condition(self._lock)
         while True:
-            with self._cv:
+            with self._lock:
                 while True:
                     if self._stopping and not self._rt and not self._batch:
                         return
@@ -337,12 +369,16 @@ class Scheduler:
                     if not self._running:
                         # Only an idle pool vouches for itself; a stuck worker must show.
                         self.heartbeat = now
-                    self._cv.wait(timeout=self._wait_s(now))
+                    self._idle[k] = wake
+                    wake.wait(timeout=self._wait_s(now))
+                    self._idle.pop(k, None)  # timed out: nobody woke it
                 if item.cancelled:
                     continue
                 item.optional, item.token = optional, StopToken()
                 self._running[item.seq] = item
                 self.heartbeat = time.monotonic()
+                if self._rt or self._batch:  # more work: another worker may take some
+                    self._wake_one_locked()
             started = time.monotonic()
             result: Any = None
             error: BaseException | None = None
@@ -360,11 +396,10 @@ class Scheduler:
             finished = time.monotonic()
             late = item.realtime and finished > item.deadline
             timing = WorkTiming(started - item.submitted, finished - started, finished, late)
-            with self._cv:
+            with self._lock:
                 del self._running[item.seq]
                 item.token = None
                 self.busy_s += finished - started
-                self._cv.notify_all()
                 if stopped:
                     if item.cancelled:
                         self._forget(item)

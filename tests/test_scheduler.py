@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -255,3 +257,65 @@ async def test_a_lone_worker_is_crowded_while_due_work_waits(one_worker: Schedul
         5,
     )
     assert seen == [True, False]
+
+
+async def test_a_lone_stream_s_items_all_run_on_the_first_worker(two_workers: Scheduler) -> None:
+    """The idle worker that comes first takes the next item, so a lone stream keeps one warm
+    thread (a plain condition woke the one idle longest: the items went round the workers)."""
+    s = two_workers
+    names: list[str] = []
+    for _ in range(8):
+        await asyncio.wait_for(
+            s.submit(
+                lambda: names.append(threading.current_thread().name),
+                deadline=time.monotonic(),
+                realtime=True,
+                owner=object(),
+                kind="t",
+            ),
+            5,
+        )
+        await asyncio.sleep(0.005)  # both workers idle again before the next item
+    assert names == ["test-0"] * 8
+
+
+async def test_work_submitted_together_still_runs_on_every_worker(two_workers: Scheduler) -> None:
+    """Waking one worker per item must not leave the second item queued behind the first."""
+    s = two_workers
+    a, b = Blocking(), Blocking()
+    now = time.monotonic()
+    futs = [s.submit(w, deadline=now, realtime=True, owner=w, kind="t") for w in (a, b)]
+    await started(a)
+    await started(b)  # both run at once
+    a.finish.set()
+    b.finish.set()
+    await asyncio.wait_for(asyncio.gather(*futs), 5)
+
+
+async def test_each_worker_runs_on_the_cpu_it_was_given() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    given = (cpus[-1], cpus[0])  # reversed, so an unpinned worker cannot pass by chance
+    s = Scheduler(2, name="pinned", cpus=given)
+    s.start()
+    try:
+        a, b = Blocking(), Blocking()
+        seen: dict[str, set[int]] = {}
+
+        def where(work: Blocking) -> Callable[[], int]:
+            def run() -> int:
+                seen[threading.current_thread().name] = os.sched_getaffinity(0)
+                return work()
+
+            return run
+
+        now = time.monotonic()
+        futs = [s.submit(where(w), deadline=now, realtime=True, owner=w, kind="t") for w in (a, b)]
+        await started(a)
+        await started(b)
+        a.finish.set()
+        b.finish.set()
+        await asyncio.wait_for(asyncio.gather(*futs), 5)
+    finally:
+        s.stop()
+    assert seen == {"pinned-0": {given[0]}, "pinned-1": {given[1]}}
+    assert os.sched_getaffinity(0) == set(cpus)  # the caller's own thread is untouched

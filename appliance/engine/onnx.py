@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,11 @@ from appliance.engine.base import BackendError, Encoded, FloatArray, IntArray, S
 from appliance.voicetypes import CutNames, FlowSplit
 
 
-def _session(path: Path, threads: int, spin: bool = False) -> ort.InferenceSession:
+def _session(
+    path: Path, threads: int, spin: bool = False, pool_cpus: Sequence[int] = ()
+) -> ort.InferenceSession:
+    """``pool_cpus``: where the session's ``threads - 1`` pool threads run (see
+    ``appliance.engine.threads.pinning``); empty: wherever the kernel puts them."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = max(1, threads)
     opts.inter_op_num_threads = 1
@@ -28,6 +33,9 @@ def _session(path: Path, threads: int, spin: bool = False) -> ort.InferenceSessi
     # (22 vs 27 ms here), but spinning threads steal cores: only when the threads of
     # all workers together do not oversubscribe the CPUs.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    if threads > 1 and len(pool_cpus) == threads - 1:
+        affinities = ";".join(str(cpu + 1) for cpu in pool_cpus)  # ONNX Runtime counts from 1
+        opts.add_session_config_entry("session.intra_op_thread_affinities", affinities)
     return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
 
 
@@ -65,10 +73,12 @@ class OnnxVoiceModel(VoiceModel):
         threads: int,
         spin: bool = False,
         lean: ort.InferenceSession | None = None,
+        pool_cpus: Sequence[int] = (),
     ) -> None:
         self._model_path = model_path
         self._threads = threads
         self._spin = spin
+        self._pool_cpus = tuple(pool_cpus)
         self._fused: ort.InferenceSession | None = None
         self._fused_lock = threading.Lock()
         self._encoder = encoder
@@ -91,23 +101,30 @@ class OnnxVoiceModel(VoiceModel):
         spin: bool = False,
         flow: FlowSplit | None = None,
         lean_decoder: Path | None = None,
+        pool_cpus: Sequence[int] = (),
     ) -> OnnxVoiceModel:
         """``lean_decoder``: the 2-D decoder (:mod:`appliance.conv2d`), run on one thread
         for every window but an urgent one; those keep the 1-D decoder on ``threads``
-        threads, which it splits well.  With one thread the 1-D decoder is not loaded."""
+        threads, which it splits well.  With one thread the 1-D decoder is not loaded.
+        ``pool_cpus``: where each session's pool threads run (see ``_session``)."""
         if encoder_path is None or decoder_path is None or cut is None:
-            model = cls(model_path, None, None, None, threads, spin)
+            model = cls(model_path, None, None, None, threads, spin, pool_cpus=pool_cpus)
             model._fused_session()
             return model
+
+        def session(path: Path) -> ort.InferenceSession:
+            return _session(path, threads, spin, pool_cpus)
+
         lean = _session(lean_decoder, 1) if lean_decoder is not None else None
-        decoder = _session(decoder_path, threads, spin) if lean is None or threads > 1 else None
+        decoder = session(decoder_path) if lean is None or threads > 1 else None
         if flow is None or cut.z_p is None or cut.mask is None:
-            encoder = _session(encoder_path, threads, spin)
-            return cls(model_path, encoder, decoder, cut, threads, spin, lean)
+            return cls(
+                model_path, session(encoder_path), decoder, cut, threads, spin, lean, pool_cpus
+            )
         # Prior + flow replace the encoder (the same weights; loading both would double them).
-        model = cls(model_path, None, decoder, cut, threads, spin, lean)
-        model._prior = _session(flow.prior_path, threads, spin)
-        model._flow = _session(flow.flow_path, threads, spin)
+        model = cls(model_path, None, decoder, cut, threads, spin, lean, pool_cpus)
+        model._prior = session(flow.prior_path)
+        model._flow = session(flow.flow_path)
         model._flow_context = cut.flow_context
         return model
 
@@ -120,7 +137,7 @@ class OnnxVoiceModel(VoiceModel):
         # reference checks; loading it lazily keeps ~65 MB out of a streaming daemon.
         with self._fused_lock:
             if self._fused is None:
-                self._fused = _session(self._model_path, self._threads, self._spin)
+                self._fused = _session(self._model_path, self._threads, self._spin, self._pool_cpus)
             return self._fused
 
     def _feeds(self, ids: IntArray, scales: Scales, speaker: int | None) -> dict[str, np.ndarray]:

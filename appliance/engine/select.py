@@ -8,13 +8,14 @@ from appliance.config import Config
 from appliance.engine.base import VoiceModel
 from appliance.engine.gpu_select import load_gpu_pool
 from appliance.engine.onnx import OnnxVoiceModel
-from appliance.engine.threads import cpu_threads, spin_wait
+from appliance.engine.threads import cpu_threads, pinning, spin_wait
 from appliance.voicetypes import Voice
 
 
 def load_voice_model(voice: Voice, cfg: Config) -> tuple[VoiceModel, dict[str, Any]]:
     """The voice on the configured backend; the CPU model is always loaded (failover)."""
     threads = cpu_threads(cfg)
+    pins = pinning(cfg, threads)
     cpu = OnnxVoiceModel.load(
         voice.model_path,
         voice.encoder_path,
@@ -24,6 +25,7 @@ def load_voice_model(voice: Voice, cfg: Config) -> tuple[VoiceModel, dict[str, A
         spin_wait(cfg, threads),
         flow=voice.flow_split,
         lean_decoder=voice.lean_decoder_path,
+        pool_cpus=pins.pool if pins is not None else (),
     )
     if cfg.engine.backend == "onnx-cpu":
         return cpu, {"backend": "onnx-cpu", "status": "ok"}
