@@ -68,6 +68,14 @@ silence, and a first packet after a second of it came ~5 ms later than back to b
 before the workers were pinned (docs/speed.md)."""
 
 
+TTFP_ROWS = (
+    ("short", SHORT, 0.0, "short command"),
+    ("long", LONG, 0.0, "long sentence"),
+    ("short_quiet", SHORT, QUIET_S, f"short command after {QUIET_S:.0f} s of quiet"),
+)
+"""The first-packet rows: result key, text, quiet before each request, label."""
+
+
 def ttfp_ms(sock: str, text: str, runs: int, quiet_s: float = 0.0) -> list[float]:
     """Request written → first chunk read, over the socket; two warm-up runs first; each
     request after ``quiet_s`` of nothing."""
@@ -175,11 +183,7 @@ def bench_speed(
     try:
         result: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
         result["load_before"] = os.getloadavg()[0]
-        for name, text, quiet in (
-            ("short", SHORT, 0.0),
-            ("long", LONG, 0.0),
-            ("short_quiet", SHORT, QUIET_S),
-        ):
+        for name, text, quiet, _label in TTFP_ROWS:
             # Interleaved blocks, so a burst of other load hits both sides alike; each
             # block's own ratio shows how far the machine's speed moved during the run.
             ours: list[float] = []
@@ -227,11 +231,7 @@ def print_speed(r: dict[str, Any]) -> None:
         f"{r['load_after']:.1f} on {r['machine']['cpus']} CPUs)\n"
     )
     print("| measure | ttsd | piper-tts | ratio (blocks) | goal |\n|---|---|---|---|---|")
-    for name, label in (
-        ("short", "short command"),
-        ("long", "long sentence"),
-        ("short_quiet", f"short command after {QUIET_S:.0f} s of quiet"),
-    ):
+    for name, _text, _quiet, label in TTFP_ROWS:
         x = r[name]
         print(
             f"| first packet, {label} (P50) | {x['ttfp_p50_ms']:.1f} ms "

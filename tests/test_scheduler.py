@@ -275,7 +275,9 @@ async def test_a_lone_stream_s_items_all_run_on_the_first_worker(two_workers: Sc
             ),
             5,
         )
-        await asyncio.sleep(0.005)  # both workers idle again before the next item
+        # Both workers idle again before the next item (a fixed sleep is not enough on a
+        # busy machine: worker 0 may still be on its way back to waiting).
+        await until(lambda: len(s._idle) == 2)
     assert names == ["test-0"] * 8
 
 
