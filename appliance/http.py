@@ -45,6 +45,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from appliance.audioformats import FORMATS, Encoder, SoundfileOut, make_encoder
 from appliance.config import HttpConfig
 from appliance.errors import ErrorCode, ServiceError
+from appliance.server import bound_kernel_send_buffer, drop_connection
 from appliance.service import Service, Stream
 from appliance.speech import Chunk, SpeechRequest
 
@@ -487,7 +488,7 @@ class HttpDoor:
         resp.enable_chunked_encoding()
         deltas = [0]
         srv = self.service.runtime.config.server
-        _bound_kernel_buffer(request, srv.max_output_buffer_bytes)
+        bound_kernel_send_buffer(request.transport, srv.max_output_buffer_bytes)
         gone: list[str] = []
         """Why the client is lost ("too_slow", "disconnect"), once it is."""
 
@@ -548,6 +549,8 @@ class HttpDoor:
                 if gone[0] == "too_slow":
                     self.service.record_error(ErrorCode.CLIENT_TOO_SLOW)
                     log.warning("http: client_too_slow (not reading its audio): closing")
+                    if request.transport is not None:
+                        drop_connection(request.transport)
                 _abort(request)
                 return resp
             tail = (encoder.header() if first[0] else b"") + await loop.run_in_executor(
@@ -607,17 +610,6 @@ async def write_raw(resp: web.StreamResponse, request: web.Request, data: bytes)
     if not resp.prepared:
         await resp.prepare(request)
     await resp.write(data)
-
-
-def _bound_kernel_buffer(request: web.Request, limit: int) -> None:
-    """Hold a connection's unsent audio under ``server.max_output_buffer_bytes`` in the
-    kernel too (autotuning would let it grow to megabytes: a minute of audio that a client
-    which stopped reading would count as "held", delaying ``client_too_slow``)."""
-    transport = request.transport
-    sock = transport.get_extra_info("socket") if transport is not None else None
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limit)
 
 
 def _abort(request: web.Request) -> None:

@@ -203,6 +203,30 @@ def privileged(peer: Peer | None) -> bool:
     return peer is not None and peer.uid in (0, os.getuid())
 
 
+def bound_kernel_send_buffer(transport: asyncio.BaseTransport | None, limit: int) -> None:
+    """Hold a connection's unsent bytes under ``limit`` in the kernel too, not only in
+    the transport.  Autotuning lets a socket's send buffer grow to megabytes: output that a
+    client which stopped reading would count as delivered, so back-pressure (and with it
+    ``client_too_slow``) would not start until megabytes later, or, while the client sends
+    slowly, never."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limit)
+
+
+def drop_connection(transport: asyncio.WriteTransport) -> None:
+    """Close now and discard what the client has not read.  ``abort`` alone leaves a TCP
+    socket's queued bytes to be flushed after the close (FIN-WAIT-1, retransmitting to a
+    client that does not read, for minutes); a zero linger time resets the connection, so
+    the kernel memory is freed and the client learns at once that it was dropped."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
 async def bind_unix_socket(
     path: Path, mode: int, start: Callable[[str], Awaitable[asyncio.AbstractServer]]
 ) -> tuple[asyncio.AbstractServer, os.stat_result]:
@@ -700,7 +724,7 @@ class Connection:
         self._closed = True
         with contextlib.suppress(Exception):
             if self._abort:
-                self.writer.transport.abort()
+                drop_connection(self.writer.transport)
             else:
                 self.writer.close()
 

@@ -63,6 +63,8 @@ from appliance.server import (
     ClientSlots,
     authorize_peer,
     bind_unix_socket,
+    bound_kernel_send_buffer,
+    drop_connection,
     peer_of,
     privileged,
     remove_own_socket,
@@ -552,6 +554,7 @@ class _Connection:
         self._last_activity = loop.time()
         high = self.cfg.server.max_output_buffer_bytes
         self.writer.transport.set_write_buffer_limits(high=high)  # type: ignore[attr-defined]
+        bound_kernel_send_buffer(self.writer.transport, high)
 
     @property
     def cfg(self) -> Config:
@@ -615,7 +618,7 @@ class _Connection:
         log.warning("wyoming connection %d: client_too_slow: closing", self.number)
         self.service.record_error(ErrorCode.CLIENT_TOO_SLOW)
         with contextlib.suppress(Exception):
-            self.writer.transport.abort()
+            drop_connection(self.writer.transport)
         self.disconnect()
 
     def _busy(self) -> bool:
