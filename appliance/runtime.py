@@ -178,6 +178,7 @@ class Runtime:
             if meta.split_ok:
                 d["context_frames"] = self.voices[meta.name].context
                 d["decoder"] = "2d" if meta.lean_decoder_path is not None else "1d"
+                d["margins"] = "cropped" if meta.margin_decoder_path is not None else "decoded"
             else:
                 d["note"] = meta.split_note
             voices.append(d)

@@ -60,6 +60,7 @@ __all__ = [
     "bundled_voice_path",
     "cut_flow",
     "cut_lean_decoder",
+    "cut_margin_decoder",
     "cut_model",
     "default_cache_dir",
     "discover",
@@ -79,7 +80,9 @@ DEFAULT_CONTEXT = 16
 """Decoder frames of context on each side of a window, unless a voice verified fewer."""
 CONTEXT_CANDIDATES = (4, 6, 8, 10, 12, 14, DEFAULT_CONTEXT)
 VERIFY_SENTENCE = "Testing one two three, the quick brown fox jumps over the lazy dog."
-_CUT_FORMAT = 7  # bump when the cut or the check changes
+MARGIN_CANDIDATES = (1, 2, 3, 4, 6, 8)
+"""Frames of context a decoder keeps after each upsampling stage, tried in this order."""
+_CUT_FORMAT = 8  # bump when the cut or the check changes
 
 
 class VoiceError(Exception):
@@ -410,13 +413,29 @@ def cut_flow(
     return split
 
 
-def cut_lean_decoder(dec: Path, out_dir: Path) -> Path:
-    """Write the decoder once more with 2-D convolutions (:mod:`appliance.conv2d`)."""
+def cut_margin_decoder(dec: Path, out_dir: Path, keep: int) -> Path:
+    """Write the decoder once more cropping its margins after each upsampling stage down
+    to ``keep`` frames (:mod:`appliance.margins`)."""
+    import onnx
+
+    from appliance.margins import add_margin_crops
+
+    path = out_dir / "decoder_margins.onnx"
+    _atomic_write_model(add_margin_crops(onnx.load(str(dec)), keep), path)
+    return path
+
+
+def cut_lean_decoder(dec: Path, out_dir: Path, keep: int | None = None) -> Path:
+    """Write the decoder once more with 2-D convolutions (:mod:`appliance.conv2d`), with
+    ``keep``: cropping its margins too (:func:`cut_margin_decoder`)."""
     import onnx
 
     from appliance.conv2d import lift_to_2d
+    from appliance.margins import add_margin_crops
 
     lean = lift_to_2d(onnx.load(str(dec)))
+    if keep is not None:
+        lean = add_margin_crops(lean, keep)
     path = out_dir / "decoder2d.onnx"
     _atomic_write_model(lean, path)
     return path
@@ -441,6 +460,8 @@ def _cached(info: VoiceInfo, model_path: Path, digest: str, slot: Path) -> Voice
     has_flow = bool(meta.get("flow_ok")) and flow.prior_path.is_file() and flow.flow_path.is_file()
     lean = slot / "decoder2d.onnx"
     has_lean = bool(meta.get("lean_ok")) and lean.is_file()
+    margins = slot / "decoder_margins.onnx"
+    has_margins = bool(meta.get("margins_ok")) and margins.is_file()
     log.info("voice %s: cached split (%s)", info.name, "ok" if meta["ok"] else "failed")
     return Voice(
         info,
@@ -454,6 +475,7 @@ def _cached(info: VoiceInfo, model_path: Path, digest: str, slot: Path) -> Voice
         flow_split=flow if has_flow else None,
         lean_decoder_path=lean if has_lean else None,
         context_frames=_cached_context(meta.get("context_frames")),
+        margin_decoder_path=margins if has_margins else None,
     )
 
 
@@ -509,11 +531,20 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
     context = DEFAULT_CONTEXT
     lean: Path | None = None
     lean_note = ""
+    margins: Path | None = None
+    keep: int | None = None
+    margins_note = ""
     if ok:
         assert enc is not None
         context, context_note = smallest_context(info, model_path, dec, names, flow or enc)
         log.info("voice %s: decoder context %d frames (%s)", name, context, context_note)
-        lean, lean_note = _lean_decoder(info, model_path, dec, names, flow or enc, context, slot)
+        keep, margins, margins_note = _margin_decoder(
+            info, model_path, dec, names, flow or enc, context, slot
+        )
+        log.info("voice %s: decoder margins %s (%s)", name, keep or "kept", margins_note)
+        lean, lean_note = _lean_decoder(
+            info, model_path, dec, names, flow or enc, context, slot, keep
+        )
         log.info("voice %s: 2-D decoder %s (%s)", name, "used" if lean else "not used", lean_note)
     meta = {
         "sha256": digest,
@@ -525,6 +556,9 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
         "context_frames": context,
         "lean_ok": lean is not None,
         "lean_note": lean_note,
+        "margins_ok": margins is not None,
+        "margins_keep": keep,
+        "margins_note": margins_note,
     }
     tmp = slot / "meta.tmp"
     tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
@@ -541,7 +575,36 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
         flow_split=flow,
         lean_decoder_path=lean,
         context_frames=context,
+        margin_decoder_path=margins,
     )
+
+
+def _margin_decoder(
+    info: VoiceInfo,
+    model_path: Path,
+    dec: Path,
+    names: CutNames,
+    enc: Path | FlowSplit,
+    context: int,
+    slot: Path,
+) -> tuple[int | None, Path | None, str]:
+    """The fewest frames of context the decoder can keep after each upsampling stage and
+    still pass the cut's check at ``context`` (:data:`MARGIN_CANDIDATES`), and the decoder
+    written with them; None, None when none passes."""
+    flow = enc if isinstance(enc, FlowSplit) else None
+    first = enc.prior_path if isinstance(enc, FlowSplit) else enc
+    notes: list[str] = []
+    for keep in (k for k in MARGIN_CANDIDATES if k < context):
+        try:
+            path = cut_margin_decoder(dec, slot, keep)
+        except (ValueError, OSError) as exc:  # ValueError: a graph the rewrite does not know
+            return None, None, f"cannot crop: {exc}"
+        passed, note = _check_model(info, model_path, first, path, names, flow, (context,))
+        notes.append(f"keep {keep}: {note.removeprefix(f'context {context}: ')}")
+        if passed is not None:
+            return keep, path, "; ".join(notes)
+    (slot / "decoder_margins.onnx").unlink(missing_ok=True)
+    return None, None, "; ".join(notes) or "no frames to save"
 
 
 def _lean_decoder(
@@ -552,16 +615,24 @@ def _lean_decoder(
     enc: Path | FlowSplit,
     context: int,
     slot: Path,
+    keep: int | None = None,
 ) -> tuple[Path | None, str]:
-    """The 2-D decoder, when it can be written and passes the cut's check at ``context``."""
-    try:
-        lean = cut_lean_decoder(dec, slot)
-    except (ValueError, OSError) as exc:  # ValueError: a graph the rewrite does not know
-        return None, f"cannot rewrite: {exc}"
+    """The 2-D decoder, when it can be written and passes the cut's check at ``context``;
+    with ``keep``, cropping its margins (as the 1-D one passed with), else whole."""
     flow = enc if isinstance(enc, FlowSplit) else None
     first = enc.prior_path if isinstance(enc, FlowSplit) else enc
-    passed, note = _check_model(info, model_path, first, dec, names, flow, (context,), lean)
-    return (lean if passed is not None else None), note
+    notes: list[str] = []
+    for crop in dict.fromkeys((keep, None)):
+        try:
+            lean = cut_lean_decoder(dec, slot, crop)
+        except (ValueError, OSError) as exc:  # ValueError: a graph the rewrite does not know
+            notes.append(f"cannot rewrite: {exc}")
+            continue
+        passed, note = _check_model(info, model_path, first, dec, names, flow, (context,), lean)
+        notes.append(f"margins kept {crop}: {note}" if crop is not None else note)
+        if passed is not None:
+            return lean, "; ".join(notes)
+    return None, "; ".join(notes)
 
 
 def _check_model(

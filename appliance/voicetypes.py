@@ -115,6 +115,9 @@ class Voice:
     """The decoder with 2-D convolutions (:mod:`appliance.conv2d`), when it passed the check."""
     context_frames: int = 16
     """Decoder frames of context on each side of a window: the fewest that passed the check."""
+    margin_decoder_path: Path | None = None
+    """The decoder that leaves out its windows' margins (:mod:`appliance.margins`), when it
+    passed the check; the CPU runs it instead of ``decoder_path``."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -12,9 +12,10 @@ import pytest
 
 from appliance.config import parse_config
 from appliance.engine.base import FloatArray, Scales
-from appliance.engine.onnx import _session
+from appliance.engine.onnx import OnnxVoiceModel, _session
 from appliance.engine.pool import FailoverVoiceModel
 from appliance.engine.windows import decode_span
+from appliance.margins import MarginCrops
 from appliance.runtime import Runtime
 from appliance.service import Service
 from appliance.speech import Chunk, SpeechRequest
@@ -99,24 +100,44 @@ def test_the_daemons_model_decodes_ahead_in_2d_and_first_chunks_in_1d(
     runtime: Runtime, voice_cache: Path
 ) -> None:
     """Windows decoded ahead run the 2-D decoder on one thread (the cheapest), a window a
-    listener waits for the 1-D one on every thread (the fastest): each is bit for bit
-    what its own session gives, through the failover wrapper the daemon builds."""
+    listener waits for the 1-D one on every thread (the fastest), both cropping their
+    margins: each is bit for bit what its own decoder gives, through the failover wrapper
+    the daemon builds."""
     voice = runtime.voices[runtime.default_voice]
     meta = runtime.voice_meta[runtime.default_voice]
     assert meta.lean_decoder_path is not None and meta.cut is not None
+    assert meta.margin_decoder_path is not None
     assert runtime.info()["voices"][0]["decoder"] == "2d"
+    assert runtime.info()["voices"][0]["margins"] == "cropped"
     assert isinstance(voice.model, FailoverVoiceModel)
     z = _latent(voice, 30)
-    feeds = {meta.cut.z: z}
-    lean = _session(meta.lean_decoder_path, 1).run(None, feeds)[0].reshape(-1)
+
+    def own(dec: Path, lean: Path | None, threads: int) -> OnnxVoiceModel:
+        return OnnxVoiceModel.load(
+            meta.model_path, meta.encoder_path, dec, meta.cut, threads, lean_decoder=lean
+        )
+
+    lean_model = own(meta.margin_decoder_path, meta.lean_decoder_path, 1)
+    parallel_model = own(meta.margin_decoder_path, None, 2)
+    for margins in ((0, 0), (0, 10), (10, 10)):
+        lean = lean_model.decode(z, None, False, margins)
+        parallel = parallel_model.decode(z, None, True, margins)
+        np.testing.assert_array_equal(voice.model.decode(z, None, False, margins), lean)
+        np.testing.assert_array_equal(voice.model.decode(z, None, True, margins), parallel)
+        assert lean.shape == ((30 - sum(margins)) * 256,)
+        assert not np.array_equal(lean, parallel)  # two graphs, really
+        assert float(np.max(np.abs(lean - parallel))) < 1e-5
+    # The cropped graphs are the ones in use (their samples are the plain graphs' too).
+    cpu = voice.model.cpu
+    assert isinstance(cpu, OnnxVoiceModel)
+    assert (
+        cpu.margin_crops(True)
+        == cpu.margin_crops(False)
+        == MarginCrops(((8, 1), (64, 1), (256, 1)))
+    )
     assert meta.decoder_path is not None
-    parallel = _session(meta.decoder_path, 2).run(None, feeds)[0].reshape(-1)
-    ahead = voice.model.decode(z, None)
-    urgent = voice.model.decode(z, None, True)
-    np.testing.assert_array_equal(ahead, lean)
-    np.testing.assert_array_equal(urgent, parallel)
-    assert not np.array_equal(lean, parallel)  # two graphs, really
-    assert float(np.max(np.abs(lean - parallel))) < 1e-5
+    plain = _session(meta.decoder_path, 2).run(None, {meta.cut.z: z})[0].reshape(-1)
+    assert float(np.max(np.abs(voice.model.decode(z, None, True) - plain))) < 1e-5
 
 
 @pytest.mark.parametrize(

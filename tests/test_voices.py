@@ -178,6 +178,42 @@ def test_the_2d_decoder_is_written_verified_and_cached(tmp_path: Path) -> None:
     assert v2.lean_decoder_path.stat().st_mtime_ns == stamp
 
 
+def test_the_decoder_cropping_its_margins_is_written_verified_and_cached(tmp_path: Path) -> None:
+    v1 = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v1.margin_decoder_path is not None and v1.margin_decoder_path.is_file()
+    meta = json.loads((v1.margin_decoder_path.parent / "meta.json").read_text())
+    assert meta["margins_ok"] is True and meta["margins_keep"] == 1
+    assert "keep 1: max abs difference" in meta["margins_note"]
+    assert "margins kept 1" in meta["lean_note"]  # the 2-D decoder crops them too
+    stamp = v1.margin_decoder_path.stat().st_mtime_ns
+    v2 = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v2.margin_decoder_path == v1.margin_decoder_path
+    assert v2.margin_decoder_path.stat().st_mtime_ns == stamp
+
+
+def test_crops_that_fail_the_check_leave_the_decoders_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keeping no context at all (a crop the check must catch): no cropping decoder, and
+    the 2-D decoder is written without crops."""
+    import appliance.margins
+
+    real = appliance.margins.add_margin_crops
+    monkeypatch.setattr(appliance.margins, "add_margin_crops", lambda m, keep: real(m, 0))
+    v = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v.split_ok and v.context_frames == 10
+    assert v.margin_decoder_path is None and v.lean_decoder_path is not None
+    assert not (v.lean_decoder_path.parent / "decoder_margins.onnx").exists()
+    lean = onnx.load(str(v.lean_decoder_path))
+    assert not any(n.op_type == "Slice" for n in lean.graph.node)
+    meta = json.loads((v.lean_decoder_path.parent / "meta.json").read_text())
+    assert meta["margins_ok"] is False and meta["margins_keep"] is None
+    assert "keep 8: max abs difference" in meta["margins_note"]  # every candidate tried
+    monkeypatch.undo()
+    again = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert again.margin_decoder_path is None  # the verdict is cached
+
+
 def _off_the_gate(model: onnx.ModelProto) -> onnx.ModelProto:
     """The real rewrite, then the last convolution's weights nudged by 1 %."""
     from onnx import numpy_helper

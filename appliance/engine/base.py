@@ -104,12 +104,21 @@ class VoiceModel(ABC):
         """A window of ``z_p`` [1, C, W] → ``z`` [1, C, W] (exact inside ``flow_context``)."""
 
     @abstractmethod
-    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
-        """A window of latent [1, C, W] → float32 samples [W * hop].
+    def decode(
+        self,
+        z: FloatArray,
+        g: FloatArray | None,
+        urgent: bool = False,
+        margins: tuple[int, int] = (0, 0),
+    ) -> FloatArray:
+        """A window of latent [1, C, W] → float32 samples [(W - left - right) * hop].
 
         ``urgent``: a listener is waiting for this very window (a request's first chunk),
         so the backend may spend more CPU to have it sooner; otherwise the window is
         decoded ahead of need and the cheapest way is the right one.
+        ``margins``: (left, right), the window's first and last frames that are context
+        only; their samples are not returned, so a backend need not compute them (see
+        :mod:`appliance.margins`).
         """
 
     @abstractmethod
@@ -119,3 +128,22 @@ class VoiceModel(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release device resources."""
+
+
+def drop_margins(samples: FloatArray, frames: int, margins: tuple[int, int]) -> FloatArray:
+    """The samples of a window's frames without its ``margins`` (left, right).
+
+    ``samples`` covers ``frames`` frames; :class:`BackendError` when it cannot (a
+    decoder whose output is not a whole number of samples per frame)."""
+    left, right = margins
+    if frames <= 0 or samples.shape[0] % frames:
+        raise BackendError(f"{samples.shape[0]} samples do not cover {frames} frames")
+    hop = samples.shape[0] // frames
+    return samples[left * hop : (frames - right) * hop]
+
+
+def check_margins(frames: int, margins: tuple[int, int]) -> None:
+    """A window's margins leave at least one of its frames (ValueError otherwise)."""
+    left, right = margins
+    if left < 0 or right < 0 or left + right >= frames:
+        raise ValueError(f"margins {margins} leave nothing of a window of {frames} frames")

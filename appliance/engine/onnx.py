@@ -10,7 +10,17 @@ import numpy as np
 import onnxruntime as ort
 
 from appliance.engine import interrupt
-from appliance.engine.base import BackendError, Encoded, FloatArray, IntArray, Scales, VoiceModel
+from appliance.engine.base import (
+    BackendError,
+    Encoded,
+    FloatArray,
+    IntArray,
+    Scales,
+    VoiceModel,
+    check_margins,
+    drop_margins,
+)
+from appliance.margins import MarginCrops, read_crops
 from appliance.voicetypes import CutNames, FlowSplit
 
 
@@ -85,6 +95,12 @@ class OnnxVoiceModel(VoiceModel):
         self._decoder = decoder
         self._lean = lean
         """The decoder with 2-D convolutions on one thread: the cheapest per frame."""
+        self._crops: dict[int, MarginCrops] = {}
+        """Per decoder session (by id), where it crops its margins, if it does."""
+        for s in (decoder, lean):
+            crops = read_crops(s.get_modelmeta().custom_metadata_map) if s is not None else None
+            if s is not None and crops is not None:
+                self._crops[id(s)] = crops
         self._cut = cut
         self._prior: ort.InferenceSession | None = None
         self._flow: ort.InferenceSession | None = None
@@ -188,13 +204,39 @@ class OnnxVoiceModel(VoiceModel):
         }
         return self._run_latent(self._flow, feeds, g, "flow")
 
-    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
+    def _decoder_for(self, urgent: bool) -> ort.InferenceSession | None:
         # Urgent: the 1-D decoder on every thread; otherwise the 2-D one on one thread.
         # (With one of them loaded, that one.)
-        session = (self._decoder if urgent else self._lean) or self._decoder or self._lean
+        return (self._decoder if urgent else self._lean) or self._decoder or self._lean
+
+    def margin_crops(self, urgent: bool) -> MarginCrops | None:
+        """Where the decoder an urgent (or ahead) window runs crops its margins, if it does."""
+        session = self._decoder_for(urgent)
+        return self._crops.get(id(session)) if session is not None else None
+
+    def decode(
+        self,
+        z: FloatArray,
+        g: FloatArray | None,
+        urgent: bool = False,
+        margins: tuple[int, int] = (0, 0),
+    ) -> FloatArray:
+        session = self._decoder_for(urgent)
         if session is None or self._cut is None:
             raise BackendError("this voice has no verified encoder/decoder split")
-        return self._run_latent(session, {self._cut.z: z}, g, "decoder").reshape(-1)
+        frames = int(z.shape[2])
+        check_margins(frames, margins)
+        feeds: dict[str, np.ndarray] = {self._cut.z: z}
+        crops = self.margin_crops(urgent)
+        if crops is not None:
+            # The decoder leaves out what no later layer needs; the frames it kept of
+            # each margin are trimmed here.
+            extra, left, right = crops.feeds(frames, *margins)
+            feeds.update(extra)
+            frames -= (margins[0] - left) + (margins[1] - right)
+            margins = (left, right)
+        audio = self._run_latent(session, feeds, g, "decoder").reshape(-1)
+        return drop_margins(audio, frames, margins)
 
     def _run_latent(
         self,

@@ -117,6 +117,11 @@ class FailoverVoiceModel(VoiceModel):
         self._counts.update({"recoveries": 0, "recovery_failures": 0})
         self.backend_name = primary.backend_name if primary is not None else cpu.backend_name
 
+    @property
+    def cpu(self) -> VoiceModel:
+        """The CPU model: always loaded, the one every call falls back to."""
+        return self._cpu
+
     # ------------------------------------------------------------------ VoiceModel
     # Every member of VoiceModel is forwarded here (tests/engine/test_pool.py checks
     # that none is inherited): a capability of the backends must not vanish behind the pool.
@@ -145,8 +150,14 @@ class FailoverVoiceModel(VoiceModel):
             "flow", lambda m: m.flow(z_p, g), usable=lambda m: 0 < m.flow_context <= context
         )
 
-    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
-        return self._run("window", lambda m: m.decode(z, g, urgent))
+    def decode(
+        self,
+        z: FloatArray,
+        g: FloatArray | None,
+        urgent: bool = False,
+        margins: tuple[int, int] = (0, 0),
+    ) -> FloatArray:
+        return self._run("window", lambda m: m.decode(z, g, urgent, margins))
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         return self._run("fused", lambda m: m.fused(ids, scales, speaker))

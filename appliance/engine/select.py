@@ -19,7 +19,7 @@ def load_voice_model(voice: Voice, cfg: Config) -> tuple[VoiceModel, dict[str, A
     cpu = OnnxVoiceModel.load(
         voice.model_path,
         voice.encoder_path,
-        voice.decoder_path,
+        voice.margin_decoder_path or voice.decoder_path,
         voice.cut,
         threads,
         spin_wait(cfg, threads),

@@ -33,7 +33,16 @@ from typing import Any
 
 import numpy as np
 
-from appliance.engine.base import BackendError, Encoded, FloatArray, IntArray, Scales, VoiceModel
+from appliance.engine.base import (
+    BackendError,
+    Encoded,
+    FloatArray,
+    IntArray,
+    Scales,
+    VoiceModel,
+    check_margins,
+    drop_margins,
+)
 from appliance.engine.pool import UnsupportedInput
 from appliance.engine.trt_seam import TrtRuntime
 
@@ -642,8 +651,20 @@ class TensorRTVoiceModel(VoiceModel):
         hop = samples.shape[0] // int(z.shape[2])
         return samples[: frames * hop]
 
-    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
-        # One engine serves every window: ``urgent`` changes nothing on the GPU.
+    def decode(
+        self,
+        z: FloatArray,
+        g: FloatArray | None,
+        urgent: bool = False,
+        margins: tuple[int, int] = (0, 0),
+    ) -> FloatArray:
+        # One engine serves every window: ``urgent`` changes nothing on the GPU, and the
+        # engine decodes the margins too (its shapes are the profile's).
+        frames = int(z.shape[2])
+        check_margins(frames, margins)
+        return drop_margins(self._decode_whole(z, g), frames, margins)
+
+    def _decode_whole(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
         frames = int(z.shape[2])
         hi = self.limits.decoder_frames[2]
         if frames <= hi:

@@ -116,8 +116,8 @@ def decode_span(
     for run_start in range(start, end, MAX_WINDOW_FRAMES):
         run_end = min(end, run_start + MAX_WINDOW_FRAMES)
         lo, hi = max(0, run_start - context), min(total, run_end + context)
-        audio = model.decode(enc.z[:, :, lo:hi], enc.g, urgent)
-        pieces.append(audio[(run_start - lo) * hop : (run_end - lo) * hop])
+        margins = (run_start - lo, hi - run_end)
+        pieces.append(model.decode(enc.z[:, :, lo:hi], enc.g, urgent, margins))
     fresh = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
     if end > b:
         enc.ahead = fresh[(b - start) * hop :]

@@ -166,9 +166,16 @@ class Scripted(VoiceModel):
         self._call("flow")
         return self.cpu.flow(z_p, g)
 
-    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
-        self._call("decode urgent" if urgent else "decode")
-        return self.cpu.decode(z, g, urgent)
+    def decode(
+        self,
+        z: FloatArray,
+        g: FloatArray | None,
+        urgent: bool = False,
+        margins: tuple[int, int] = (0, 0),
+    ) -> FloatArray:
+        name = "decode urgent" if urgent else "decode"
+        self._call(f"{name} margins" if margins != (0, 0) else name)
+        return self.cpu.decode(z, g, urgent, margins)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         self.called.append("fused")
@@ -251,6 +258,7 @@ def test_each_call_reaches_the_primary_while_up_and_the_cpu_otherwise(up: bool) 
         "flow": lambda m: m.flow(z_p, None),
         "decode": lambda m: m.decode(full.z[:, :, :48], None),
         "decode urgent": lambda m: m.decode(full.z[:, :, :48], None, True),
+        "decode urgent margins": lambda m: m.decode(full.z[:, :, :48], None, True, (0, 10)),
         "fused": lambda m: m.fused(IDS, GATE_SCALES, None),
     }
     for name, call in calls.items():

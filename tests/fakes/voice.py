@@ -55,9 +55,15 @@ class RecordingModel(VoiceModel):
     def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
         return self.inner.flow(z_p, g)
 
-    def decode(self, z: FloatArray, g: FloatArray | None, urgent: bool = False) -> FloatArray:
+    def decode(
+        self,
+        z: FloatArray,
+        g: FloatArray | None,
+        urgent: bool = False,
+        margins: tuple[int, int] = (0, 0),
+    ) -> FloatArray:
         self.decodes.append((int(z.shape[2]), urgent))
-        return self.inner.decode(z, g, urgent)
+        return self.inner.decode(z, g, urgent, margins)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         return self.inner.fused(ids, scales, speaker)
