@@ -541,7 +541,8 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
         keep, margins, margins_note = _margin_decoder(
             info, model_path, dec, names, flow or enc, context, slot
         )
-        log.info("voice %s: decoder margins %s (%s)", name, keep or "kept", margins_note)
+        kept = f"keep {keep} frames" if keep is not None else "not cropped"
+        log.info("voice %s: decoder margins %s (%s)", name, kept, margins_note)
         lean, lean_note = _lean_decoder(
             info, model_path, dec, names, flow or enc, context, slot, keep
         )
@@ -579,6 +580,13 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
     )
 
 
+def _first_part(enc: Path | FlowSplit) -> tuple[Path, FlowSplit | None]:
+    """What the check runs before the decoder: the encoder, or the prior and the flow."""
+    if isinstance(enc, FlowSplit):
+        return enc.prior_path, enc
+    return enc, None
+
+
 def _margin_decoder(
     info: VoiceInfo,
     model_path: Path,
@@ -591,8 +599,7 @@ def _margin_decoder(
     """The fewest frames of context the decoder can keep after each upsampling stage and
     still pass the cut's check at ``context`` (:data:`MARGIN_CANDIDATES`), and the decoder
     written with them; None, None when none passes."""
-    flow = enc if isinstance(enc, FlowSplit) else None
-    first = enc.prior_path if isinstance(enc, FlowSplit) else enc
+    first, flow = _first_part(enc)
     notes: list[str] = []
     for keep in (k for k in MARGIN_CANDIDATES if k < context):
         try:
@@ -619,8 +626,7 @@ def _lean_decoder(
 ) -> tuple[Path | None, str]:
     """The 2-D decoder, when it can be written and passes the cut's check at ``context``;
     with ``keep``, cropping its margins (as the 1-D one passed with), else whole."""
-    flow = enc if isinstance(enc, FlowSplit) else None
-    first = enc.prior_path if isinstance(enc, FlowSplit) else enc
+    first, flow = _first_part(enc)
     notes: list[str] = []
     for crop in dict.fromkeys((keep, None)):
         try:
@@ -709,7 +715,6 @@ def smallest_context(
     voice at cut time and cached with the cut; DEFAULT_CONTEXT when nothing smaller passes.
     ``enc``: the encoder half, or the flow split when the voice streams with it.
     """
-    flow = enc if isinstance(enc, FlowSplit) else None
-    first = enc.prior_path if isinstance(enc, FlowSplit) else enc
+    first, flow = _first_part(enc)
     context, note = _check_model(info, model_path, first, dec, names, flow, CONTEXT_CANDIDATES)
     return (DEFAULT_CONTEXT if context is None else context), note

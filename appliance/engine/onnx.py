@@ -98,8 +98,7 @@ class OnnxVoiceModel(VoiceModel):
         self._crops: dict[int, MarginCrops] = {}
         """Per decoder session (by id), where it crops its margins, if it does."""
         for s in (decoder, lean):
-            crops = read_crops(s.get_modelmeta().custom_metadata_map) if s is not None else None
-            if s is not None and crops is not None:
+            if s is not None and (crops := read_crops(s.get_modelmeta().custom_metadata_map)):
                 self._crops[id(s)] = crops
         self._cut = cut
         self._prior: ort.InferenceSession | None = None
@@ -236,6 +235,10 @@ class OnnxVoiceModel(VoiceModel):
             frames -= (margins[0] - left) + (margins[1] - right)
             margins = (left, right)
         audio = self._run_latent(session, feeds, g, "decoder").reshape(-1)
+        if crops is not None and audio.shape[0] != frames * crops.points[-1][0]:
+            # Each stage is taken to multiply the length by its stride: one that does not
+            # would leave the crops in the wrong places (the cut's check catches it first).
+            raise BackendError(f"cropped decoder gave {audio.shape[0]} samples for {frames} frames")
         return drop_margins(audio, frames, margins)
 
     def _run_latent(
