@@ -19,6 +19,7 @@ is found per voice at cut time, against the fused model (``appliance.voices``).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -95,51 +96,104 @@ def add_margin_crops(model: onnx.ModelProto, keep: int) -> onnx.ModelProto:
     Crops go on the input of every ``ConvTranspose`` but the first and on the input of
     the last ``Conv`` (the post-convolution); :class:`ValueError` for a graph without
     that shape."""
+    g = model.graph
+    ups = [i for i, n in enumerate(g.node) if n.op_type == "ConvTranspose"]
+    convs = [i for i, n in enumerate(g.node) if n.op_type == "Conv"]
+    if not ups or not convs or convs[-1] < ups[-1]:
+        raise ValueError("not a decoder that upsamples and ends with a convolution")
+    scale = 1
+    points: list[tuple[str, int, int]] = []  # (tensor, samples per frame there, keep)
+    for i in ups:
+        strides = next((list(a.ints) for a in g.node[i].attribute if a.name == "strides"), [])
+        if i != ups[0]:
+            points.append((g.node[i].input[0], scale, keep))
+        scale *= _last(strides)
+    points.append((g.node[convs[-1]].input[0], scale, keep))
+    return _with_crops(model, points, None, "decoder")
+
+
+def add_flow_margin_crops(model: onnx.ModelProto, mask: str) -> onnx.ModelProto:
+    """A copy of ``model`` (VITS's flow: coupling layers, each ending in a ``Concat`` of
+    its two halves) cropped after each layer to what the layers after it reach, so a
+    window's samples are exactly the whole window's.  ``mask`` (the frame mask every
+    layer multiplies by) is cropped alike.  :class:`ValueError` for another shape."""
+    g = model.graph
+    ends = [i for i, n in enumerate(g.node) if n.op_type == "Concat"]
+    if len(ends) < 2:
+        raise ValueError("not a flow of coupling layers")
+    points: list[tuple[str, int, int]] = []
+    for i in ends[:-1]:  # what the last layer reaches is trimmed by the caller
+        rest = g.node[i + 1 : ends[-1] + 1]
+        reach = sum(conv_reach(n) for n in rest if n.op_type == "Conv")
+        points.append((g.node[i].output[0], 1, reach))
+    return _with_crops(model, points, mask, "flow")
+
+
+def conv_reach(
+    node: onnx.NodeProto, initializers: dict[str, onnx.TensorProto] | None = None
+) -> int:
+    """Frames a ``Conv`` looks at on each side of its time axis (the last), (kernel - 1) *
+    dilation / 2: its kernel from the attributes, else from its weight's shape."""
+    attrs = {a.name: [int(v) for v in a.ints] for a in node.attribute}
+    kernel = attrs.get("kernel_shape") or []
+    if not kernel and initializers and len(node.input) > 1 and node.input[1] in initializers:
+        kernel = [int(d) for d in initializers[node.input[1]].dims[2:]]
+    dilation = attrs.get("dilations") or [1]
+    if not kernel:
+        raise ValueError(f"Conv {node.name or node.output[0]} has no kernel shape")
+    return ((kernel[-1] - 1) * dilation[-1] + 1) // 2
+
+
+def _with_crops(
+    model: onnx.ModelProto, points: list[tuple[str, int, int]], follow: str | None, what: str
+) -> onnx.ModelProto:
+    """``model`` with a ``Slice`` on the time axis of each of ``points`` (tensor, samples
+    per frame there, frames kept), in graph order, fed by two graph inputs each and
+    described in the metadata.  ``follow``: a graph input cropped alike at each point for
+    the nodes after it."""
     import onnx
     from onnx import helper, numpy_helper
 
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    ups = [i for i, n in enumerate(g.node) if n.op_type == "ConvTranspose"]
-    convs = [i for i, n in enumerate(g.node) if n.op_type == "Conv"]
-    if not ups or not convs or convs[-1] < ups[-1]:
-        raise ValueError("not a decoder that upsamples and ends with a convolution")
-    scale = 1
-    points: list[tuple[int, int]] = []  # (node index, samples per frame at its input)
-    for i in ups:
-        strides = next((list(a.ints) for a in g.node[i].attribute if a.name == "strides"), [])
-        if i != ups[0]:
-            points.append((i, scale))
-        scale *= _last(strides)
-    points.append((convs[-1], scale))
     if any(n.domain not in ("", "ai.onnx") for n in g.node):
-        raise ValueError("the decoder has operators outside the ONNX domain")
-
+        raise ValueError(f"the {what} has operators outside the ONNX domain")
     g.initializer.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), _AXES))
-    crops = MarginCrops(tuple((s, keep) for _, s in points))
+    crops = MarginCrops(tuple((scale, keep) for _, scale, keep in points))
     producer = {name: i for i, n in enumerate(g.node) for name in n.output}
-    inserted: dict[int, onnx.NodeProto] = {}  # after the node that makes the cropped tensor
-    for k, (i, _) in enumerate(points):
-        src = g.node[i].input[0]
+    inserted: dict[int, list[onnx.NodeProto]] = {}  # after the node that makes the tensor
+    followed = follow
+    for k, (src, _, _) in enumerate(points):
         if src not in producer:
-            raise ValueError(f"{g.node[i].name}: its input is not computed by the graph")
+            raise ValueError(f"{src}: a crop point that is not computed by the graph")
+        at = producer[src]
+        if inserted and at <= max(inserted):
+            raise ValueError(f"{src}: crop points out of graph order")
         dst = f"{src}__margins"
         start, end = crops.start_name(k), crops.end_name(k)
         for name in (start, end):
             g.input.append(helper.make_tensor_value_info(name, onnx.TensorProto.INT64, [1]))
-        for n in g.node:
+        slices = [helper.make_node("Slice", [src, start, end, _AXES], [dst], name=f"{dst}_slice")]
+        renames = {src: dst}
+        if followed is not None:
+            cropped = f"{follow}__margins{k}"
+            slices.append(
+                helper.make_node(
+                    "Slice", [followed, start, end, _AXES], [cropped], name=f"{cropped}_slice"
+                )
+            )
+            renames[followed] = cropped
+            followed = cropped
+        for n in g.node[at + 1 :]:
             for j, name in enumerate(n.input):
-                if name == src:
-                    n.input[j] = dst
-        inserted[producer[src]] = helper.make_node(
-            "Slice", [src, start, end, _AXES], [dst], name=f"{src}__margin_slice"
-        )
+                if name in renames:
+                    n.input[j] = renames[name]
+        inserted[at] = slices
     nodes = []
     for i, n in enumerate(g.node):
         nodes.append(n)
-        if i in inserted:
-            nodes.append(inserted[i])
+        nodes.extend(inserted.get(i, ()))
     del g.node[:]
     g.node.extend(nodes)
     del g.value_info[:]  # lengths after a crop are not what shape inference saw
@@ -148,5 +202,9 @@ def add_margin_crops(model: onnx.ModelProto, keep: int) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(out)
     except onnx.checker.ValidationError as exc:
-        raise ValueError(f"the cropped decoder is not valid ONNX: {exc}") from exc
+        with contextlib.suppress(onnx.checker.ValidationError):
+            # The extractor leaves some cut-out parts (the flow) with shapeless inputs,
+            # which the checker refuses: only what the crops broke counts.
+            onnx.checker.check_model(model)
+            raise ValueError(f"the cropped {what} is not valid ONNX: {exc}") from exc
     return out

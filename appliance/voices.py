@@ -82,7 +82,7 @@ CONTEXT_CANDIDATES = (4, 6, 8, 10, 12, 14, DEFAULT_CONTEXT)
 VERIFY_SENTENCE = "Testing one two three, the quick brown fox jumps over the lazy dog."
 MARGIN_CANDIDATES = (1, 2, 3, 4, 6, 8)
 """Frames of context a decoder keeps after each upsampling stage, tried in this order."""
-_CUT_FORMAT = 8  # bump when the cut or the check changes
+_CUT_FORMAT = 9  # bump when the cut or the check changes
 
 
 class VoiceError(Exception):
@@ -191,16 +191,12 @@ def _descendant_nodes(graph: Any, tensor: str) -> list[Any]:
 
 
 def _conv_reach(node: Any, initializers: dict[str, Any]) -> int:
-    """Frames a Conv looks at on each side: (kernel - 1) * dilation / 2."""
-    attrs = {a.name: a for a in node.attribute}
-    kernel = list(attrs["kernel_shape"].ints) if "kernel_shape" in attrs else []
-    if not kernel and len(node.input) > 1 and node.input[1] in initializers:
-        kernel = list(initializers[node.input[1]].dims[2:])
-    dilation = list(attrs["dilations"].ints) if "dilations" in attrs else [1]
-    if not kernel:
-        raise VoiceError(f"Conv {node.name or node.output[0]} in the flow has no kernel shape")
-    span = (int(kernel[-1]) - 1) * int(dilation[-1])
-    return (span + 1) // 2
+    from appliance.margins import conv_reach
+
+    try:
+        return conv_reach(node, initializers)
+    except ValueError as exc:
+        raise VoiceError(f"{exc} (in the flow)") from exc
 
 
 def find_flow(model: Any, names: CutNames) -> CutNames:
@@ -379,13 +375,20 @@ def cut_model(
 
 
 def cut_flow(
-    model_path: Path, out_dir: Path, names: CutNames, probe: Probe | None = None
+    model_path: Path,
+    out_dir: Path,
+    names: CutNames,
+    probe: Probe | None = None,
+    crop: bool = True,
 ) -> FlowSplit:
     """Write the encoder once more as prior + flow (``names`` from :func:`find_flow`),
     each rewritten for speed as in :func:`cut_model`; the flow is checked on the latent
-    the original prior gives for the probe."""
+    the original prior gives for the probe.  With ``crop``, the flow crops its windows'
+    margins after each coupling layer (:func:`appliance.margins.add_flow_margin_crops`)."""
     import onnx
     import onnx.utils
+
+    from appliance.margins import add_flow_margin_crops
 
     assert names.z_p is not None and names.mask is not None
     model = onnx.load(str(model_path))
@@ -409,8 +412,23 @@ def cut_flow(
             if names.g and g:
                 flow_feeds[names.g] = g[0]
     _atomic_write_model(_optimised(prior, probe, "prior", prior_out), split.prior_path)
-    _atomic_write_model(_optimised(flow, flow_feeds, "flow"), split.flow_path)
+    flow = _optimised(flow, flow_feeds, "flow")
+    if crop:
+        try:
+            flow = add_flow_margin_crops(flow, names.mask)
+        except ValueError as exc:  # a flow of another shape: written whole
+            log.info("flow: margins not cropped: %s", exc)
+    _atomic_write_model(flow, split.flow_path)
     return split
+
+
+def _crops_margins(path: Path) -> bool:
+    import onnx
+
+    from appliance.margins import METADATA_KEY
+
+    model = onnx.load(str(path), load_external_data=False)
+    return any(p.key == METADATA_KEY for p in model.metadata_props)
 
 
 def cut_margin_decoder(dec: Path, out_dir: Path, keep: int) -> Path:
@@ -526,6 +544,10 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
             flow_note = f"cannot split the flow: {exc}"
         else:
             flow_ok, flow_note = verify_flow(info, model_path, dec, names, flow)
+            if not flow_ok and _crops_margins(flow.flow_path):
+                flow = cut_flow(model_path, slot, names, probe, crop=False)
+                flow_ok, whole_note = verify_flow(info, model_path, dec, names, flow)
+                flow_note = f"margins cropped: {flow_note}; whole: {whole_note}"
             flow = flow if flow_ok else None
         log.info("voice %s: flow %s (%s)", name, "windowed" if flow else "whole", flow_note)
     context = DEFAULT_CONTEXT
@@ -541,7 +563,7 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
         keep, margins, margins_note = _margin_decoder(
             info, model_path, dec, names, flow or enc, context, slot
         )
-        kept = f"keep {keep} frames" if keep is not None else "not cropped"
+        kept = f"cropped to {keep} frame(s)" if keep is not None else "not cropped"
         log.info("voice %s: decoder margins %s (%s)", name, kept, margins_note)
         lean, lean_note = _lean_decoder(
             info, model_path, dec, names, flow or enc, context, slot, keep

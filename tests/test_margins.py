@@ -61,6 +61,19 @@ def voice(voice_cache: Path) -> Voice:
     return load_voice("en_US-joe-medium", bundled_voice_path(), voice_cache)
 
 
+def test_the_bundled_flow_crops_after_each_coupling_layer(voice: Voice) -> None:
+    assert voice.flow_split is not None
+    model = onnx.load(str(voice.flow_split.flow_path))
+    meta = {p.key: p.value for p in model.metadata_props}
+    # Four coupling layers of 8 frames' reach each: after the first three, what the rest
+    # reaches (the last one's is trimmed by the caller); the mask is cropped alike.
+    assert meta[METADATA_KEY] == "1:24,1:16,1:8"
+    crops = [n for n in model.graph.node if "__margins" in n.output[0]]
+    assert len(crops) == 6  # three of the latent, three of the mask (each of the last)
+    assert voice.cut is not None
+    assert [n.input[0] for n in crops if n.input[0] == voice.cut.mask] == [voice.cut.mask]
+
+
 def test_the_bundled_voice_crops_before_each_stage_after_the_first(voice: Voice) -> None:
     assert voice.margin_decoder_path is not None and voice.lean_decoder_path is not None
     for path in (voice.margin_decoder_path, voice.lean_decoder_path):

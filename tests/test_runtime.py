@@ -53,6 +53,23 @@ def test_the_first_clause_flow_is_windowed_in_the_daemons_model(runtime: Runtime
     assert first + 16 <= enc.ready < enc.frames
 
 
+def test_the_daemons_flow_crops_its_margins_after_each_layer(runtime: Runtime) -> None:
+    """Each coupling layer's output is cropped to what the layers after it reach (24, 16
+    and 8 frames): a window's z is exactly the whole window's, through the wrapper."""
+    voice = runtime.voices[runtime.default_voice]
+    cpu = voice.model.cpu
+    assert isinstance(cpu, OnnxVoiceModel)
+    assert cpu.margin_crops("flow") == MarginCrops(((1, 24), (1, 16), (1, 8)))
+    ids = voice.phonemizer.ids("Turn left in two hundred metres, then keep right.")
+    z_p = voice.model.encode_prior(ids, voice.defaults, voice.default_speaker).z_p
+    assert z_p is not None and z_p.shape[2] > 100
+    window = np.ascontiguousarray(z_p[:, :, :100])
+    whole = voice.model.flow(window, None)
+    for left, right in ((0, 32), (32, 32), (5, 32), (32, 3)):
+        got = voice.model.flow(window, None, (left, right))
+        np.testing.assert_allclose(got, whole[:, :, left : 100 - right], rtol=0, atol=1e-6)
+
+
 def test_windows_use_the_voices_verified_context(runtime: Runtime) -> None:
     """The daemon's model decodes with the fewest context frames the cut's check passed
     (10 for the bundled voice), and the windows still match the fused model."""
@@ -131,8 +148,8 @@ def test_the_daemons_model_decodes_ahead_in_2d_and_first_chunks_in_1d(
     cpu = voice.model.cpu
     assert isinstance(cpu, OnnxVoiceModel)
     assert (
-        cpu.margin_crops(True)
-        == cpu.margin_crops(False)
+        cpu.margin_crops("urgent")
+        == cpu.margin_crops("ahead")
         == MarginCrops(((8, 1), (64, 1), (256, 1)))
     )
     assert meta.decoder_path is not None

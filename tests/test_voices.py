@@ -214,6 +214,32 @@ def test_crops_that_fail_the_check_leave_the_decoders_whole(
     assert again.margin_decoder_path is None  # the verdict is cached
 
 
+def test_flow_crops_that_fail_the_check_leave_the_flow_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Crops told to keep nothing after each coupling layer fail the check: the flow is
+    written again whole and the voice keeps its windowed flow."""
+    import appliance.margins
+
+    real = appliance.margins.add_flow_margin_crops
+
+    def keep_nothing(model: onnx.ModelProto, mask: str) -> onnx.ModelProto:
+        cropped = real(model, mask)
+        for p in cropped.metadata_props:
+            if p.key == appliance.margins.METADATA_KEY:
+                p.value = ",".join("1:0" for _ in p.value.split(","))
+        return cropped
+
+    monkeypatch.setattr(appliance.margins, "add_flow_margin_crops", keep_nothing)
+    v = load_voice("joe", bundled_voice_path(), tmp_path)
+    assert v.flow_split is not None
+    flow = onnx.load(str(v.flow_split.flow_path))
+    assert not any(p.key == appliance.margins.METADATA_KEY for p in flow.metadata_props)
+    meta = json.loads((v.flow_split.flow_path.parent / "meta.json").read_text())
+    assert meta["flow_ok"] is True
+    assert "margins cropped: " in meta["flow_note"] and "; whole: " in meta["flow_note"]
+
+
 def _off_the_gate(model: onnx.ModelProto) -> onnx.ModelProto:
     """The real rewrite, then the last convolution's weights nudged by 1 %."""
     from onnx import numpy_helper

@@ -100,8 +100,11 @@ class VoiceModel(ABC):
         """
 
     @abstractmethod
-    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
-        """A window of ``z_p`` [1, C, W] → ``z`` [1, C, W] (exact inside ``flow_context``)."""
+    def flow(
+        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
+    ) -> FloatArray:
+        """A window of ``z_p`` [1, C, W] → ``z`` [1, C, W - left - right], exact inside
+        ``flow_context``; ``margins`` (left, right) as in :meth:`decode`."""
 
     @abstractmethod
     def decode(

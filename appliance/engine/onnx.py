@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -71,6 +72,22 @@ def _run(
         raise BackendError(f"{what} failed: {exc}") from exc
 
 
+def _add_crops(
+    crops: MarginCrops | None,
+    feeds: dict[str, np.ndarray],
+    frames: int,
+    margins: tuple[int, int],
+) -> tuple[int, tuple[int, int]]:
+    """Feed a part that crops its margins (:mod:`appliance.margins`): what no later layer
+    needs is left out inside the graph.  Returns the frames its output covers and the
+    margins still to trim from it (what the last crop kept)."""
+    if crops is None:
+        return frames, margins
+    extra, left, right = crops.feeds(frames, *margins)
+    feeds.update(extra)
+    return frames - (margins[0] - left) - (margins[1] - right), (left, right)
+
+
 class OnnxVoiceModel(VoiceModel):
     backend_name = "onnx-cpu"
 
@@ -96,10 +113,9 @@ class OnnxVoiceModel(VoiceModel):
         self._lean = lean
         """The decoder with 2-D convolutions on one thread: the cheapest per frame."""
         self._crops: dict[int, MarginCrops] = {}
-        """Per decoder session (by id), where it crops its margins, if it does."""
+        """Per decoder or flow session (by id), where it crops its margins, if it does."""
         for s in (decoder, lean):
-            if s is not None and (crops := read_crops(s.get_modelmeta().custom_metadata_map)):
-                self._crops[id(s)] = crops
+            self._read_crops(s)
         self._cut = cut
         self._prior: ort.InferenceSession | None = None
         self._flow: ort.InferenceSession | None = None
@@ -140,8 +156,15 @@ class OnnxVoiceModel(VoiceModel):
         model = cls(model_path, None, decoder, cut, threads, spin, lean, pool_cpus)
         model._prior = session(flow.prior_path)
         model._flow = session(flow.flow_path)
+        model._read_crops(model._flow)
         model._flow_context = cut.flow_context
         return model
+
+    def _read_crops(self, session: ort.InferenceSession | None) -> None:
+        if session is not None and (
+            crops := read_crops(session.get_modelmeta().custom_metadata_map)
+        ):
+            self._crops[id(session)] = crops
 
     @property
     def flow_context(self) -> int:
@@ -192,25 +215,34 @@ class OnnxVoiceModel(VoiceModel):
         z_p, durations, g = self._run_encoder(self._prior, ids, scales, speaker)
         return Encoded(z=np.empty_like(z_p), durations=durations, g=g, z_p=z_p, ready=0)
 
-    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+    def flow(
+        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
+    ) -> FloatArray:
         if self._flow is None or self._cut is None or self._cut.z_p is None:
             raise BackendError(f"{self.backend_name}: this voice has no separate flow")
         assert self._cut.mask is not None
+        frames = int(z_p.shape[2])
+        check_margins(frames, margins)
         feeds = {
             self._cut.z_p: z_p,
             # One unpadded utterance: every frame is valid.
-            self._cut.mask: np.ones((1, 1, z_p.shape[2]), dtype=np.float32),
+            self._cut.mask: np.ones((1, 1, frames), dtype=np.float32),
         }
-        return self._run_latent(self._flow, feeds, g, "flow")
+        frames, (left, right) = _add_crops(self.margin_crops("flow"), feeds, frames, margins)
+        z = self._run_latent(self._flow, feeds, g, "flow")
+        if z.shape[2] != frames:
+            raise BackendError(f"cropped flow gave {z.shape[2]} frames for {frames}")
+        return z[:, :, left : frames - right]
 
     def _decoder_for(self, urgent: bool) -> ort.InferenceSession | None:
         # Urgent: the 1-D decoder on every thread; otherwise the 2-D one on one thread.
         # (With one of them loaded, that one.)
         return (self._decoder if urgent else self._lean) or self._decoder or self._lean
 
-    def margin_crops(self, urgent: bool) -> MarginCrops | None:
-        """Where the decoder an urgent (or ahead) window runs crops its margins, if it does."""
-        session = self._decoder_for(urgent)
+    def margin_crops(self, part: Literal["urgent", "ahead", "flow"]) -> MarginCrops | None:
+        """Where a part crops its margins, if it does: the decoder of an urgent window, that
+        of a window ahead, or the flow."""
+        session = self._flow if part == "flow" else self._decoder_for(part == "urgent")
         return self._crops.get(id(session)) if session is not None else None
 
     def decode(
@@ -226,14 +258,8 @@ class OnnxVoiceModel(VoiceModel):
         frames = int(z.shape[2])
         check_margins(frames, margins)
         feeds: dict[str, np.ndarray] = {self._cut.z: z}
-        crops = self.margin_crops(urgent)
-        if crops is not None:
-            # The decoder leaves out what no later layer needs; the frames it kept of
-            # each margin are trimmed here.
-            extra, left, right = crops.feeds(frames, *margins)
-            feeds.update(extra)
-            frames -= (margins[0] - left) + (margins[1] - right)
-            margins = (left, right)
+        crops = self.margin_crops("urgent" if urgent else "ahead")
+        frames, margins = _add_crops(crops, feeds, frames, margins)
         audio = self._run_latent(session, feeds, g, "decoder").reshape(-1)
         if crops is not None and audio.shape[0] != frames * crops.points[-1][0]:
             # Each stage is taken to multiply the length by its stride: one that does not

@@ -142,12 +142,16 @@ class FailoverVoiceModel(VoiceModel):
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         return self._run("encode", lambda m: m.encode_prior(ids, scales, speaker))
 
-    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+    def flow(
+        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
+    ) -> FloatArray:
         # The prior may have run on the CPU while the GPU was down and the GPU be back
         # now: a primary without a (compatible) flow leaves the window to the CPU.
         context = self._cpu.flow_context
         return self._run(
-            "flow", lambda m: m.flow(z_p, g), usable=lambda m: 0 < m.flow_context <= context
+            "flow",
+            lambda m: m.flow(z_p, g, margins),
+            usable=lambda m: 0 < m.flow_context <= context,
         )
 
     def decode(

@@ -629,7 +629,9 @@ class TensorRTVoiceModel(VoiceModel):
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         return self.encode(ids, scales, speaker)
 
-    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+    def flow(
+        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
+    ) -> FloatArray:
         raise BackendError(f"{self.backend_name} has no separate flow")
 
     def _decode_exact(self, z: FloatArray, g: FloatArray | None) -> FloatArray:

@@ -37,8 +37,7 @@ def ensure_latent(model: VoiceModel, enc: Encoded, upto: int, ahead: bool = True
         if total - hi < 2 * c:
             hi = total  # a tail this short would cost more in overlap than it holds
     a, b = max(0, lo - c), min(total, hi + c)
-    z = model.flow(enc.z_p[:, :, a:b], enc.g)
-    enc.z[:, :, lo:hi] = z[:, :, lo - a : hi - a]
+    enc.z[:, :, lo:hi] = model.flow(enc.z_p[:, :, a:b], enc.g, (lo - a, b - hi))
     enc.ready = hi
     if hi == total:
         enc.z_p = None

@@ -162,9 +162,11 @@ class Scripted(VoiceModel):
         self._call("encode_prior")
         return self.cpu.encode_prior(ids, scales, speaker)
 
-    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+    def flow(
+        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
+    ) -> FloatArray:
         self._call("flow")
-        return self.cpu.flow(z_p, g)
+        return self.cpu.flow(z_p, g, margins)
 
     def decode(
         self,

@@ -52,8 +52,10 @@ class RecordingModel(VoiceModel):
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         return self.inner.encode_prior(ids, scales, speaker)
 
-    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
-        return self.inner.flow(z_p, g)
+    def flow(
+        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
+    ) -> FloatArray:
+        return self.inner.flow(z_p, g, margins)
 
     def decode(
         self,
