@@ -36,7 +36,7 @@ _AXES = "__margin_axes"
 
 @dataclass(frozen=True)
 class MarginCrops:
-    """Where a decoder crops its margins: per crop, samples per frame there and frames kept."""
+    """Where a part crops its margins: per crop, samples per frame there and frames kept."""
 
     points: tuple[tuple[int, int], ...]
     """(samples per latent frame at the crop, frames of context kept on each side)."""
@@ -60,8 +60,6 @@ class MarginCrops:
             if scale < 1 or keep < 0:
                 raise ValueError(f"bad margin crop {part!r}")
             points.append((scale, keep))
-        if not points:
-            raise ValueError("no margin crops")
         return cls(tuple(points))
 
     def feeds(self, frames: int, left: int, right: int) -> tuple[dict[str, np.ndarray], int, int]:
@@ -82,7 +80,7 @@ class MarginCrops:
 
 
 def read_crops(metadata: dict[str, str]) -> MarginCrops | None:
-    """The crops a decoder's metadata describes (None: a decoder without them)."""
+    """The crops a part's metadata describes (None: a part without them)."""
     text = metadata.get(METADATA_KEY)
     return None if text is None else MarginCrops.from_metadata(text)
 
@@ -120,7 +118,12 @@ def add_flow_margin_crops(model: onnx.ModelProto, mask: str) -> onnx.ModelProto:
     window's samples are exactly the whole window's.  ``mask`` (the frame mask every
     layer multiplies by) is cropped alike.  :class:`ValueError` for another shape."""
     g = model.graph
-    ends = [i for i, n in enumerate(g.node) if n.op_type == "Concat"]
+    # A layer ends by joining its halves on the channel axis (not a Concat of a shape).
+    ends = [
+        i
+        for i, n in enumerate(g.node)
+        if n.op_type == "Concat" and any(a.name == "axis" and a.i == 1 for a in n.attribute)
+    ]
     if len(ends) < 2:
         raise ValueError("not a flow of coupling layers")
     points: list[tuple[str, int, int]] = []
