@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from appliance.conv2d import lift_to_2d, wrap_convs
 from appliance.voices import bundled_voice_path, load_voice
+from tests.fakes.graphs import toy_decoder
 
 
 def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
@@ -41,52 +42,8 @@ def test_the_bundled_decoder_lifted_matches_the_1d_graph(voice_cache: Path) -> N
     assert [i.name for i in lifted.graph.input] == [i.name for i in flat.graph.input]
 
 
-def _toy_decoder(extra: str | None = None) -> onnx.ModelProto:
-    """Conv → + a [C, 1] bias → LeakyRelu → strided ConvTranspose → + the speaker's
-    conditioning (a 1×1 Conv of g [N, 3, 1]) → × 0.5; the output comes from the last
-    element-wise op, not from an Unsqueeze."""
-    rng = np.random.default_rng(3)
-
-    def w(name: str, *shape: int) -> onnx.TensorProto:
-        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
-
-    nodes = [
-        helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3], pads=[1, 1]),
-        helper.make_node("Add", ["c1", "bias"], ["a1"]),
-        helper.make_node("LeakyRelu", ["a1"], ["r1"], alpha=0.1),
-        helper.make_node(
-            "ConvTranspose", ["r1", "w2", "b2"], ["up"], kernel_shape=[4], strides=[2], pads=[1, 1]
-        ),
-        helper.make_node("Conv", ["g", "wg"], ["cond"], kernel_shape=[1]),
-        helper.make_node("Add", ["up", "cond"], ["a2"]),
-        helper.make_node("Mul", ["a2", "half"], ["y"]),
-    ]
-    if extra == "transpose":
-        nodes.append(helper.make_node("Transpose", ["y"], ["t"], perm=[0, 2, 1]))
-    inits = [
-        w("w1", 4, 4, 3),
-        w("bias", 4, 1),
-        w("w2", 4, 2, 4),
-        w("b2", 2),
-        w("wg", 2, 3, 1),
-        numpy_helper.from_array(np.array(0.5, dtype=np.float32), "half"),
-    ]
-    out = "t" if extra == "transpose" else "y"
-    graph = helper.make_graph(
-        nodes,
-        "toy",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "T"]),
-            helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 3, 1]),
-        ],
-        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 2, "T2"])],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def test_constants_and_the_speaker_input_keep_their_broadcasting() -> None:
-    flat = _toy_decoder()
+    flat = toy_decoder()
     lifted = lift_to_2d(flat)
     rng = np.random.default_rng(5)
     feeds = {
@@ -101,7 +58,7 @@ def test_constants_and_the_speaker_input_keep_their_broadcasting() -> None:
 
 def test_an_operator_the_rewrite_does_not_know_is_refused() -> None:
     with pytest.raises(ValueError, match="Transpose"):
-        lift_to_2d(_toy_decoder("transpose"))
+        lift_to_2d(toy_decoder("transpose"))
 
 
 def test_each_convolution_wrapped_alone_gives_the_same_output() -> None:
@@ -137,4 +94,4 @@ def test_each_convolution_wrapped_alone_gives_the_same_output() -> None:
     assert ops.count("Unsqueeze") == ops.count("Squeeze") == 2 and ops.count("Transpose") == 2
     x = rng.standard_normal((1, 4, 17)).astype(np.float32)
     np.testing.assert_allclose(_run(wrapped, {"x": x}), _run(flat, {"x": x}), atol=1e-5)
-    assert wrap_convs(_toy_decoder("transpose"))[1] == 2  # any graph: nothing refused
+    assert wrap_convs(toy_decoder("transpose"))[1] == 2  # any graph: nothing refused

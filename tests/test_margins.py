@@ -11,7 +11,7 @@ import pytest
 from appliance.engine.onnx import OnnxVoiceModel
 from appliance.margins import METADATA_KEY, MarginCrops, add_margin_crops, read_crops
 from appliance.voices import Voice, bundled_voice_path, cut_lean_decoder, load_voice
-from tests.test_conv2d import _toy_decoder
+from tests.fakes.graphs import toy_decoder
 
 
 def test_each_crop_keeps_what_the_layers_after_it_reach() -> None:
@@ -53,7 +53,7 @@ def test_a_graph_that_is_not_an_upsampling_decoder_is_refused(voice_cache: Path)
         add_margin_crops(onnx.load(str(voice.flow_split.flow_path)), 1)
     # The toy's last convolution reads a graph input (the speaker), not the upsampled audio.
     with pytest.raises(ValueError, match="not computed by the graph"):
-        add_margin_crops(_toy_decoder(), 1)
+        add_margin_crops(toy_decoder(), 1)
 
 
 @pytest.fixture(scope="module")
