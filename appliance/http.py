@@ -549,9 +549,7 @@ class HttpDoor:
                 if gone[0] == "too_slow":
                     self.service.record_error(ErrorCode.CLIENT_TOO_SLOW)
                     log.warning("http: client_too_slow (not reading its audio): closing")
-                    if request.transport is not None:
-                        drop_connection(request.transport)
-                _abort(request)
+                _abort(request, reset=gone[0] == "too_slow")
                 return resp
             tail = (encoder.header() if first[0] else b"") + await loop.run_in_executor(
                 pool, encoder.finish
@@ -612,7 +610,12 @@ async def write_raw(resp: web.StreamResponse, request: web.Request, data: bytes)
     await resp.write(data)
 
 
-def _abort(request: web.Request) -> None:
+def _abort(request: web.Request, reset: bool = False) -> None:
+    """Cut the connection; with ``reset``, also discard what the client has not read
+    (:func:`appliance.server.drop_connection`)."""
     transport = request.transport
     if transport is not None:
-        transport.abort()
+        if reset:
+            drop_connection(transport)
+        else:
+            transport.abort()
