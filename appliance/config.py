@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import math
 import os
 import reprlib
@@ -22,6 +23,8 @@ from typing import Any, Literal
 import yaml
 
 DEFAULT_CONFIG_PATH = Path("/etc/ttsd/config.yaml")
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -95,30 +98,42 @@ class EngineConfig:
     context_frames: int | None = field(default=None, metadata=_rng(0, 128))
     """Decoder frames of latent on each side of a streamed window; None = each voice's own,
     the fewest that pass the cut's exactness check (10 for the bundled voice, else 16)."""
-    max_phonemes: int = field(default=400, metadata=_rng(16, 4096))
-    """Longest clause (phoneme ids) sent to the encoder in one piece."""
+    max_phonemes: int = field(default=1024, metadata=_rng(16, 4096))
+    """Most phoneme ids of one encoder call, on every backend (the encoder's memory grows
+    about quadratically with them).  A sentence up to ``streaming.max_sentence_chars``
+    has ~2 ids a character; a clause with more (a long <phoneme>, lexicon respellings, a
+    very long word) is encoded in pieces cut at word gaps (docs/speed.md)."""
 
 
 @dataclass(frozen=True)
 class StreamingConfig:
     default_mode: Literal["dialog", "reading", "sentence"] = "dialog"
-    clause_chars: int = field(default=160, metadata=_rng(20, 5000))
-    """Sentences longer than this are split into clauses at , ; : and dashes."""
-    first_clause_chars: int = field(default=64, metadata=_rng(10, 5000))
-    """The first clause of a request is kept this short: its encoder time is the TTFP."""
+    max_sentence_chars: int = field(default=400, metadata=_rng(40, 5000))
+    """A sentence up to this long is encoded whole, as piper-tts does (its prosody is
+    piper's); a longer one is cut at ``; :`` or a dash, then at a comma, and at a bare
+    space only where one clause alone is longer."""
+    first_clause_chars: int = field(default=0, metadata=_rng(0, 5000))
+    """Latency option, off (0) by default: the request's first sentence is cut after at
+    most this many characters (at a clause mark, else a space), so its encoder runs on
+    less text.  Costs prosody: an intonation reset and a pause where the cut falls
+    (docs/speed.md, "Whole sentences")."""
+    quick_start: bool = True
+    """A long first sentence starts from a quick encoding of its first words while the
+    whole sentence is encoded; the two join at a word gap inside the first 250 ms, and
+    everything after it is the whole sentence's audio (docs/speed.md)."""
     join_fade_ms: float = field(default=4.0, metadata=_rng(0, 50))
     text_first_chars: int = field(default=40, metadata=_rng(1, 5000))
     """Text that streams in: the first segment is also released at a clause mark
     (, ; : or a dash) once it holds this many characters."""
-    text_max_chars: int = field(default=250, metadata=_rng(20, 5000))
-    """Text that streams in: a segment never waits for more than this many characters
-    (cut at the last space)."""
+    text_max_chars: int = field(default=400, metadata=_rng(20, 5000))
+    """Text that streams in: a segment never waits for more than this many characters (cut
+    at its last ``; :`` or dash, else comma, else space: the frontend's long-sentence rule)."""
     text_idle_ms: float = field(default=300.0, metadata=_rng(0, 60000))
     """Text that streams in: after this long without new text, what is buffered is spoken
-    up to its last word boundary."""
+    up to its last word boundary (the only time a segment ends at a bare space)."""
     text_low_water_ms: float = field(default=400.0, metadata=_rng(0, 60000))
     """Text that streams in: when the listener has less than this much audio left, a
-    waiting segment is released at its last clause mark or word boundary; 0 = never."""
+    waiting segment is released at its last clause mark; 0 = never."""
     text_timeout_s: float = field(default=60.0, metadata=_rng(0.1, 86400))
     """Text that streams in: a stream with no append and no finish for this long ends with
     ``text_timeout``."""
@@ -389,6 +404,11 @@ def _convert(path: str, tp: Any, value: Any) -> Any:
     raise ConfigError(f"{path}: unsupported type {_type_name(tp)}")  # pragma: no cover
 
 
+RENAMED: dict[str, str] = {"streaming.clause_chars": "max_sentence_chars"}
+"""Old key path → its new name in the same section: still read (with a warning), so a
+config written for an older release keeps working."""
+
+
 def _build(prefix: str, cls: type[Any], data: Any) -> Any:
     if data is None:
         data = {}
@@ -399,6 +419,12 @@ def _build(prefix: str, cls: type[Any], data: Any) -> Any:
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         path = f"{prefix}.{_key(key)}" if prefix else _key(key)
+        if path in RENAMED:
+            new = RENAMED[path]
+            if new in data:
+                raise ConfigError(f"{path}: an old name of {new}; give only {new}")
+            log.warning("%s is now %s.%s (read as that)", path, prefix, new)
+            key, path = new, f"{prefix}.{new}"
         if key not in fields:
             # A long key cannot be a typo of a field name (and difflib is quadratic).
             candidates = list(fields) if len(str(key)) <= _SHOW else []

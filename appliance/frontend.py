@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -49,6 +50,20 @@ class ClauseMark:
     position: int
     """Character position in :attr:`Clause.text` (0: before the clause's first sound,
     ``len(text)``: after its last)."""
+    source_offset: int = 0
+    """Where the element starts in the source: orders a mark and a pause at one position."""
+
+
+@dataclass(frozen=True)
+class ClausePause:
+    """An SSML ``<break>`` between two words of a clause: silence spliced into the
+    sentence's audio at that word gap, so the sentence is still encoded whole."""
+
+    position: int
+    """Character position in :attr:`Clause.text`, strictly inside it."""
+    ms: int
+    source_offset: int
+    """Where the (first) ``<break/>`` element starts in the source."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,8 @@ class Clause:
     pause_after_ms: int = 0
     """Silence after it (a ``<break>`` at the very end)."""
     marks: tuple[ClauseMark, ...] = ()
+    pauses: tuple[ClausePause, ...] = ()
+    """``<break>`` s between the clause's words, in order (one per position)."""
     speed: float = 1.0
     """``<prosody rate>``: multiplies the request's speed."""
     volume: float = 1.0
@@ -259,33 +276,57 @@ def _strip(mt: MappedText) -> MappedText:
 
 
 _CLAUSE_BREAK = re.compile(r"[,;:](?=\s)|\s[-–—]\s")
+_STRONG_BREAK = re.compile(r"[;:](?=\s)|\s[-–—]\s")
+_COMMA_BREAK = re.compile(r",(?=\s)")
 
 
-def split_clauses(sentence: MappedText, max_chars: int, first_max: int) -> list[MappedText]:
-    """Cut a sentence at , ; : and dashes so no clause is longer than ``max_chars``.
+def split_clauses(sentence: MappedText, max_chars: int, first_max: int = 0) -> list[MappedText]:
+    """A sentence as the pieces it is encoded in: whole when it fits ``max_chars``.
 
-    The first clause of a request gets the tighter ``first_max``: its encoder
-    time is the time to first audio.  Where punctuation does not help, cut at
-    the last space before the limit.
+    A sentence is encoded whole, as piper-tts does, so that it keeps its own intonation
+    and no pause comes where it has none.  A longer one is cut at its last ``; :`` or
+    spaced dash within the limit, else its last comma, and at a bare space only where a
+    clause alone is over the limit (the last space within it, else the limit itself).
+
+    ``first_max`` (0: off) is the latency option ``streaming.first_clause_chars``: the
+    first piece is cut after at most that many characters, at a clause mark or else a
+    space past a third of it — what the encoder of the first piece costs, the first
+    packet waits for, but the cut is heard as a pause and an intonation reset.
     """
     pieces: list[MappedText] = []
     rest = sentence
-    limit = first_max
+    limit = first_max if 0 < first_max < max_chars else max_chars
+    quick = limit != max_chars
     while len(rest) > limit:
-        cut = -1
-        for m in _CLAUSE_BREAK.finditer(rest.text, 0, limit + 1):
-            if m.end() >= limit // 3:
-                cut = m.end()
-        if cut < 0:
-            cut = rest.text.rfind(" ", limit // 3, limit + 1)
-        if cut <= 0:
-            cut = limit
+        cut = _latency_cut(rest.text, limit) if quick else long_sentence_cut(rest.text, limit)
         pieces.append(_strip(rest.slice(0, cut)))
         rest = _strip(rest.slice(cut, len(rest)))
-        limit = max_chars
+        limit, quick = max_chars, False
     if rest.text:
         pieces.append(rest)
     return [p for p in pieces if p.text]
+
+
+def long_sentence_cut(text: str, limit: int) -> int:
+    """Where a sentence over ``limit`` characters is cut: see :func:`split_clauses`."""
+    for pattern in (_STRONG_BREAK, _COMMA_BREAK):
+        ends = [m.end() for m in pattern.finditer(text, 0, limit + 1)]
+        if ends:
+            return ends[-1]
+    cut = text.rfind(" ", 1, limit + 1)
+    return cut if cut > 0 else limit
+
+
+def _latency_cut(text: str, limit: int) -> int:
+    """The ``first_clause_chars`` cut: the last clause mark past a third of ``limit``, else
+    the last space there, else ``limit``."""
+    cut = -1
+    for m in _CLAUSE_BREAK.finditer(text, 0, limit + 1):
+        if m.end() >= limit // 3:
+            cut = m.end()
+    if cut < 0:
+        cut = text.rfind(" ", limit // 3, limit + 1)
+    return cut if cut > 0 else limit
 
 
 _WORD = re.compile(r"\S+")
@@ -294,8 +335,11 @@ _WORD = re.compile(r"\S+")
 @dataclass(frozen=True)
 class FrontendLimits:
     max_chars: int
-    clause_chars: int
-    first_clause_chars: int
+    """Longest text of one request (``text_too_long``)."""
+    sentence_chars: int
+    """Longest sentence encoded whole (``streaming.max_sentence_chars``)."""
+    first_clause_chars: int = 0
+    """The latency option's cut of the first sentence; 0: off (see :func:`split_clauses`)."""
 
 
 def prepare(
@@ -336,9 +380,7 @@ def prepare(
     first = True
     for sentence in split_sentences(mt):
         parts = split_clauses(
-            sentence,
-            limits.clause_chars,
-            limits.first_clause_chars if first else limits.clause_chars,
+            sentence, limits.sentence_chars, limits.first_clause_chars if first else 0
         )
         first = False
         for k, part in enumerate(parts):
@@ -358,11 +400,14 @@ def _clause(
     marks: list[ssml.Mark] | None = None,
     speed: float = 1.0,
     volume: float = 1.0,
+    breaks: list[ssml.Break] | None = None,
 ) -> Clause:
     """One clause from its text.
 
-    ``fixed``: source ranges said with the given IPA (``<phoneme>``); ``marks``: SSML marks
-    inside this clause, placed before the first character that comes after them in the source.
+    ``fixed``: source ranges said with the given IPA (``<phoneme>``); ``marks`` and
+    ``breaks``: SSML marks and breaks inside this clause, placed before the first character
+    that comes after them in the source (a break at either end becomes the clause's
+    ``pause_before_ms`` or ``pause_after_ms``).
     """
     lo, hi = part.span(0, len(part))
     # Only the <phoneme> ranges of this clause (a document may have many).
@@ -370,9 +415,21 @@ def _clause(
     protected = [(a, b) for a, b, _ in fixed]
     if words is not None:
         part = words.respell(part, protected)
+
+    def position(source_offset: int) -> int:
+        return sum(1 for st in part.starts if st < source_offset)
+
     clause_marks = tuple(
-        ClauseMark(m.name, sum(1 for st in part.starts if st < m.source_offset))
-        for m in marks or ()
+        ClauseMark(m.name, position(m.source_offset), m.source_offset) for m in marks or ()
+    )
+
+    def word_start(pos: int) -> int:  # a break sits before the next word
+        while pos < len(part) and part.text[pos] == " ":
+            pos += 1
+        return pos
+
+    before, pauses, after = _place_breaks(
+        [(word_start(position(b.source_offset)), b) for b in breaks or ()], len(part)
     )
     overrides: list[PhonemeOverride] = []
     for a, b, ipa in fixed:
@@ -395,7 +452,31 @@ def _clause(
         marks=clause_marks,
         speed=speed,
         volume=volume,
+        pause_before_ms=before,
+        pause_after_ms=after,
+        pauses=pauses,
     )
+
+
+def _place_breaks(
+    placed: list[tuple[int, ssml.Break]], length: int
+) -> tuple[int, tuple[ClausePause, ...], int]:
+    """Breaks at their clause positions → (ms before the clause, pauses inside, ms after).
+
+    Breaks at one place add up, to one break's maximum: silence is sent as samples."""
+    before = after = 0
+    inside: dict[int, ClausePause] = {}
+    for pos, br in placed:
+        if pos <= 0:
+            before = min(ssml.MAX_BREAK_MS, before + br.ms)
+        elif pos >= length:
+            after = min(ssml.MAX_BREAK_MS, after + br.ms)
+        elif pos in inside:
+            was = inside[pos]
+            inside[pos] = dataclasses.replace(was, ms=min(ssml.MAX_BREAK_MS, was.ms + br.ms))
+        else:
+            inside[pos] = ClausePause(pos, br.ms, br.source_offset)
+    return before, tuple(inside[p] for p in sorted(inside) if inside[p].ms > 0), after
 
 
 # --- SSML --------------------------------------------------------------------------------------
@@ -436,29 +517,34 @@ class _Segment:
     volume: float
     marks: list[ssml.Mark] = dataclasses.field(default_factory=list)
     """Marks strictly inside the segment's text."""
+    breaks: list[ssml.Break] = dataclasses.field(default_factory=list)
+    """Breaks strictly inside it: a break does not cut a sentence (see ClausePause)."""
 
 
 def _segments(
     doc: ssml.SsmlDocument, prosody: _SpanIndex[ssml.ProsodySpan]
 ) -> list[_Segment | ssml.Event]:
-    """Text segments and the breaks, marks and boundaries between them, in order."""
+    """Text segments and the breaks, marks and boundaries between them, in order.
+
+    Segments are cut at ``<s>``/``<p>`` boundaries and prosody changes; marks and breaks
+    inside a segment stay in it."""
     n = len(doc.text)
     cuts = {0, n}
     for ev in doc.events:
-        if not isinstance(ev, ssml.Mark):
+        if isinstance(ev, ssml.Boundary):
             cuts.add(ev.position)
     for pr in doc.prosody:
         cuts.update((pr.start, pr.end))
     points = sorted(cuts)
     at: dict[int, list[ssml.Event]] = {}
-    inner_marks: list[ssml.Mark] = []
+    inside: list[ssml.Mark | ssml.Break] = []
     for ev in doc.events:
-        if isinstance(ev, ssml.Mark) and ev.position not in cuts:
-            inner_marks.append(ev)
+        if isinstance(ev, ssml.Mark | ssml.Break) and ev.position not in cuts:
+            inside.append(ev)
         else:
             at.setdefault(ev.position, []).append(ev)
     out: list[_Segment | ssml.Event] = []
-    mark_i = 0
+    inner_i = 0
     for a, b in zip(points, [*points[1:], n], strict=True):
         out.extend(at.get(a, ()))
         if b <= a:
@@ -470,11 +556,43 @@ def _segments(
             inner = max(around, key=lambda pr: (pr.start, -pr.end))
             speed, volume = inner.rate, inner.volume
         seg = _Segment(a, b, speed, volume)
-        while mark_i < len(inner_marks) and inner_marks[mark_i].position < b:
-            seg.marks.append(inner_marks[mark_i])
-            mark_i += 1
+        while inner_i < len(inside) and inside[inner_i].position < b:
+            ev = inside[inner_i]
+            if isinstance(ev, ssml.Mark):
+                seg.marks.append(ev)
+            else:
+                seg.breaks.append(ev)
+            inner_i += 1
         out.append(seg)
     return out
+
+
+Run = tuple[int, int, ssml.SayAsSpan | ssml.PhonemeSpan | None]
+
+
+def _runs(
+    seg: _Segment, index: _SpanIndex[ssml.SayAsSpan | ssml.PhonemeSpan], breaks: set[int]
+) -> list[Run]:
+    """The segment's text as runs: say-as and phoneme content (the outermost of nested
+    ones), and the plain text between them, cut where a break sits."""
+    special: list[Run] = []
+    last_end = seg.start
+    for span in index.overlapping(seg.start, seg.end):  # by start, outermost first
+        a, b = max(span.start, seg.start), min(span.end, seg.end)
+        if a < b and a >= last_end:  # not inside one taken already
+            special.append((a, b, span))
+            last_end = b
+    runs: list[Run] = []
+    pos = seg.start
+    at = sorted(breaks)
+    for a, b, special_span in [*special, (seg.end, seg.end, None)]:
+        cuts = at[bisect.bisect_right(at, pos) : bisect.bisect_left(at, a)]
+        for x, y in itertools.pairwise([pos, *cuts, a]):
+            runs.append((x, y, None))
+        if a < b:
+            runs.append((a, b, special_span))
+        pos = max(pos, b)
+    return runs
 
 
 def _segment_text(
@@ -483,27 +601,15 @@ def _segment_text(
     language: str,
     index: _SpanIndex[ssml.SayAsSpan | ssml.PhonemeSpan],
 ) -> MappedText:
-    """Clean and normalise one segment; say-as and phoneme content go their own way."""
-    special: list[tuple[int, int, ssml.SayAsSpan | ssml.PhonemeSpan]] = []
-    for span in index.overlapping(seg.start, seg.end):  # outermost first
-        a, b = max(span.start, seg.start), min(span.end, seg.end)
-        if a < b and not any(x < b and a < y for x, y, _ in special):
-            special.append((a, b, span))
-    special.sort(key=lambda t: t[0])
-    runs: list[tuple[int, int, ssml.SayAsSpan | ssml.PhonemeSpan | None]] = []
-    pos = seg.start
-    for a, b, special_span in special:
-        if pos < a:
-            runs.append((pos, a, None))
-        runs.append((a, b, special_span))
-        pos = b
-    if pos < seg.end:
-        runs.append((pos, seg.end, None))
+    """Clean and normalise one segment; say-as and phoneme content go their own way, and
+    a break between two words keeps them two words (``x<break/>y`` is "x y")."""
     out = Builder()
     latin = _latin_voice(language)
     need_space = wrote = False
     prev_end = 0
-    for a, b, sp in runs:
+    breaks = {br.position for br in seg.breaks}
+    for a, b, sp in _runs(seg, index, breaks):
+        need_space = need_space or a in breaks
         raw = doc.text.slice(a, b)
         mt = clean_mapped(raw, strip=False)
         if latin:
@@ -576,12 +682,15 @@ def prepare_ssml(
             made = _segment_clauses(doc, item, language, limits, words, special, first)
             if not made:
                 pending_marks.extend(m.name for m in item.marks)
+                pending_pause = min(
+                    ssml.MAX_BREAK_MS, pending_pause + sum(b.ms for b in item.breaks)
+                )
                 continue
             first = False
             head = made[0]
             made[0] = dataclasses.replace(
                 head,
-                pause_before_ms=head.pause_before_ms + pending_pause,
+                pause_before_ms=min(ssml.MAX_BREAK_MS, head.pause_before_ms + pending_pause),
                 marks=tuple(ClauseMark(n, 0) for n in pending_marks) + head.marks,
             )
             pending_pause = 0
@@ -593,9 +702,8 @@ def prepare_ssml(
     if not clauses[-1].sentence_end:
         clauses[-1] = dataclasses.replace(clauses[-1], sentence_end=True)
     if pending_pause:
-        clauses[-1] = dataclasses.replace(
-            clauses[-1], pause_after_ms=clauses[-1].pause_after_ms + pending_pause
-        )
+        after = min(ssml.MAX_BREAK_MS, clauses[-1].pause_after_ms + pending_pause)
+        clauses[-1] = dataclasses.replace(clauses[-1], pause_after_ms=after)
     return clauses
 
 
@@ -618,9 +726,7 @@ def _segment_clauses(
     parts: list[tuple[MappedText, bool]] = []
     for sentence in split_sentences(mt):
         pieces = split_clauses(
-            sentence,
-            limits.clause_chars,
-            limits.first_clause_chars if first else limits.clause_chars,
+            sentence, limits.sentence_chars, limits.first_clause_chars if first else 0
         )
         first = False
         parts.extend(
@@ -629,14 +735,27 @@ def _segment_clauses(
             if any(c.isalnum() for c in p.text)
         )
     spans = [p.span(0, len(p)) for p, _ in parts]
+
+    def clause_of(src: int) -> int:
+        return next((i for i, sp in enumerate(spans) if sp[1] > src), len(parts) - 1)
+
     placed: list[list[ssml.Mark]] = [[] for _ in parts]
-    for mark in seg.marks:
-        if parts:
-            src = mark.source_offset
-            k = next((i for i, sp in enumerate(spans) if sp[1] > src), len(parts) - 1)
-            placed[k].append(mark)
+    placed_breaks: list[list[ssml.Break]] = [[] for _ in parts]
+    for mark in seg.marks if parts else ():
+        placed[clause_of(mark.source_offset)].append(mark)
+    for br in seg.breaks if parts else ():
+        placed_breaks[clause_of(br.source_offset)].append(br)
     clauses = [
-        _clause(p, end, words, fixed, placed[k], speed=seg.speed, volume=seg.volume)
+        _clause(
+            p,
+            end,
+            words,
+            fixed,
+            placed[k],
+            speed=seg.speed,
+            volume=seg.volume,
+            breaks=placed_breaks[k],
+        )
         for k, (p, end) in enumerate(parts)
     ]
     if clauses and not _ENDS_SENTENCE.search(clauses[-1].text):

@@ -71,6 +71,8 @@ _bridges: list[_Bridge] = []  # initialised once, under the lock
 BOS, EOS, PAD = "^", "$", "_"
 # Phonemes that mark a place where audio may be cut (word gaps and pauses).
 BOUNDARY_PHONEMES = frozenset(" ,.;:!?—-")
+# Stop consonants: their closure is near silence, where two renderings join unheard.
+CLOSURE_PHONEMES = frozenset("pbtdkgɡ")
 _LANG_SWITCH = re.compile(r"\([^)]+\)")
 
 _py_decref = ctypes.pythonapi.Py_DecRef
@@ -153,6 +155,7 @@ class Phonemizer:
             i for p in BOUNDARY_PHONEMES for i in self._id_map.get(p, [])
         )
         self._space_ids = frozenset(self._id_map.get(" ", []))
+        self._closure_ids = frozenset(i for p in CLOSURE_PHONEMES for i in self._id_map.get(p, []))
 
     def phonemes(self, text: str) -> list[str]:
         """All phonemes of ``text`` as one utterance (espeak's sentences joined by a space)."""
@@ -216,3 +219,7 @@ class Phonemizer:
     def is_space(self, phoneme_id: int) -> bool:
         """The id of a word gap (where SSML marks between words are placed)."""
         return phoneme_id in self._space_ids
+
+    def is_closure(self, phoneme_id: int) -> bool:
+        """The id of a stop consonant (see :data:`CLOSURE_PHONEMES`)."""
+        return phoneme_id in self._closure_ids

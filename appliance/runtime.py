@@ -117,8 +117,8 @@ class Runtime:
         c = self.config
         return FrontendLimits(
             max_chars=c.server.max_text_chars,
-            clause_chars=c.streaming.clause_chars,
-            first_clause_chars=min(c.streaming.clause_chars, c.streaming.first_clause_chars),
+            sentence_chars=c.streaming.max_sentence_chars,
+            first_clause_chars=c.streaming.first_clause_chars,
         )
 
     def warm_up(self) -> float | None:
@@ -128,7 +128,8 @@ class Runtime:
 
         A first clause as long as any (prior, windowed flow, first chunk, windows decoded
         ahead up to the largest) and a later clause (whole encoder, and whole as a
-        ``sentence``-mode chunk is: decoder runs of the longest kind).
+        ``sentence``-mode chunk is: decoder runs of the longest kind).  On the way it
+        measures what a quick start plans with (``VoiceRuntime.costs``).
 
         Returns the costliest voice's CPU seconds per second of audio for the later
         clause's encoder and windows, as a stream pays them (this process's CPU time:
@@ -151,7 +152,10 @@ class Runtime:
                     enc = v.model.encode(ids, v.defaults, v.default_speaker)
                 cpu = process_cpu_s() - cpu0
                 for width in (8, 16, 32):  # first chunks: the decoder a listener waits for
+                    t_dec = time.monotonic()
                     decode_span(v.model, enc, 0, min(enc.frames, width), context, v.hop, True)
+                    if width == 16:
+                        v.costs.first_decode_s = time.monotonic() - t_dec
                 enc.ahead = None
                 a = 8
                 cpu0 = process_cpu_s()
@@ -162,6 +166,10 @@ class Runtime:
                 cpu += process_cpu_s() - cpu0
                 if text is WARM_UP_LATER:  # a sentence-mode chunk: the longest decoder runs
                     decode_span(v.model, enc, 0, enc.frames, context, v.hop)
+                    # What a whole sentence's prior costs per id: a quick start's estimate.
+                    t_prior = time.monotonic()
+                    v.model.encode_prior(ids, v.defaults, v.default_speaker)
+                    v.costs.prior_s_per_id = (time.monotonic() - t_prior) / len(ids)
                     audio_s = enc.frames * v.hop / v.sample_rate
                     if audio_s > 0:
                         cost = max(cost or 0.0, cpu / audio_s)

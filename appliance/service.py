@@ -514,6 +514,8 @@ class Service:
             join_fade_ms=cfg.streaming.join_fade_ms,
             # The player applies the volume of speech on the device itself.
             volume=1.0 if speak_key is not None else req.volume,
+            quick_start=cfg.streaming.quick_start,
+            max_phonemes=cfg.engine.max_phonemes,
         )
         jstats = JobStats(t_request=t0, frontend_ms=(t_frontend - t0) * 1000)
         stream.job = SynthesisJob(voice, queue, settings, self.runtime.scheduler, jstats)
@@ -531,7 +533,7 @@ class Service:
                     ph.ipa(o.ipa)
             return ClauseQueue(clauses, closed=True)
         queue = ClauseQueue(closed=False)
-        later = FrontendLimits(limits.max_chars, limits.clause_chars, limits.clause_chars)
+        later = FrontendLimits(limits.max_chars, limits.sentence_chars)
 
         async def prepare_segment(text: str, first: bool) -> list[Clause]:
             return await self.prepare_text(text, language, limits if first else later)
@@ -545,7 +547,6 @@ class Service:
                 s.text_max_chars,
                 s.text_idle_ms,
                 s.text_low_water_ms,
-                limits.first_clause_chars,
             ),
             limits.max_chars,
             s.text_timeout_s,

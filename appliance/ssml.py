@@ -88,6 +88,8 @@ class Break:
     position: int
     """Position in :attr:`SsmlDocument.text` (the break sits before that character)."""
     ms: int
+    source_offset: int = 0
+    """Where the ``<break/>`` element starts in the source (characters)."""
 
 
 @dataclass(frozen=True)
@@ -320,7 +322,7 @@ class _Parser:
             el.kind = _STRUCTURE[name]
             self.events.append(Boundary(self.length, el.kind))
         elif name == "break":
-            self.events.append(Break(self.length, self._break_ms(attrs)))
+            self.events.append(Break(self.length, self._break_ms(attrs), here))
         elif name == "mark":
             self.events.append(Mark(self.length, self._mark_name(attrs), here))
         elif name == "prosody":

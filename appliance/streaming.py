@@ -1,11 +1,17 @@
-"""One synthesis request as a stream of chunks: chunk plan, windowed decode, output format.
+"""One synthesis request as a stream of chunks: encode, chunk plan, windowed decode.
 
-Per clause: phonemize + encode (one work item) → plan chunks at word and
-pause boundaries from the durations → decode each chunk's frames with
-``context`` frames of latent on each side and trim (exact: no crossfade is
-needed inside a clause) → volume, resample, format → emit.  The next clause
-is encoded while the current one is still being decoded, with a deadline
-that says when its audio will be needed.
+Per clause (a whole sentence, unless it is longer than ``max_sentence_chars``):
+phonemize + encode (one work item) → plan chunks at word and pause boundaries from the
+durations (:mod:`appliance.chunkplan`) → decode each chunk's frames with ``context``
+frames of latent on each side and trim (exact: no crossfade is needed inside a clause)
+→ fades at clause joins, volume, SSML silence → emit.  The next clause is encoded while
+the current one is still being decoded, with a deadline that says when its audio will
+be needed.
+
+A request's first sentence, when long, may start from a quick encoding of its first
+words (:class:`QuickStart`): the first chunk comes as soon as a short sentence's would,
+and from the join on (within the first 250 ms) the audio is the whole sentence's.
+No encoder call takes more than ``engine.max_phonemes`` ids (:mod:`appliance.engine.bounded`).
 """
 
 from __future__ import annotations
@@ -15,7 +21,6 @@ import collections
 import dataclasses
 import functools
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,12 +28,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from appliance.chunkplan import (
+    QUICK_MAX_MS,
+    QUICK_PREFIX_IDS,
+    SeamWindow,
+    choose_seam,
+    chunk_span,
+    mode_plan,
+    plan_chunks,
+    position_frames,
+    quick_prefix,
+)
 from appliance.engine.base import Encoded, FloatArray, IntArray, Scales, VoiceModel
+from appliance.engine.bounded import encode_bounded, fused_bounded
 from appliance.engine.windows import decode_span
 from appliance.speech import Chunk, Mark
 
 if TYPE_CHECKING:
-    from appliance.frontend import Clause
+    from appliance.frontend import Clause, ClauseMark, ClausePause
     from appliance.phonemize import Phonemizer
     from appliance.scheduler import Scheduler, WorkTiming
 
@@ -42,107 +59,7 @@ NEWCOMER_GRACE_S = STALL_JITTER_S / 2
 when newcomers' first items go ahead of it: half the jitter buffer, leaving the other
 half for the work itself (the scheduler's ``slack_until``)."""
 
-# ------------------------------------------------------------------ pure helpers
-
-
-@dataclass(frozen=True)
-class ModePlan:
-    """Chunk sizes in frames: the first chunk's bounds and the growth cap."""
-
-    first_min: int
-    first_target: int
-    first_max: int
-    cap: int
-    whole: bool = False
-
-
-def mode_plan(mode: str, frame_ms: float) -> ModePlan:
-    def f(ms: float) -> int:
-        return max(1, round(ms / frame_ms))
-
-    if mode == "reading":
-        return ModePlan(f(120), f(300), f(400), f(1200))
-    if mode == "sentence":
-        return ModePlan(1, 1, 1, 1, whole=True)
-    # dialog: the first chunk is small so the first sound comes quickly; each
-    # next chunk about doubles, so the client's buffer grows faster than it drains.
-    return ModePlan(f(90), f(95), f(190), f(800))
-
-
-def plan_chunks(
-    durations: FloatArray,
-    boundary: list[bool],
-    plan: ModePlan,
-    target: int,
-    first: bool,
-) -> tuple[list[tuple[int, int]], int]:
-    """Frame ranges for one clause; returns them and the next target size.
-
-    Cuts go at word and pause boundaries (the end of a space or punctuation
-    id) closest to the target size within bounds; anywhere is exact, the
-    boundaries just keep ``text_span`` honest and chunks whole words.
-    """
-    ends = np.cumsum(durations).astype(np.int64)
-    total = int(ends[-1]) if len(ends) else 0
-    if plan.whole or total == 0:
-        return ([(0, total)] if total else []), target
-    cuts = sorted({int(e) for e, is_b in zip(ends, boundary, strict=False) if is_b})
-    chunks: list[tuple[int, int]] = []
-    a = 0
-    while a < total:
-        if first and not chunks:
-            lo, tgt, hi = plan.first_min, plan.first_target, plan.first_max
-        else:
-            lo, tgt, hi = max(1, target // 2), target, max(target, round(target * 1.5))
-        if total - a <= hi:
-            b = total
-        else:
-            near = [c for c in cuts if a + lo <= c <= a + hi]
-            b = min(near, key=lambda c: abs(c - (a + tgt))) if near else a + tgt
-            if total - b < max(1, lo // 2):
-                b = total
-        chunks.append((a, b))
-        target = min(plan.cap, max(target, 2 * (b - a)))
-        a = b
-    return chunks, target
-
-
-_WORD = re.compile(r"\S+")
-
-
-def mark_frames(
-    clause: Clause, ids: IntArray, durations: FloatArray | None, is_space: Callable[[int], bool]
-) -> list[tuple[str, float]]:
-    """Where each of a clause's marks falls in its audio: ``(name, frame)``.
-
-    A mark before the clause's word *w* is placed where the voice starts that word: after
-    the *w*-th word gap (space id) in the durations.  espeak may count words differently
-    from the text (a "twenty-six" is one word, a lone dash none), so *w* is scaled to
-    espeak's count; the result is within a word of the boundary, inside one window.
-    Without durations (whole-clause voices) the position is proportional to characters.
-    """
-    if not clause.marks:
-        return []
-    starts = [m.start() for m in _WORD.finditer(clause.text)]
-    if durations is None:
-        n = max(1, len(clause.text))
-        return [(m.name, m.position / n) for m in clause.marks]  # a fraction of the clause
-    cum = np.concatenate([[0.0], np.cumsum(durations, dtype=np.float64)])
-    total = float(cum[-1])
-    gaps = [k for k, i in enumerate(ids.tolist()) if is_space(int(i))]
-    out: list[tuple[str, float]] = []
-    for m in clause.marks:
-        w = sum(1 for a in starts if a < m.position)
-        if w >= len(starts):  # after the last word begins: the end of the clause
-            out.append((m.name, total))
-            continue
-        if w == 0:
-            out.append((m.name, 0.0))
-            continue
-        if len(gaps) + 1 != len(starts):
-            w = min(len(gaps), max(1, round(w * (len(gaps) + 1) / len(starts))))
-        out.append((m.name, float(cum[gaps[w - 1] + 1])))
-    return out
+# ------------------------------------------------------------------ audio shaping
 
 
 def silence(ms: int, rate: int) -> FloatArray:
@@ -165,7 +82,37 @@ def fade(audio: FloatArray, n_in: int, n_out: int) -> FloatArray:
     return out
 
 
+def crossfade(old: FloatArray, new: FloatArray) -> FloatArray:
+    """``old`` fading out while ``new`` fades in (equal lengths: the samples a quick start
+    and its whole sentence have just before their join)."""
+    n = min(len(old), len(new))
+    ramp = np.linspace(0.0, 1.0, n, endpoint=False, dtype=np.float32)
+    out: FloatArray = old[:n] * (1.0 - ramp) + new[len(new) - n :] * ramp
+    return out
+
+
 # ------------------------------------------------------------------ the job
+
+
+@dataclass
+class VoiceCosts:
+    """What a voice's parts take on this machine: measured at warm-up, then as served.
+
+    A quick start sizes its first chunk from these, so that the whole sentence's prior is
+    done before the listener has played it."""
+
+    prior_s_per_id: float = 2e-4
+    """Seconds of prior per phoneme id (a slow core's figure until measured)."""
+    first_decode_s: float = 0.012
+    """A first chunk's flow and decoder window."""
+
+    def observe_prior(self, ids: int, seconds: float) -> None:
+        if ids > 0 and seconds > 0:
+            self.prior_s_per_id += 0.25 * (seconds / ids - self.prior_s_per_id)
+
+    def observe_first_decode(self, seconds: float) -> None:
+        if seconds > 0:
+            self.first_decode_s += 0.25 * (seconds - self.first_decode_s)
 
 
 @dataclass(frozen=True)
@@ -183,6 +130,7 @@ class VoiceRuntime:
     default_speaker: int | None
     context: int = 16
     """Decoder frames of latent on each side of a streamed window."""
+    costs: VoiceCosts = field(default_factory=VoiceCosts)
 
 
 @dataclass(frozen=True)
@@ -195,6 +143,10 @@ class JobSettings:
     watermark_s: float
     join_fade_ms: float
     volume: float = 1.0
+    quick_start: bool = True
+    """A long first sentence may start from a quick encoding (see :class:`QuickStart`)."""
+    max_phonemes: int = 1024
+    """Most ids of one encoder call (:mod:`appliance.engine.bounded`)."""
 
 
 @dataclass
@@ -212,6 +164,7 @@ class JobStats:
     chunks: int = 0
     stalls: int = 0
     windows: int = 0
+    quick_start: bool = False
     parts: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -224,6 +177,7 @@ class JobStats:
             "rtf": round(self.compute_s / self.audio_s, 4) if self.audio_s > 0 else None,
             "chunks": self.chunks,
             "stalls": self.stalls,
+            "quick_start": self.quick_start,
             "ttfp_parts_ms": {
                 "frontend": round(self.frontend_ms, 2),
                 "queue": round(self.first_queue_ms, 2),
@@ -280,6 +234,32 @@ class ClauseQueue:
 
 
 @dataclass
+class QuickStart:
+    """A long first sentence's first chunk, from a quick encoding of its first words.
+
+    The whole sentence's prior costs ~0.1 ms per phoneme id here (31 ms for 150
+    characters), the first words' ~8 ms: the first chunk comes from those, the whole
+    sentence is encoded while it plays, and the two join at a word gap (``seam`` ids in,
+    where both have the same phonemes) inside the first :data:`QUICK_MAX_MS`.  From the
+    join on, the audio is the whole sentence's own; a crossfade of ``join_fade_ms`` just
+    before it hides the seam."""
+
+    seam: int
+    """The join comes after this many phoneme ids (the same in both encodings)."""
+    frames: int
+    """Frames of the quick audio before the join."""
+    audio: FloatArray
+    """Those frames' samples but the last ``tail``."""
+    tail: FloatArray
+    """The samples crossfaded with the whole sentence's just before the join."""
+    ids: IntArray
+    durations: FloatArray
+    """The quick encoding's ids and their frames (its marks come from these)."""
+    decode_s: float = 0.0
+    """The first chunk's flow and decoder time."""
+
+
+@dataclass
 class _Encoded:
     ids: IntArray
     enc: Encoded | None
@@ -291,6 +271,34 @@ class _Encoded:
     target: int = 0
     first_audio: FloatArray | None = None
     first_decode_s: float = 0.0
+    quick: QuickStart | None = None
+
+
+@dataclass
+class _Voiced:
+    """How one clause's frames become output: its chunks and where its audio goes in time."""
+
+    clause: Clause
+    encoded: _Encoded
+    chunks: list[tuple[int, int]]
+    total: int
+    """Frames of the clause (of its whole encoding)."""
+    speech_ms: float
+    """Output time where the clause's frame 0 sounds (after its ``pause_before_ms``)."""
+    pauses: dict[int, int] = field(default_factory=dict)
+    """Frame → ms of silence spliced in after it (SSML breaks between words)."""
+    seam: int = 0
+    """A quick start: the whole encoding's frame its audio joins at ..."""
+    shift: int = 0
+    """... and how many frames later the output is from there on (quick minus whole)."""
+    lead: FloatArray | None = None
+    """Samples that go before the next chunk's (a quick start's crossfade)."""
+
+    def at_ms(self, frame: float, frame_ms: float, after: Callable[[int], bool]) -> float:
+        """Output time of a frame; a pause at that very frame counts when ``after`` it."""
+        quiet = sum(ms for f, ms in self.pauses.items() if f < frame or (f == frame and after(f)))
+        moved = frame + self.shift if frame >= self.seam else frame
+        return self.speech_ms + moved * frame_ms + quiet
 
 
 class SynthesisJob:
@@ -309,13 +317,20 @@ class SynthesisJob:
         self.settings = settings
         self.scheduler = scheduler
         self.stats = stats
-        self._plan = mode_plan(settings.mode, 1000.0 * voice.hop / voice.sample_rate)
+        self._frame_ms = 1000.0 * voice.hop / voice.sample_rate
+        self._plan = mode_plan(settings.mode, self._frame_ms)
+        self._target = self._plan.first_target
+        """The next chunk's size in frames (chunks grow through the request)."""
         self._audio_out_s = 0.0
         self._fade = round(voice.sample_rate * settings.join_fade_ms / 1000.0)
         self._chars_done = 0
         """Characters of the clauses whose audio is fully written (admission's estimate)."""
+        self._clauses_done = 0
+        self._seq = 0
         self._marks: collections.deque[Mark] = collections.deque()
         """SSML marks placed in the audio but not yet sent with a chunk, in order."""
+        self._next: tuple[Clause, asyncio.Future[Any]] | None = None
+        """The next clause and its encode, submitted while this one plays."""
 
     def _take_marks(self, end_ms: float, everything: bool) -> tuple[Mark, ...]:
         """The marks that fall before ``end_ms`` (all of them for the request's last chunk)."""
@@ -355,11 +370,11 @@ class SynthesisJob:
         per_char = self._audio_out_s / self._chars_done
         return max(0.0, (self.clauses.chars_total - self._chars_done) * per_char)
 
-    async def _submit(
+    def _submit(
         self, fn: Callable[[], Any], kind: str, ahead_s: float = 0.0, urgent: bool = False
-    ) -> tuple[Any, WorkTiming]:
+    ) -> asyncio.Future[tuple[Any, WorkTiming]]:
         """Run ``fn`` on the scheduler, due when the listener needs ``ahead_s`` more audio
-        than it has."""
+        than it has; the future's result is counted in the stats when it is awaited."""
         fut = self.scheduler.submit(
             fn,
             deadline=self._due(ahead_s),
@@ -369,6 +384,9 @@ class SynthesisJob:
             urgent=urgent,
             slack_until=self._slack_until(ahead_s),
         )
+        return asyncio.ensure_future(self._counted(fut))
+
+    async def _counted(self, fut: Awaitable[tuple[Any, WorkTiming]]) -> tuple[Any, WorkTiming]:
         result, timing = await fut
         self.stats.compute_s += timing.run_s
         self.stats.queue_s += timing.queue_s
@@ -379,39 +397,117 @@ class SynthesisJob:
 
     # -- work items (run on worker threads)
 
-    def _encode(self, clause: Clause, first_target: int | None = None) -> _Encoded:
-        """Phonemize and encode a clause; with ``first_target``, also plan it and decode
-        its first chunk (the first clause of a request)."""
+    def _ids(self, clause: Clause) -> IntArray:
         ph = self.voice.phonemizer
         if clause.phonemes:  # SSML <phoneme>, lexicon IPA entries
-            ids = ph.ids_for(ph.phonemes_with(clause.text, clause.phonemes))
-        else:
-            ids = ph.ids(clause.text)
-        s = self.settings
-        scales = s.scales
-        if clause.speed != 1.0:  # SSML <prosody rate>
-            scales = self._rate_scales(ids, clause.speed)
-        if not self.voice.can_stream:
-            return _Encoded(ids, None, self.voice.model.fused(ids, scales, s.speaker))
-        model = self.voice.model
+            return ph.ids_for(ph.phonemes_with(clause.text, clause.phonemes))
+        return ph.ids(clause.text)
+
+    def _bounded(self, ids: IntArray, scales: Scales, prior: bool) -> tuple[IntArray, Encoded]:
+        v, s = self.voice, self.settings
+        return encode_bounded(
+            v.model, ids, scales, s.speaker, s.max_phonemes, v.phonemizer.is_boundary, prior
+        )
+
+    def _encode(self, clause: Clause, first_target: int | None = None) -> _Encoded:
+        """Phonemize and encode a clause; with ``first_target``, also plan it and decode
+        its first chunk (the first clause of a request), from a quick start if it has one."""
+        ids = self._ids(clause)
+        v, s = self.voice, self.settings
+        scales = self._rate_scales(ids, clause.speed) if clause.speed != 1.0 else s.scales
+        if not v.can_stream:
+            audio = fused_bounded(
+                v.model, ids, scales, s.speaker, s.max_phonemes, v.phonemizer.is_boundary
+            )
+            return _Encoded(ids, None, audio)
         if first_target is None:
-            return _Encoded(ids, model.encode(ids, scales, s.speaker), None)
+            return _Encoded(*self._bounded(ids, scales, prior=False), None)
+        if self._quick_allowed(clause, ids):
+            quick = self._quick(ids)
+            if quick is not None:
+                return _Encoded(ids, None, None, quick=quick, first_decode_s=quick.decode_s)
         # The first clause: the flow runs over the first chunk's frames only (in
         # decode_span); the rest of it comes with the second chunk.
-        enc = model.encode_prior(ids, scales, s.speaker)
+        ids, enc = self._bounded(ids, scales, prior=True)
         out = _Encoded(ids, enc, None)
-        out.chunks, out.target = self._plan_clause(out, first_target, first=True)
+        out.chunks, out.target = self._plan_clause(out, clause, first_target, first=True)
         if out.chunks:
             t0 = time.monotonic()
             a, b = out.chunks[0]
-            # A first chunk of a streaming plan is what a real-time listener waits for:
-            # the backend's fastest decoder, if the cores it spreads over are free.  In a
-            # burst, and for a whole-sentence chunk (mode sentence, what Piper does) or a
-            # batch request, the cheapest (appliance.conv2d): 16 vs 21 ms of CPU.
-            urgent = s.realtime and not self._plan.whole and not self.scheduler.crowded()
-            out.first_audio = decode_span(model, enc, a, b, s.context, self.voice.hop, urgent)
+            out.first_audio = decode_span(
+                v.model, enc, a, b, s.context, v.hop, self._urgent_decode()
+            )
             out.first_decode_s = time.monotonic() - t0
+            v.costs.observe_first_decode(out.first_decode_s)
         return out
+
+    def _urgent_decode(self) -> bool:
+        # A first chunk of a streaming plan is what a real-time listener waits for: the
+        # backend's fastest decoder, if the cores it spreads over are free.  In a burst,
+        # and for a whole-sentence chunk (mode sentence, what Piper does) or a batch
+        # request, the cheapest (appliance.conv2d): 16 vs 21 ms of CPU.
+        return self.settings.realtime and not self._plan.whole and not self.scheduler.crowded()
+
+    def _quick_allowed(self, clause: Clause, ids: IntArray) -> bool:
+        """A quick start pays for itself on a long first sentence a listener waits for, when
+        the cores are free to run the whole sentence's prior right after it."""
+        s = self.settings
+        return (
+            s.quick_start
+            and s.realtime
+            and not self._plan.whole
+            and clause.speed == 1.0
+            and not clause.pauses
+            and 2 * QUICK_PREFIX_IDS <= len(ids) <= s.max_phonemes
+            and not self.scheduler.crowded()
+        )
+
+    def _quick(self, ids: IntArray) -> QuickStart | None:
+        """The first chunk from a quick encoding of the first words (see QuickStart); None
+        when no join fits the window (then the caller encodes the sentence whole)."""
+        v, s = self.voice, self.settings
+        cut = quick_prefix(ids, v.phonemizer.is_space)
+        if cut is None:
+            return None
+        q_ids = np.concatenate([ids[:cut], ids[-1:]])
+        enc = v.model.encode_prior(q_ids, s.scales, s.speaker)
+        window = self._seam_window(len(ids), enc.frames)
+        seam = window and choose_seam(
+            q_ids, enc.durations, cut, window, v.phonemizer.is_space, v.phonemizer.is_closure
+        )
+        if not seam:
+            return None
+        p, frames = seam
+        t0 = time.monotonic()
+        audio = decode_span(v.model, enc, 0, frames, s.context, v.hop, self._urgent_decode())
+        decode_s = time.monotonic() - t0
+        v.costs.observe_first_decode(decode_s)
+        n = min(self._fade, len(audio) // 2)
+        keep = len(audio) - n
+        return QuickStart(p, frames, audio[:keep], audio[keep:], q_ids, enc.durations, decode_s)
+
+    def _seam_window(self, n_ids: int, quick_frames: int) -> SeamWindow | None:
+        """Frames the quick audio may last before the join: long enough for the whole
+        prior and the next window (estimated, ×1.25 + 10 ms), short enough to join within
+        QUICK_MAX_MS and inside the quick encoding's own context."""
+        v, plan = self.voice, self._plan
+        need_s = 1.25 * (v.costs.prior_s_per_id * n_ids + v.costs.first_decode_s) + 0.01
+        need = math.ceil(need_s * 1000.0 / self._frame_ms)
+        # Up to QUICK_MAX_MS whatever the mode: a first chunk longer than the plan's costs
+        # no time (it is decoded in the quick item either way), a join farther on would.
+        hi = math.floor(QUICK_MAX_MS / self._frame_ms)
+        hi = min(hi, quick_frames - v.model.flow_context - self.settings.context)
+        lo = max(plan.first_min, need)
+        if lo > hi:
+            return None
+        return SeamWindow(lo, min(hi, max(lo, plan.first_target)), hi)
+
+    def _whole_prior(self, ids: IntArray) -> Encoded:
+        """The whole sentence's prior, after its quick start (its time teaches the estimate)."""
+        t0 = time.monotonic()
+        _, enc = self._bounded(ids, self.settings.scales, prior=True)
+        self.voice.costs.observe_prior(len(ids), time.monotonic() - t0)
+        return enc
 
     def _decode(self, enc: Encoded, a: int, b: int) -> FloatArray:
         """A later chunk's frames; decoded ahead only while no other work waits: in a
@@ -437,7 +533,7 @@ class SynthesisJob:
         naive = dataclasses.replace(s, length_scale=s.length_scale / speed)
         if not self.voice.can_stream:
             return naive
-        base = self.voice.model.encode_prior(ids, s, self.settings.speaker).durations
+        base = self._bounded(ids, s, prior=True)[1].durations
         n = float(np.count_nonzero(base))
         frames = float(base.sum())
         per_scale = (frames - n / 2) / s.length_scale
@@ -447,11 +543,22 @@ class SynthesisJob:
         return dataclasses.replace(s, length_scale=max(0.1 * naive.length_scale, scale))
 
     def _plan_clause(
-        self, encoded: _Encoded, target: int, first: bool
+        self, encoded: _Encoded, clause: Clause, target: int, first: bool, start: int = 0
     ) -> tuple[list[tuple[int, int]], int]:
         assert encoded.enc is not None
-        boundary = [self.voice.phonemizer.is_boundary(int(i)) for i in encoded.ids]
-        return plan_chunks(encoded.enc.durations, boundary, self._plan, target, first=first)
+        ph = self.voice.phonemizer
+        boundary = [ph.is_boundary(int(i)) for i in encoded.ids]
+        forced = [round(f) for f in self._pause_frames(clause, encoded)]
+        return plan_chunks(
+            encoded.enc.durations, boundary, self._plan, target, first, start, forced
+        )
+
+    def _pause_frames(self, clause: Clause, encoded: _Encoded) -> list[float]:
+        if not clause.pauses or encoded.enc is None:
+            return []
+        positions = [p.position for p in clause.pauses]
+        ph = self.voice.phonemizer
+        return position_frames(clause, positions, encoded.ids, encoded.enc.durations, ph.is_space)
 
     # -- the stream
 
@@ -462,142 +569,254 @@ class SynthesisJob:
             # Drops this job's queued items and cancels their futures, which also
             # ends a prefetched encode still waiting in the queue.
             self.cancel_pending()
+            if self._next is not None:
+                self._next[1].cancel()
 
     async def _run(self, emit: Emit) -> None:
-        hop = self.voice.hop
-        rate = self.voice.sample_rate
-        target = self._plan.first_target
-        pending: asyncio.Future[Any] | None = None
-        seq = 0
-        k = 0
         clause = await self.clauses.take()
         while clause is not None:
-            if pending is None:
-                work = functools.partial(self._encode, clause, target if k == 0 else None)
-                # The first item is what the listener waits for: work ahead of time
-                # steps aside for it (see the scheduler).
-                pending = asyncio.ensure_future(self._submit(work, "encode", urgent=k == 0))
-            encoded, timing = await pending
-            pending = None
-            nxt: Clause | None = None
-            if k == 0:
-                self.stats.first_queue_ms = timing.queue_s * 1000
-                self.stats.first_encode_ms = (timing.run_s - encoded.first_decode_s) * 1000
-                self.stats.first_decode_ms = encoded.first_decode_s * 1000
-            if encoded.enc is not None:
-                if encoded.chunks is not None:
-                    chunks, target = encoded.chunks, encoded.target
-                else:
-                    chunks, target = self._plan_clause(encoded, target, first=k == 0)
-                total = encoded.enc.frames
+            encoded = await self._encoded(clause)
+            if encoded.quick is not None:
+                voiced = await self._quick_start(clause, encoded, emit)
             else:
-                assert encoded.audio is not None
-                total = len(encoded.audio) // hop
-                chunks = [(0, total)] if len(encoded.audio) else []
-            clause_audio_s = total * hop / rate
-            clause_out_s = 0.0
-            # SSML: silence around the clause, its volume, and where its marks fall.
-            pre = silence(clause.pause_before_ms, rate) if clause.pause_before_ms else None
-            post = silence(clause.pause_after_ms, rate) if clause.pause_after_ms else None
-            speech_start_ms = (
-                self._audio_out_s + (len(pre) if pre is not None else 0) / rate
-            ) * 1000
-            if clause.marks:
-                enc_ = encoded.enc
-                frames = mark_frames(
-                    clause,
-                    encoded.ids,
-                    enc_.durations if enc_ is not None else None,
-                    self.voice.phonemizer.is_space,
-                )
-                frame_ms = 1000.0 * hop / rate
-                for name, at in frames:
-                    at_ms = at * total * frame_ms if enc_ is None else at * frame_ms
-                    self._marks.append(Mark(name, speech_start_ms + at_ms))
-            for j, (a, b) in enumerate(chunks):
-                if j == 0 and encoded.first_audio is not None:
-                    audio = encoded.first_audio
-                    self.stats.windows += 1
-                elif encoded.enc is not None:
-                    enc = encoded.enc
-                    audio, timing = await self._submit(
-                        functools.partial(self._decode, enc, a, b), "decode"
-                    )
-                    self.stats.windows += 1
-                    if seq == 0:
-                        self.stats.first_decode_ms = timing.run_s * 1000
-                else:
-                    assert encoded.audio is not None
-                    audio = encoded.audio
-                first_of_clause, last_of_clause = j == 0, j == len(chunks) - 1
-                more = not self.clauses.exhausted or nxt is not None
-                audio = fade(
-                    audio,
-                    self._fade if first_of_clause and k > 0 else 0,
-                    self._fade if last_of_clause and more else 0,
-                )
-                gain = self.settings.volume * clause.volume
-                if gain != 1.0:
-                    audio = audio * np.float32(gain)
-                if first_of_clause and pre is not None:
-                    audio = np.concatenate([pre, audio])
-                if last_of_clause and post is not None:
-                    audio = np.concatenate([audio, post])
-                now = time.monotonic()
-                run_dry = (self.stats.t_first or now) + self._audio_out_s + STALL_JITTER_S
-                if self.stats.t_first is not None and now > run_dry:
-                    # A player with a minimal jitter buffer ran out of audio before this chunk.
-                    self.stats.stalls += 1
-                dur_s = len(audio) / rate
-                final = last_of_clause and not more
-                end_ms = (self._audio_out_s + dur_s) * 1000
-                marks = self._take_marks(end_ms, everything=final)
-                chunk = Chunk(
-                    seq=seq,
-                    samples=audio,
-                    sample_rate=rate,
-                    offset_ms=self._audio_out_s * 1000,
-                    duration_ms=dur_s * 1000,
-                    text_span=_chunk_span(clause, a, b, total),
-                    sentence_end=last_of_clause and clause.sentence_end,
-                    final=final,
-                    marks=marks,
-                )
-                t_w = time.monotonic()
-                await emit(chunk)
-                if seq == 0:
-                    self.stats.t_first = t_w
-                    self.stats.first_write_ms = (time.monotonic() - t_w) * 1000
-                clause_out_s += dur_s
-                if nxt is None and (nxt := self.clauses.take_nowait()) is not None:
-                    # Encode the next clause now, due when this clause's audio runs out.
-                    # Only after this clause's first chunk is out: submitted earlier, it
-                    # would take a free worker from the window the listener waits for.
-                    # (Text that streams in may bring it later, after any chunk.)
-                    pending = asyncio.ensure_future(
-                        self._submit(
-                            functools.partial(self._encode, nxt),
-                            "encode",
-                            clause_audio_s - clause_out_s,
-                        )
-                    )
-                seq += 1
-                self._audio_out_s += dur_s
-                self.stats.chunks = seq
-                self.stats.audio_s = self._audio_out_s
+                voiced = self._voiced(clause, encoded)
+            await self._speak(voiced, emit)
             self._chars_done += len(clause.text)
-            k += 1
-            clause = nxt if nxt is not None else await self.clauses.take()
-        if pending is not None:
-            pending.cancel()
+            self._clauses_done += 1
+            clause = await self._following()
 
+    async def _encoded(self, clause: Clause) -> _Encoded:
+        """The clause's encoding: prefetched, or the request's first item (urgent: work
+        ahead of time steps aside for it, see the scheduler)."""
+        if self._next is not None and self._next[0] is clause:
+            fut = self._next[1]
+            self._next = None
+            return (await fut)[0]  # type: ignore[no-any-return]
+        first = self._clauses_done == 0
+        work = functools.partial(self._encode, clause, self._target if first else None)
+        encoded, timing = await self._submit(work, "encode", urgent=first)
+        if first:
+            self.stats.first_queue_ms = timing.queue_s * 1000
+            self.stats.first_encode_ms = (timing.run_s - encoded.first_decode_s) * 1000
+            self.stats.first_decode_ms = encoded.first_decode_s * 1000
+        return encoded  # type: ignore[no-any-return]
 
-def _chunk_span(clause: Clause, a: int, b: int, total: int) -> tuple[int, int]:
-    """Original-text span of frames [a, b) of a clause: whole words, by position."""
-    words = clause.word_spans
-    if not words or total <= 0:
-        return clause.span
-    n = len(words)
-    i = min(n - 1, math.floor(a / total * n))
-    j = max(i + 1, min(n, math.ceil(b / total * n)))
-    return (words[i][0], words[j - 1][1])
+    async def _following(self) -> Clause | None:
+        if self._next is not None:
+            return self._next[0]
+        return await self.clauses.take()
+
+    def _prefetch(self, ahead_s: float) -> None:
+        """Encode the next clause now, due when this clause's audio runs out.
+
+        Only after this clause's first chunk is out: submitted earlier, it would take a
+        free worker from the window the listener waits for.  (Text that streams in may
+        bring it later, after any chunk.)"""
+        if self._next is None and (nxt := self.clauses.take_nowait()) is not None:
+            work = functools.partial(self._encode, nxt)
+            self._next = (nxt, self._submit(work, "encode", ahead_s))
+
+    def _voiced(self, clause: Clause, encoded: _Encoded, start: int = 0) -> _Voiced:
+        if encoded.enc is not None:
+            if encoded.chunks is not None:
+                chunks, self._target = encoded.chunks, encoded.target
+            else:
+                first = self._clauses_done == 0 and start == 0
+                chunks, self._target = self._plan_clause(
+                    encoded, clause, self._target, first, start
+                )
+            total = encoded.enc.frames
+        else:
+            assert encoded.audio is not None
+            total = len(encoded.audio) // self.voice.hop
+            chunks = [(0, total)] if len(encoded.audio) else []
+        pre_ms = clause.pause_before_ms
+        voiced = _Voiced(clause, encoded, chunks, total, self._audio_out_s * 1000 + pre_ms)
+        for f, p in zip(self._pause_frames(clause, encoded), clause.pauses, strict=True):
+            key = min(total, round(f))
+            voiced.pauses[key] = voiced.pauses.get(key, 0) + p.ms
+        return voiced
+
+    def _place_marks(self, voiced: _Voiced, skip: int = 0) -> None:
+        """Queue the clause's SSML marks (all but the first ``skip``) at their output times."""
+        clause, enc = voiced.clause, voiced.encoded.enc
+        marks = clause.marks[skip:]
+        if not marks:
+            return
+        if enc is None:  # a whole-clause voice: in proportion to the characters
+            n = max(1, len(clause.text))
+            frames = [m.position / n * voiced.total for m in marks]
+        else:
+            positions = [m.position for m in marks]
+            ids = voiced.encoded.ids
+            frames = position_frames(clause, positions, ids, enc.durations, self._is_space)
+        pause_frames = self._pause_frames(clause, voiced.encoded)
+        by_frame = {round(f): p for f, p in zip(pause_frames, clause.pauses, strict=True)}
+        for mark, f in zip(marks, frames, strict=True):
+            pause = by_frame.get(round(f))
+
+            def after(_: int, mark: ClauseMark = mark, pause: ClausePause | None = pause) -> bool:
+                return pause is not None and pause.source_offset < mark.source_offset
+
+            self._marks.append(Mark(mark.name, voiced.at_ms(f, self._frame_ms, after)))
+
+    def _is_space(self, phoneme_id: int) -> bool:
+        return self.voice.phonemizer.is_space(phoneme_id)
+
+    async def _quick_start(self, clause: Clause, encoded: _Encoded, emit: Emit) -> _Voiced:
+        """Send a quick start's first chunk, encode the whole sentence meanwhile, and
+        return the rest of the clause planned from the join."""
+        quick = encoded.quick
+        assert quick is not None
+        # Submitted before the first chunk goes out (emit may wait for a slow reader).
+        whole = self._submit(functools.partial(self._whole_prior, encoded.ids), "encode")
+        self.stats.quick_start = True
+        start_ms = self._audio_out_s * 1000 + clause.pause_before_ms
+        first_marks = self._quick_marks(clause, quick, start_ms)
+        self._marks.extend(first_marks)
+        audio = self._gain(quick.audio, clause)
+        if clause.pause_before_ms:
+            audio = np.concatenate([silence(clause.pause_before_ms, self.voice.sample_rate), audio])
+        span = chunk_span(clause, 0, quick.seam, len(encoded.ids))
+        await self._send(audio, span, False, False, emit)
+        self.stats.windows += 1
+        self._target = min(self._plan.cap, max(self._target, 2 * quick.frames))
+        enc, _ = await whole
+        rest = _Encoded(encoded.ids, enc, None)
+        seam = int(np.cumsum(enc.durations)[quick.seam - 1])
+        voiced = self._voiced(clause, rest, start=seam)
+        voiced.speech_ms = start_ms
+        voiced.seam, voiced.shift = seam, quick.frames - seam
+        voiced.lead = quick.tail
+        self._place_marks(voiced, skip=len(first_marks))
+        return voiced
+
+    def _quick_marks(self, clause: Clause, quick: QuickStart, start_ms: float) -> list[Mark]:
+        """The clause's first marks that sound before the join (from the quick durations)."""
+        if not clause.marks:
+            return []
+        positions = [m.position for m in clause.marks]
+        frames = position_frames(clause, positions, quick.ids, quick.durations, self._is_space)
+        return [
+            Mark(m.name, start_ms + f * self._frame_ms)
+            for m, f in zip(clause.marks, frames, strict=True)
+            if f < quick.frames
+        ]
+
+    async def _speak(self, voiced: _Voiced, emit: Emit) -> None:
+        """Decode, shape and send one clause's chunks."""
+        clause, encoded = voiced.clause, voiced.encoded
+        if encoded.quick is None:
+            self._place_marks(voiced)
+        hop, rate = self.voice.hop, self.voice.sample_rate
+        clause_audio_s = (voiced.total - voiced.seam) * hop / rate
+        clause_out_s = 0.0
+        for j, (a, b) in enumerate(voiced.chunks):
+            audio = await self._chunk_audio(voiced, j, a, b)
+            last = j == len(voiced.chunks) - 1
+            more = not self.clauses.exhausted or self._next is not None
+            audio = self._shape(voiced, audio, a, b, j == 0, last and more)
+            await self._send(
+                audio,
+                chunk_span(clause, a, b, voiced.total),
+                last and clause.sentence_end,
+                last and not more,
+                emit,
+            )
+            clause_out_s += (b - a) * hop / rate
+            self._prefetch(clause_audio_s - clause_out_s)
+
+    async def _chunk_audio(self, voiced: _Voiced, j: int, a: int, b: int) -> FloatArray:
+        encoded = voiced.encoded
+        self.stats.windows += 1
+        if j == 0 and encoded.first_audio is not None:
+            return encoded.first_audio
+        if encoded.enc is None:
+            assert encoded.audio is not None
+            return encoded.audio
+        if voiced.lead is None:
+            audio, timing = await self._submit(
+                functools.partial(self._decode, encoded.enc, a, b), "decode"
+            )
+            if self._seq == 0:
+                self.stats.first_decode_ms = timing.run_s * 1000
+            return audio  # type: ignore[no-any-return]
+        # The first chunk after a quick start's join: one frame more, whose last samples
+        # are crossfaded with the quick audio's.
+        audio, _ = await self._submit(
+            functools.partial(self._decode, encoded.enc, a - 1, b), "decode"
+        )
+        hop, lead = self.voice.hop, voiced.lead
+        voiced.lead = None
+        return np.concatenate([crossfade(lead, audio[hop - len(lead) : hop]), audio[hop:]])
+
+    def _gain(self, audio: FloatArray, clause: Clause) -> FloatArray:
+        gain = self.settings.volume * clause.volume
+        return audio * np.float32(gain) if gain != 1.0 else audio
+
+    def _shape(
+        self,
+        voiced: _Voiced,
+        audio: FloatArray,
+        a: int,
+        b: int,
+        first: bool,
+        fade_out: bool,
+    ) -> FloatArray:
+        """Fades at clause joins and around SSML breaks, volume, and the breaks' silence."""
+        clause, rate = voiced.clause, self.voice.sample_rate
+        joined = first and self._clauses_done > 0 and voiced.seam == 0
+        pause_in = a in voiced.pauses and a > 0
+        pause_out = b in voiced.pauses
+        audio = fade(
+            audio,
+            self._fade if joined or pause_in else 0,
+            self._fade if fade_out or pause_out else 0,
+        )
+        audio = self._gain(audio, clause)
+        parts = [audio]
+        if first and voiced.seam == 0:
+            parts.insert(0, silence(clause.pause_before_ms + voiced.pauses.get(0, 0), rate))
+        if pause_out and b > 0:
+            parts.append(silence(voiced.pauses[b], rate))
+        if b == voiced.total and clause.pause_after_ms:
+            parts.append(silence(clause.pause_after_ms, rate))
+        parts = [p for p in parts if len(p)]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    async def _send(
+        self,
+        audio: FloatArray,
+        span: tuple[int, int],
+        sentence_end: bool,
+        final: bool,
+        emit: Emit,
+    ) -> None:
+        """Count a stall if the listener ran dry, attach the marks, emit the chunk."""
+        now = time.monotonic()
+        run_dry = (self.stats.t_first or now) + self._audio_out_s + STALL_JITTER_S
+        if self.stats.t_first is not None and now > run_dry:
+            # A player with a minimal jitter buffer ran out of audio before this chunk.
+            self.stats.stalls += 1
+        dur_s = len(audio) / self.voice.sample_rate
+        end_ms = (self._audio_out_s + dur_s) * 1000
+        chunk = Chunk(
+            seq=self._seq,
+            samples=audio,
+            sample_rate=self.voice.sample_rate,
+            offset_ms=self._audio_out_s * 1000,
+            duration_ms=dur_s * 1000,
+            text_span=span,
+            sentence_end=sentence_end,
+            final=final,
+            marks=self._take_marks(end_ms, everything=final),
+        )
+        t_w = time.monotonic()
+        await emit(chunk)
+        if self._seq == 0:
+            self.stats.t_first = t_w
+            self.stats.first_write_ms = (time.monotonic() - t_w) * 1000
+        self._seq += 1
+        self._audio_out_s += dur_s
+        self.stats.chunks = self._seq
+        self.stats.audio_s = self._audio_out_s

@@ -8,16 +8,18 @@ of the text not yet spoken may be spoken now.
   (:func:`appliance.frontend.split_sentences`), so "Dr.", "e.g.", "3.50", "3:30 pm"
   are never cut.
 - The first segment of a request is also released at a clause mark (``, ; :`` or a
-  spaced dash, followed by whitespace) once it holds ``first_chars`` characters, and at
-  its last word boundary once it holds more than ``first_max_chars`` — the cut the
-  frontend makes in a long first sentence anyway (its first clause is kept that short).
-- After ``idle_ms`` without new text, what is buffered is spoken up to its last word
-  boundary (a word still being typed waits).
+  spaced dash, followed by whitespace) once it holds ``first_chars`` characters: the one
+  documented trade of prosody for latency in a stream (the rest of the sentence has not
+  arrived; waiting for it would hold the first sound for as long as the writer takes).
+- After ``idle_ms`` without new text, what is buffered is spoken up to its last clause
+  mark, else its last word boundary (a word still being typed waits): the only time a
+  segment ends at a bare space.
 - When the listener is about to run out of audio (less than ``low_water_ms`` left to
-  play) a later segment is released too: at its last clause mark, else its last word
-  boundary — a pause at a word boundary rather than a stall in the middle of a word's
-  wait for the sentence to end.
-- A segment never waits beyond ``max_chars``: it is cut at the last space before that.
+  play) a later segment is released at its last clause mark: a pause where the text has
+  one rather than a stall.
+- A segment never waits beyond ``max_chars``: it is cut as the frontend cuts a sentence
+  that long (:func:`appliance.frontend.long_sentence_cut`: ``; :`` or a dash, else a
+  comma, else a space).
 - ``flush`` and ``finish`` release everything.
 
 :class:`TextFeed` applies the rule to a live request: it keeps the text as sent, runs
@@ -34,7 +36,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from appliance.errors import ErrorCode, ServiceError
-from appliance.frontend import Clause, clean, is_sentence_end_at, split_sentences
+from appliance.frontend import (
+    Clause,
+    clean,
+    is_sentence_end_at,
+    long_sentence_cut,
+    split_sentences,
+)
 from appliance.streaming import ClauseQueue
 
 _CLAUSE_MARK = re.compile(r"[,;:](?=\s)|\s[-–—](?=\s)")
@@ -44,10 +52,9 @@ _SENTENCE_TAIL = re.compile(r"[.!?]+[\"')\]]*$")
 @dataclass(frozen=True)
 class SegmentRule:
     first_chars: int = 40
-    max_chars: int = 250
+    max_chars: int = 400
     idle_ms: float = 300.0
     low_water_ms: float = 400.0
-    first_max_chars: int = 64
 
 
 def _sentence_cut(pending: str) -> int:
@@ -69,11 +76,17 @@ def _sentence_cut(pending: str) -> int:
 
 
 def release_point(
-    pending: str, rule: SegmentRule, *, first: bool, idle: bool = False, flush: bool = False
+    pending: str,
+    rule: SegmentRule,
+    *,
+    first: bool,
+    idle: bool = False,
+    flush: bool = False,
+    low: bool = False,
 ) -> int:
     """How many leading characters of ``pending`` (text not yet spoken) to speak now.
 
-    ``idle``: no new text for a while, or the listener is running out of audio."""
+    ``idle``: no new text for a while; ``low``: the listener is running out of audio."""
     if flush:
         return len(pending)
     cut = _sentence_cut(pending)
@@ -83,20 +96,15 @@ def release_point(
         for m in _CLAUSE_MARK.finditer(pending):
             if m.end() >= rule.first_chars:
                 return m.end()
-        if len(pending) > rule.first_max_chars:
-            space = pending.rfind(" ", rule.first_max_chars // 3, rule.first_max_chars + 1)
-            if space > 0:
-                return space
-    if idle:
+    if idle or low:
         marks = [m.end() for m in _CLAUSE_MARK.finditer(pending)]
         if marks:
             return marks[-1]
-    if idle or len(pending) > rule.max_chars:
-        limit = len(pending) if idle else rule.max_chars
-        space = max(pending.rfind(" ", 0, limit + 1), pending.rfind("\n", 0, limit + 1))
-        if space > 0:
-            return space
-        return 0 if idle else rule.max_chars
+    if idle:
+        space = max(pending.rfind(" "), pending.rfind("\n"))
+        return space if space > 0 else 0
+    if len(pending) > rule.max_chars:
+        return long_sentence_cut(pending, rule.max_chars)
     return 0
 
 
@@ -181,10 +189,12 @@ class TextFeed:
 
     # -- inside
 
-    def _release(self, flush: bool = False, idle: bool = False) -> None:
+    def _release(self, flush: bool = False, idle: bool = False, low: bool = False) -> None:
         while self._spoken < len(self.text):
             pending = self.text[self._spoken :]
-            n = release_point(pending, self._rule, first=self._first, idle=idle, flush=flush)
+            n = release_point(
+                pending, self._rule, first=self._first, idle=idle, flush=flush, low=low
+            )
             if n <= 0:
                 return
             if pending[:n].strip():
@@ -212,7 +222,7 @@ class TextFeed:
             self._low = None
             left = self._audio_left()
             if left is not None and left * 1000.0 < self._rule.low_water_ms:
-                self._release(idle=True)
+                self._release(low=True)
             self._watch_low_water()
 
         self._low = asyncio.get_running_loop().call_later(0.05, check)

@@ -19,7 +19,7 @@ from appliance import ssml
 from appliance.frontend import FrontendLimits, prepare
 from bench.normalize import TYPICAL_SENTENCES
 
-LIMITS = FrontendLimits(max_chars=20000, clause_chars=160, first_clause_chars=64)
+LIMITS = FrontendLimits(max_chars=20000, sentence_chars=400)
 
 
 def speechd_document(sentences: list[str]) -> str:

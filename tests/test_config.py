@@ -191,3 +191,15 @@ def test_messages_never_carry_unbounded_values(data: object) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(data)
     assert len(str(info.value)) < 200, str(info.value)[:300]
+
+
+def test_an_old_key_name_is_still_read(caplog: pytest.LogCaptureFixture) -> None:
+    """``streaming.clause_chars`` (before whole sentences) is read as max_sentence_chars."""
+    cfg = parse_config({"streaming": {"clause_chars": 300}})
+    assert cfg.streaming.max_sentence_chars == 300
+    assert "streaming.clause_chars is now streaming.max_sentence_chars" in caplog.text
+    with pytest.raises(ConfigError, match="give only max_sentence_chars"):
+        parse_config({"streaming": {"clause_chars": 300, "max_sentence_chars": 400}})
+    # Whole sentences by default; the latency cut is off unless asked for.
+    assert Config().streaming.max_sentence_chars >= 400
+    assert Config().streaming.first_clause_chars == 0

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from appliance.frontend import FrontendLimits, clean, prepare, split_sentences
+from appliance.frontend import FrontendLimits, clean, prepare, split_clauses, split_sentences
 from appliance.protocol import ProtocolError
 from appliance.textmap import MappedText
 
-LIMITS = FrontendLimits(max_chars=20000, clause_chars=160, first_clause_chars=80)
+LIMITS = FrontendLimits(max_chars=20000, sentence_chars=400)
 
 
 def texts(text: str) -> list[str]:
@@ -49,14 +49,53 @@ def test_sentence_split_keeps_abbreviations(text: str, count: int) -> None:
     assert len(split_sentences(MappedText.identity(text))) == count
 
 
-def test_long_sentence_split_into_clauses_first_one_short() -> None:
+def test_a_sentence_within_the_limit_is_one_clause_however_long() -> None:
+    """Piper encodes every sentence whole: so does ttsd, up to max_sentence_chars."""
+    sentence = "word " * 79 + "end."  # 399 characters, no punctuation inside
+    (clause,) = prepare(sentence, "en_US", LIMITS)
+    assert clause.text == sentence and clause.sentence_end
+    with_commas = "one, two; three: four - five, " * 13 + "end."
+    assert len(with_commas) <= 400
+    assert len(prepare(with_commas, "en_US", LIMITS)) == 1
+
+
+def test_a_sentence_over_the_limit_is_cut_at_punctuation_only_if_it_can_be() -> None:
     sentence = "word " * 100 + "end."
     clauses = prepare(sentence, "en_US", LIMITS)
-    assert len(clauses) > 2
-    assert len(clauses[0].text) <= 80
-    assert all(len(c.text) <= 160 for c in clauses)
-    assert [c.sentence_end for c in clauses].count(True) == 1
-    assert clauses[-1].sentence_end
+    assert len(clauses) == 2  # no punctuation: a bare space, as late as the limit allows
+    assert all(len(c.text) <= 400 for c in clauses)
+    assert len(clauses[0].text) > 390
+    assert [c.sentence_end for c in clauses] == [False, True]
+
+
+SPLITS = [
+    # (sentence, limit, pieces): ; : and dashes first, then commas, bare spaces last.
+    ("aaa bbb, ccc ddd; eee fff, ggg hhh.", 30, ["aaa bbb, ccc ddd;", "eee fff, ggg hhh."]),
+    ("aaa bbb, ccc ddd - eee fff, ggg.", 28, ["aaa bbb, ccc ddd -", "eee fff, ggg."]),
+    ("aaa bbb, ccc ddd eee fff ggg hhh.", 30, ["aaa bbb,", "ccc ddd eee fff ggg hhh."]),
+    ("aaa bbb ccc ddd eee fff ggg hhh.", 20, ["aaa bbb ccc ddd eee", "fff ggg hhh."]),
+    ("aaa bbb, ccc ddd eee fff ggg hhh.", 40, ["aaa bbb, ccc ddd eee fff ggg hhh."]),
+    ("x" * 50, 20, ["x" * 20, "x" * 20, "x" * 10]),
+]
+
+
+@pytest.mark.parametrize(("sentence", "limit", "pieces"), SPLITS)
+def test_long_sentence_cut_rule(sentence: str, limit: int, pieces: list[str]) -> None:
+    got = split_clauses(MappedText.identity(sentence), limit)
+    assert [p.text for p in got] == pieces
+
+
+def test_first_clause_chars_is_an_opt_in_latency_cut() -> None:
+    sentence = (
+        "The committee met on a cold and windy morning to review the proposal for the new library."
+    )
+    assert len(split_clauses(MappedText.identity(sentence), 400)) == 1
+    first, rest = split_clauses(MappedText.identity(sentence), 400, first_max=40)
+    assert len(first.text) <= 40 and first.text.endswith("windy")
+    assert rest.text.startswith("morning")
+    limits = FrontendLimits(max_chars=20000, sentence_chars=400, first_clause_chars=40)
+    assert len(prepare(sentence, "en_US", limits)) == 2
+    assert len(prepare(sentence + " " + sentence, "en_US", limits)) == 3  # the first only
 
 
 def test_spans_point_into_original() -> None:

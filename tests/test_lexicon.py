@@ -15,7 +15,7 @@ from appliance.main import main as ttsd_main
 from appliance.phonemize import Phonemizer
 from appliance.voices import VoiceInfo, bundled_voice_path
 
-LIMITS = FrontendLimits(max_chars=20000, clause_chars=160, first_clause_chars=80)
+LIMITS = FrontendLimits(max_chars=20000, sentence_chars=400)
 TTSD_IPA = "tˌiːtˌiːˌɛsdˈiː"
 
 

@@ -179,7 +179,7 @@ def test_only_a_streamed_first_chunk_is_urgent(
 
         async def run() -> int:
             service = Service(runtime)
-            text = "Turn left in two hundred metres, then keep right at the big roundabout."
+            text = "Turn left in two hundred metres. Then keep right at the big roundabout."
             stream = await service.open_stream(
                 SpeechRequest(text=text, mode=mode, realtime=realtime), frontend="test"
             )
@@ -220,7 +220,7 @@ def test_in_a_crowd_a_stream_takes_the_cheapest_decoder_and_decodes_nothing_ahea
 
             busy, busy_fut = await run_blocking(crowd, time.monotonic(), owner="other")
             service = Service(crowded)
-            text = "Turn left in two hundred metres, then keep right at the big roundabout."
+            text = "Turn left in two hundred metres. Then keep right at the big roundabout."
             stream = await service.open_stream(SpeechRequest(text=text), frontend="test")
             chunks: list[Chunk] = []
 
@@ -254,3 +254,69 @@ def test_admission_starts_from_what_start_up_measured(runtime: Runtime) -> None:
         return Service(runtime).admission.rtf([])
 
     assert asyncio.run(estimate()) == pytest.approx(cost)
+
+
+BARE = (
+    "The maintenance crew will replace the broken escalator on the north side of the "
+    "station before the morning rush begins tomorrow."
+)
+
+
+def _stream(runtime: Runtime, req: SpeechRequest) -> tuple[list[Chunk], dict[str, object]]:
+    async def run() -> tuple[list[Chunk], dict[str, object]]:
+        service = Service(runtime)
+        stream = await service.open_stream(req, frontend="test")
+        chunks: list[Chunk] = []
+
+        async def emit(chunk: Chunk) -> None:
+            chunks.append(chunk)
+
+        result = await stream.run(emit)
+        return chunks, result.stats
+
+    return asyncio.run(run())
+
+
+def _with_costs(runtime: Runtime, prior_s_per_id: float) -> tuple[list[Chunk], dict[str, object]]:
+    """A long first sentence, noise off, with the prior's cost estimate pinned (what the
+    warm-up measured on a quiet two-core box is ~1e-4 s per id)."""
+    costs = runtime.voices[runtime.default_voice].costs
+    saved = (costs.prior_s_per_id, costs.first_decode_s)
+    costs.prior_s_per_id, costs.first_decode_s = prior_s_per_id, 0.008
+    try:
+        return _stream(runtime, SpeechRequest(text=BARE, noise_scale=0.0, noise_w=0.0))
+    finally:
+        costs.prior_s_per_id, costs.first_decode_s = saved
+
+
+def _whole(runtime: Runtime) -> FloatArray:
+    voice = runtime.voices[runtime.default_voice]
+    return voice.model.fused(voice.phonemizer.ids(BARE), Scales(0.0, 1.0, 0.0), None)
+
+
+def test_a_long_first_sentence_starts_quick_and_joins_the_whole_sentence(
+    runtime: Runtime,
+) -> None:
+    """The first chunk comes from a quick encoding of the first words; from the join (within
+    250 ms) on, every sample is the whole sentence's, and the length is within 1 %."""
+    chunks, stats = _with_costs(runtime, 1e-4)
+    assert stats["quick_start"]
+    assert chunks[0].duration_ms <= 250
+    assert chunks[0].text_span[1] <= len("The maintenance")  # the first words only
+    got = np.concatenate([c.samples for c in chunks])
+    want = _whole(runtime)
+    shift = len(got) - len(want)
+    assert abs(shift) <= 0.01 * len(want)
+    t = round(0.25 * runtime.voices[runtime.default_voice].sample_rate)
+    assert float(np.max(np.abs(got[t:] - want[t - shift :]))) <= 1e-4
+
+
+def test_no_quick_start_where_the_whole_prior_could_not_be_hidden(runtime: Runtime) -> None:
+    """A prior estimated far longer than 250 ms of audio lasts (a slow or busy box): the
+    sentence is encoded whole from the start, never cut, and every sample is piper's."""
+    chunks, stats = _with_costs(runtime, 1e-2)
+    assert not stats["quick_start"]
+    got = np.concatenate([c.samples for c in chunks])
+    want = _whole(runtime)
+    assert got.shape == want.shape
+    assert float(np.max(np.abs(got - want))) <= 1e-4

@@ -15,7 +15,7 @@ from appliance.protocol import ErrorCode, ProtocolError
 from appliance.textmap import MappedText
 from appliance.voices import VoiceInfo, bundled_voice_path
 
-LIMITS = FrontendLimits(max_chars=20000, clause_chars=160, first_clause_chars=80)
+LIMITS = FrontendLimits(max_chars=20000, sentence_chars=400)
 
 
 def ssml(src: str, language: str = "en_US") -> list[Clause]:
@@ -92,40 +92,51 @@ def test_sentences_and_paragraphs_end_clauses() -> None:
 
 
 BREAK_CASES = [
-    # (ssml, clause texts, pauses before, pauses after)
-    ("<speak>a b<break time='500ms'/>c d</speak>", ["a b", "c d"], [0, 500], [0, 0]),
-    ("<speak><break time='1s'/>go</speak>", ["go"], [1000], [0]),
-    ("<speak>stop<break time='250ms'/></speak>", ["stop"], [0], [250]),
+    # (ssml, clause texts, pauses before, pauses after, pauses inside: (clause, position, ms))
+    ("<speak>a b<break time='500ms'/>c d</speak>", ["a b c d"], [0], [0], [(0, 4, 500)]),
+    ("<speak><break time='1s'/>go</speak>", ["go"], [1000], [0], []),
+    ("<speak>stop<break time='250ms'/></speak>", ["stop"], [0], [250], []),
     (
         "<speak>x<break time='100ms'/><break strength='weak'/>y</speak>",
-        ["x", "y"],
-        [0, 300],
-        [0, 0],
+        ["x y"],
+        [0],
+        [0],
+        [(0, 2, 300)],
     ),
-    ("<speak><s>x.</s><break/><s>y.</s></speak>", ["x.", "y."], [0, 400], [0, 0]),
-    ("<speak>x<break strength='none'/>y</speak>", ["x", "y"], [0, 0], [0, 0]),
+    ("<speak><s>x.</s><break/><s>y.</s></speak>", ["x.", "y."], [0, 400], [0, 0], []),
+    ("<speak>x<break strength='none'/>y</speak>", ["x y"], [0], [0], []),
     (
         "<speak>x" + "<break time='9s'/>" * 3 + "y" + "<break time='6s'/>" * 2 + "</speak>",
-        ["x", "y"],
-        [0, 10_000],
-        [0, 10_000],
+        ["x y"],
+        [0],
+        [10_000],
+        [(0, 2, 10_000)],
     ),
+    ("<speak>One. <break time='1s'/>Two.</speak>", ["One.", "Two."], [0, 1000], [0, 0], []),
 ]
 
 
-@pytest.mark.parametrize(("src", "want", "before", "after"), BREAK_CASES)
+@pytest.mark.parametrize(("src", "want", "before", "after", "inside"), BREAK_CASES)
 def test_breaks_become_pauses(
-    src: str, want: list[str], before: list[int], after: list[int]
+    src: str,
+    want: list[str],
+    before: list[int],
+    after: list[int],
+    inside: list[tuple[int, int, int]],
 ) -> None:
+    """A break between sentences is a pause between clauses; one between two words of a
+    sentence is spliced into the sentence's audio (the sentence is encoded whole)."""
     clauses = ssml(src)
     assert [c.text for c in clauses] == want
     assert [c.pause_before_ms for c in clauses] == before
     assert [c.pause_after_ms for c in clauses] == after
+    assert [(k, p.position, p.ms) for k, c in enumerate(clauses) for p in c.pauses] == inside
 
 
-def test_break_inside_a_sentence_does_not_end_it() -> None:
-    first, second = ssml("<speak>Wait for it <break time='1s'/> now.</speak>")
-    assert not first.sentence_end and second.sentence_end
+def test_break_inside_a_sentence_does_not_cut_it() -> None:
+    (clause,) = ssml("<speak>Wait for it <break time='1s'/> now.</speak>")
+    assert clause.text == "Wait for it now." and clause.sentence_end
+    assert [(p.position, p.ms) for p in clause.pauses] == [(12, 1000)]
 
 
 def marks(clauses: list[Clause]) -> list[tuple[int, str, int]]:
@@ -147,10 +158,10 @@ MARK_CASES = [
         "<speak><mark name='a'/>one <mark name='b'/>two <mark name='c'/>three</speak>",
         [(0, "a", 0), (0, "b", 4), (0, "c", 8)],
     ),
-    # before a break: the end of what came before; after it: the start of what follows
+    # at a break between words: both at its place (the source order says which side)
     (
         "<speak>one <mark name='before'/><break time='1s'/><mark name='after'/>two</speak>",
-        [(0, "before", 3), (1, "after", 0)],
+        [(0, "before", 4), (0, "after", 4)],
     ),
     ("<speak>end<mark name='last'/></speak>", [(0, "last", 3)]),
     ("<speak>x<mark name='m1'/><mark name='m2'/> y</speak>", [(0, "m1", 1), (0, "m2", 1)]),
@@ -175,7 +186,8 @@ def test_marks_keep_document_order_across_clauses() -> None:
         "mango nutmeg"
     ).split()
     src = "<speak>" + " ".join(f"<mark name='{i}'/>{w}" for i, w in enumerate(words)) + "</speak>"
-    clauses = ssml(src)
+    short = FrontendLimits(max_chars=20000, sentence_chars=100)
+    clauses = prepare(src, "en_US", short, text_format="ssml")
     assert len(clauses) > 1  # cut into clauses by length
     names = [m.name for c in clauses for m in c.marks]
     assert names == [str(i) for i in range(len(words))]
@@ -339,7 +351,7 @@ def test_many_elements_stay_cheap() -> None:
     """Segments × elements must not be quadratic (a big max_text_chars allows many)."""
     import time
 
-    big = FrontendLimits(max_chars=1_000_000, clause_chars=160, first_clause_chars=80)
+    big = FrontendLimits(max_chars=1_000_000, sentence_chars=400)
     unit = "<say-as interpret-as='digits'>7</say-as><break time='1ms'/><phoneme ph='a'>a</phoneme> "
     small = "<speak>" + unit * 200 + "</speak>"
     large = "<speak>" + unit * 2000 + "</speak>"
@@ -349,5 +361,9 @@ def test_many_elements_stay_cheap() -> None:
     t0 = time.perf_counter()
     clauses = prepare(large, "en_US", big, text_format="ssml")
     t_large = time.perf_counter() - t0
-    assert len(clauses) == 2001  # "seven" | "a seven" × 1999 | "a"
+    # One sentence of 2 000 "seven a": cut by length, every break spliced in where it was.
+    assert all(len(c.text) <= 400 for c in clauses)
+    spliced = [p.ms for c in clauses for p in c.pauses]
+    edges = sum(c.pause_before_ms + c.pause_after_ms for c in clauses)
+    assert sum(spliced) + edges == 2000
     assert t_large < 30 * t_small  # 10× the elements; quadratic would be ~100×

@@ -13,7 +13,7 @@ from appliance.engine.onnx import OnnxVoiceModel
 from appliance.engine.windows import ensure_latent
 from appliance.frontend import FrontendLimits, prepare
 from appliance.phonemize import Phonemizer
-from appliance.streaming import ModePlan, fade, mode_plan, plan_chunks
+from appliance.streaming import fade
 from appliance.voices import Voice, bundled_voice_path, load_voice
 from tests.conftest import Daemon
 from tests.wire import Wire
@@ -26,6 +26,16 @@ LONG = (
     "number of students and families who depended on it every single day of the week"
 )
 MULTI = "Good morning! The time is seven thirty. You have three new messages; one is urgent."
+BARE = (
+    "The maintenance crew will replace the broken escalator on the north side of the "
+    "station before the morning rush begins tomorrow."
+)
+COMMAS = (
+    "When you reach the second floor, turn right past the information desk, and you will "
+    "find the reading room at the end of the long corridor on your left."
+)
+QUICK_MS = 250.0
+"""A quick start's first audio may differ from the whole sentence's; this much of it."""
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +48,12 @@ def reference(voice_cache: Path) -> tuple[OnnxVoiceModel, Phonemizer, int]:
     return model, Phonemizer(voice.info), voice.info.sample_rate
 
 
-def _fused_reference(ref: tuple[OnnxVoiceModel, Phonemizer, int], text: str) -> np.ndarray:
+def whole_sentences(ref: tuple[OnnxVoiceModel, Phonemizer, int], text: str) -> np.ndarray:
+    """What piper-tts renders: each sentence through the fused model whole, noise off (with
+    ttsd's fade where two sentences join)."""
     model, ph, rate = ref
     cfg = Config()
-    limits = FrontendLimits(
-        cfg.server.max_text_chars, cfg.streaming.clause_chars, cfg.streaming.first_clause_chars
-    )
+    limits = FrontendLimits(cfg.server.max_text_chars, cfg.streaming.max_sentence_chars)
     clauses = prepare(text, "en_US", limits)
     n_fade = round(rate * cfg.streaming.join_fade_ms / 1000)
     parts = []
@@ -54,10 +64,18 @@ def _fused_reference(ref: tuple[OnnxVoiceModel, Phonemizer, int], text: str) -> 
     return np.clip(np.concatenate(parts), -1, 1)
 
 
-@pytest.mark.parametrize("mode", ["dialog", "reading", "sentence"])
-@pytest.mark.parametrize("text", [SHORT, LONG, MULTI], ids=["short", "long", "multi"])
-def test_windowed_equals_fused(daemon: Daemon, reference, text: str, mode: str) -> None:
-    with Wire(daemon.socket) as w:
+def assert_same_after(got: np.ndarray, want: np.ndarray, skip_ms: float, rate: int) -> None:
+    """``got`` is ``want`` from ``skip_ms`` on, within 1e-4 (``got`` may run a few frames
+    longer or shorter before that: a quick start's first words), and as long within 1 %."""
+    shift = len(got) - len(want)
+    assert abs(shift) <= 0.01 * len(want), (len(got), len(want))
+    t = round(skip_ms * rate / 1000)
+    assert t - shift >= 0
+    assert float(np.max(np.abs(got[t:] - want[t - shift :]))) <= 1e-4
+
+
+def stream(socket: str, text: str, mode: str, **opts: object) -> list[dict]:
+    with Wire(socket) as w:
         w.send(
             {
                 "op": "synthesize",
@@ -67,16 +85,43 @@ def test_windowed_equals_fused(daemon: Daemon, reference, text: str, mode: str) 
                 "noise_scale": 0.0,
                 "noise_w": 0.0,
                 "mode": mode,
+                **opts,
             }
         )
         evs = w.until(1)
     assert evs[-1]["event"] == "end", evs[-1]
+    return evs
+
+
+def samples(evs: list[dict]) -> np.ndarray:
     chunks = [e for e in evs if e["event"] == "chunk"]
-    got = np.concatenate([np.frombuffer(c["audio"], dtype="<f4") for c in chunks])
-    want = _fused_reference(reference, text)
-    assert got.shape == want.shape
-    assert float(np.max(np.abs(got - want))) <= 1e-4
+    return np.concatenate([np.frombuffer(c["audio"], dtype="<f4") for c in chunks])
+
+
+TEXTS = [SHORT, BARE, COMMAS, LONG, MULTI]
+
+
+@pytest.mark.parametrize("mode", ["dialog", "reading", "sentence"])
+@pytest.mark.parametrize("text", TEXTS, ids=["short", "bare", "commas", "long", "multi"])
+def test_streamed_audio_is_the_whole_sentences(
+    daemon: Daemon, reference, text: str, mode: str
+) -> None:
+    evs = stream(daemon.socket, text, mode)
+    got = samples(evs)
+    want = whole_sentences(reference, text)
+    quick = evs[-1]["stats"]["quick_start"]
+    # A quick start only where it pays: a long first sentence in a streaming mode (and only
+    # where the whole sentence's prior can be hidden behind the first chunk: on a busy box
+    # it may not be, see tests/test_runtime.py for the choice itself).
+    if mode == "sentence" or text in (SHORT, MULTI):
+        assert not quick
+    if quick:
+        assert_same_after(got, want, QUICK_MS, reference[2])
+    else:
+        assert got.shape == want.shape
+        assert float(np.max(np.abs(got - want))) <= 1e-4
     # Chunks are numbered, contiguous in time, and their spans lie in the text.
+    chunks = [e for e in evs if e["event"] == "chunk"]
     assert [c["seq"] for c in chunks] == list(range(len(chunks)))
     offset = 0.0
     for c in chunks:
@@ -87,17 +132,65 @@ def test_windowed_equals_fused(daemon: Daemon, reference, text: str, mode: str) 
     assert chunks[-1]["sentence_end"]
     if mode == "dialog" and text is not SHORT:
         assert len(chunks) > 2
-        assert 80 <= chunks[0]["duration_ms"] <= 200
+        assert 80 <= chunks[0]["duration_ms"] <= QUICK_MS
 
 
-def test_first_chunk_of_long_text_comes_from_first_clause(daemon: Daemon) -> None:
-    text = LONG + ". " + LONG
+def test_without_a_quick_start_every_sample_is_the_whole_sentence(
+    daemon_factory, reference
+) -> None:
+    plain = daemon_factory({"streaming": {"quick_start": False}})
+    try:
+        for text in (BARE, COMMAS):
+            evs = stream(plain.socket, text, "dialog")
+            assert not evs[-1]["stats"]["quick_start"]
+            want = whole_sentences(reference, text)
+            got = samples(evs)
+            assert got.shape == want.shape
+            assert float(np.max(np.abs(got - want))) <= 1e-4
+    finally:
+        plain.stop()
+
+
+def test_a_break_inside_a_sentence_is_its_only_silence(daemon: Daemon, reference) -> None:
+    """An SSML break between two words splices silence into the whole sentence's audio:
+    the sentence is not cut, so its intonation and length are piper's."""
+    before = "The maintenance crew will replace the broken escalator on the north side"
+    after = "of the station before the morning rush begins tomorrow."
+    source = f'<speak>{before} <mark name="m"/><break time="300ms"/>{after}</speak>'
+    rate = reference[2]
+    for mode in ("dialog", "sentence"):
+        evs = stream(daemon.socket, source, mode, text_format="ssml")
+        got = samples(evs)
+        want = whole_sentences(reference, f"{before} {after}")
+        pause = round(0.3 * rate)
+        assert len(got) == len(want) + pause
+        # The spliced silence: a run of exact zeros at least the break long.
+        zero = np.flatnonzero(got[1:] != 0.0)
+        gaps = np.diff(zero)
+        k = int(np.argmax(gaps))
+        start, stop = int(zero[k]) + 2, int(zero[k + 1]) + 1
+        assert stop - start >= pause
+        cut = start + (stop - start - pause) // 2  # where it went in (within the faded zeros)
+        fade_n = round(rate * Config().streaming.join_fade_ms / 1000)
+        head, tail = got[: cut - fade_n], got[cut + pause + fade_n :]
+        assert float(np.max(np.abs(head - want[: cut - fade_n]))) <= 1e-4
+        assert float(np.max(np.abs(tail - want[cut + fade_n :]))) <= 1e-4
+        # The mark before the break is placed where the silence starts.
+        (mark,) = [m for e in evs if e["event"] == "chunk" for m in e.get("marks", [])]
+        assert mark["offset_ms"] == pytest.approx(cut / rate * 1000, abs=25)
+
+
+def test_long_text_streams_in_sentences(daemon: Daemon) -> None:
+    text = BARE + " " + LONG
     with Wire(daemon.socket) as w:
         w.send({"op": "synthesize", "id": 2, "text": text})
         evs = w.until(2)
-    first = next(e for e in evs if e["event"] == "chunk")
-    assert first["text_span"][1] <= 100  # the first clause is short: TTFP does not grow with text
-    assert evs[-1]["stats"]["chunks"] == sum(1 for e in evs if e["event"] == "chunk")
+    chunks = [e for e in evs if e["event"] == "chunk"]
+    assert chunks[0]["duration_ms"] <= QUICK_MS
+    assert evs[-1]["stats"]["chunks"] == len(chunks)
+    # Two sentences, each encoded whole: one sentence end each.
+    assert [i for i, c in enumerate(chunks) if c["sentence_end"]][-1] == len(chunks) - 1
+    assert sum(c["sentence_end"] for c in chunks) == 2
 
 
 def test_output_formats_rates_and_volume(daemon: Daemon) -> None:
@@ -124,29 +217,6 @@ def test_output_formats_rates_and_volume(daemon: Daemon) -> None:
     assert abs(len(up) - len(base) * 16000 / 22050) < 64
     slow, _ = audio(format="f32le", speed=0.5)
     assert len(slow) > 1.6 * len(base)
-
-
-def test_plan_chunks_respects_bounds_and_boundaries() -> None:
-    rng = np.random.default_rng(1)
-    durations = rng.integers(0, 8, size=300).astype(np.float32)
-    boundary = [bool(x) for x in rng.random(300) < 0.2]
-    plan = mode_plan("dialog", 1000 * 256 / 22050)
-    chunks, _ = plan_chunks(durations, boundary, plan, plan.first_target, first=True)
-    total = int(durations.sum())
-    assert chunks[0][0] == 0 and chunks[-1][1] == total
-    assert all(a < b for a, b in chunks)
-    assert all(chunks[i][1] == chunks[i + 1][0] for i in range(len(chunks) - 1))
-    assert plan.first_min <= chunks[0][1] <= plan.first_max
-    sizes = [b - a for a, b in chunks[:-1]]
-    assert max(sizes) <= plan.cap * 1.5
-    # Growth: later chunks are not smaller than the first.
-    assert all(s >= chunks[0][1] // 2 for s in sizes)
-
-
-def test_sentence_mode_is_one_chunk_per_clause() -> None:
-    plan = ModePlan(1, 1, 1, 1, whole=True)
-    chunks, _ = plan_chunks(np.ones(50, dtype=np.float32), [False] * 50, plan, 1, True)
-    assert chunks == [(0, 50)]
 
 
 @pytest.fixture(scope="module")

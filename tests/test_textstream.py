@@ -55,12 +55,8 @@ RULE = SegmentRule(first_chars=40, max_chars=250, idle_ms=300)
             "A first part of a fairly long sentence here —",
         ),
         ("Numbers like 1,234,567 stay whole in the first segment", True, ""),
-        # a long first sentence: cut where the frontend cuts its first clause anyway
-        (
-            "The committee met on a cold and windy morning to review the proposal for",
-            True,
-            "The committee met on a cold and windy morning to review the",
-        ),
+        # a long first sentence without a clause mark waits for its end: never a bare space
+        ("The committee met on a cold and windy morning to review the proposal for", True, ""),
         (
             "The committee met on a cold and windy morning to review the proposal for",
             False,
@@ -74,16 +70,22 @@ def test_release_point(pending: str, first: bool, released: str) -> None:
 
 
 def test_release_point_idle_flush_and_cap() -> None:
-    # idle: up to the last word boundary (a word still being typed waits)
+    # idle: up to the last clause mark, else the last word boundary (a word being typed waits)
     assert release_point("some words her", RULE, first=False, idle=True) == len("some words")
+    assert release_point("some, words her", RULE, first=False, idle=True) == len("some,")
     assert release_point("oneword", RULE, first=False, idle=True) == 0
+    # the listener running dry: a clause mark, never a bare space
+    assert release_point("some, words her", RULE, first=False, low=True) == len("some,")
+    assert release_point("some words her", RULE, first=False, low=True) == 0
     # flush: everything
     assert release_point("some words her", RULE, first=False, flush=True) == 14
-    # hard cap: at the last space before it
+    # hard cap: cut as the frontend cuts a sentence that long (a comma before a space)
     text = "word " * 60
     n = release_point(text, RULE, first=False)
     assert 0 < n <= RULE.max_chars and text[n] == " "
     assert release_point("x" * 300, RULE, first=False) == RULE.max_chars
+    commas = "word " * 10 + "and, " + "word " * 50
+    assert commas[: release_point(commas, RULE, first=False)].endswith("and,")
 
 
 # ---------------------------------------------------------------- on the real daemon

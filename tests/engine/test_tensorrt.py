@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from appliance.config import parse_config
+from appliance.config import Config, parse_config
 from appliance.engine.base import BackendError, FloatArray
 from appliance.engine.engine_cache import EngineCache
 from appliance.engine.gpu_select import gpu_health, load_gpu_pool, prepare_engines
@@ -174,7 +174,7 @@ def test_windows_match_the_cpu(tmp_path: Path) -> None:
     assert z.shape[2] > 128
     np.testing.assert_allclose(gpu.decode(z, None), cpu.decode(z, None), atol=1e-4)
     with pytest.raises(UnsupportedInput):
-        gpu.encode(np.ones(401, dtype=np.int64), GATE_SCALES, None)
+        gpu.encode(np.ones(Config().engine.max_phonemes + 1, dtype=np.int64), GATE_SCALES, None)
 
 
 def test_onnx_cpu_returns_the_cpu_model() -> None:

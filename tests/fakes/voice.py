@@ -27,7 +27,8 @@ def real_voice() -> tuple[Voice, OnnxVoiceModel]:
 
 
 class RecordingModel(VoiceModel):
-    """A model passed through, noting each decode call's latent frames and urgency.
+    """A model passed through, noting each decode call's latent frames and urgency, and
+    each encoder call's phoneme ids.
 
     It does not close the model it wraps: whoever built that one closes it."""
 
@@ -36,6 +37,7 @@ class RecordingModel(VoiceModel):
     def __init__(self, inner: VoiceModel) -> None:
         self.inner = inner
         self.decodes: list[tuple[int, bool]] = []
+        self.encodes: list[int] = []
 
     @property
     def decoded(self) -> list[int]:
@@ -43,6 +45,7 @@ class RecordingModel(VoiceModel):
         return [frames for frames, _ in self.decodes]
 
     def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        self.encodes.append(len(ids))
         return self.inner.encode(ids, scales, speaker)
 
     @property
@@ -50,6 +53,7 @@ class RecordingModel(VoiceModel):
         return self.inner.flow_context
 
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        self.encodes.append(len(ids))
         return self.inner.encode_prior(ids, scales, speaker)
 
     def flow(
