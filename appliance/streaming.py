@@ -20,6 +20,7 @@ import asyncio
 import collections
 import dataclasses
 import functools
+import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
     from appliance.phonemize import Phonemizer
     from appliance.scheduler import Scheduler, WorkTiming
 
+
+log = logging.getLogger(__name__)
 
 STALL_JITTER_S = 0.1
 """A stall is counted when a chunk arrives after a client playing in real time from its
@@ -467,15 +470,19 @@ class SynthesisJob:
         when no join fits the window (then the caller encodes the sentence whole)."""
         v, s = self.voice, self.settings
         cut = quick_prefix(ids, v.phonemizer.is_space)
-        if cut is None:
+        window = self._seam_window(len(ids))
+        if cut is None or window is None:
+            log.debug("no quick start: prefix at %s, window %s", cut, window)
             return None
         q_ids = np.concatenate([ids[:cut], ids[-1:]])
         enc = v.model.encode_prior(q_ids, s.scales, s.speaker)
-        window = self._seam_window(len(ids), enc.frames)
-        seam = window and choose_seam(
-            q_ids, enc.durations, cut, window, v.phonemizer.is_space, v.phonemizer.is_closure
-        )
-        if not seam:
+        # The first chunk's right context must be the quick encoding's own.
+        inside = enc.frames - v.model.flow_context - s.context
+        window = dataclasses.replace(window, hi=min(window.hi, inside))
+        ph = v.phonemizer
+        seam = choose_seam(q_ids, enc.durations, cut, window, ph.is_space, ph.is_closure)
+        if seam is None:
+            log.debug("no quick start: no word gap or stop within %s", window)
             return None
         p, frames = seam
         t0 = time.monotonic()
@@ -486,17 +493,15 @@ class SynthesisJob:
         keep = len(audio) - n
         return QuickStart(p, frames, audio[:keep], audio[keep:], q_ids, enc.durations, decode_s)
 
-    def _seam_window(self, n_ids: int, quick_frames: int) -> SeamWindow | None:
+    def _seam_window(self, n_ids: int) -> SeamWindow | None:
         """Frames the quick audio may last before the join: long enough for the whole
         prior and the next window (estimated, ×1.25 + 10 ms), short enough to join within
-        QUICK_MAX_MS and inside the quick encoding's own context."""
+        QUICK_MAX_MS whatever the mode (a first chunk longer than the plan's costs no time:
+        it is decoded in the quick item either way; a join farther on would)."""
         v, plan = self.voice, self._plan
         need_s = 1.25 * (v.costs.prior_s_per_id * n_ids + v.costs.first_decode_s) + 0.01
         need = math.ceil(need_s * 1000.0 / self._frame_ms)
-        # Up to QUICK_MAX_MS whatever the mode: a first chunk longer than the plan's costs
-        # no time (it is decoded in the quick item either way), a join farther on would.
         hi = math.floor(QUICK_MAX_MS / self._frame_ms)
-        hi = min(hi, quick_frames - v.model.flow_context - self.settings.context)
         lo = max(plan.first_min, need)
         if lo > hi:
             return None

@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         nargs="*",
         default=None,
-        help="core http normalizer ssml concurrency speed playback textstream speechd wyoming",
+        help="core http normalizer ssml concurrency speed prosody playback textstream speechd "
+        "wyoming",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -219,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             "ssml",
             "concurrency",
             "speed",
+            "prosody",
             "playback",
             "textstream",
             "speechd",
@@ -244,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
 
         sweep = (results.get("concurrency") or {}).get("sweep")
         results["speed"] = _optional("speed", lambda: bench_speed(out, args.quick, sweep))
+    if "prosody" in want:  # issue 26: whole-sentence prosody and first audio vs the peers
+        from bench.prosody import bench_prosody
+
+        results["prosody"] = _optional("prosody", lambda: bench_prosody(out, args.quick))
     if "playback" in want:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
     if "textstream" in want:
