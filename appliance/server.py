@@ -14,7 +14,8 @@ be decoded as msgpack close it.  What a request *does* lives in the service core
 Bounds: the output of a connection is held under ``max_output_buffer_bytes`` on every
 path (error replies included): past it the connection is not read until the client
 reads, and is closed after ``client_too_slow_s``.  A half-closed client (EOF on read)
-sends no more requests but still gets every answer.
+sends no more requests but still gets every answer.  Messages may come back to back in any
+batching: each is capped (:class:`~appliance.protocol.FrameReader`), not a read.
 """
 
 from __future__ import annotations
@@ -50,12 +51,12 @@ from appliance.protocol import (
     EndEvent,
     ErrorEvent,
     FinishRequest,
+    FrameReader,
     PhonemesRequest,
     SimpleEvent,
     SimpleRequest,
     StartEvent,
     SynthesizeRequest,
-    make_unpacker,
     pack,
     parse_request,
     request_id_of,
@@ -516,65 +517,19 @@ class Connection:
 
     async def _read_loop(self) -> bool:
         """Read and dispatch until EOF (returns True) or a disconnect / fatal frame."""
-        unpacker = make_unpacker(self.cfg.server.max_message_bytes)
-        fed = 0
+        frames = FrameReader(self.cfg.server.max_message_bytes)
         while True:
-            limits = self.cfg.server
-            partial = fed > unpacker.tell()
-            timeout: float | None = None
-            if partial:
-                timeout = limits.frame_timeout_s
-            elif limits.idle_timeout_s > 0:
-                # Idle counts from the last byte read or the last request ended; while
-                # requests run, just look again later.
-                timeout = limits.idle_timeout_s
-                if not self.requests:
-                    timeout -= time.monotonic() - self._last_activity
-            try:
-                async with asyncio.timeout(max(0.0, timeout) if timeout is not None else None):
-                    data = await self.reader.read(_READ_SIZE)
-            except TimeoutError:
-                if partial:
-                    await self._send_now(
-                        ErrorEvent(
-                            None,
-                            ErrorCode.BAD_REQUEST,
-                            f"incomplete message for {limits.frame_timeout_s:g} s",
-                        ).to_dict()
-                    )
-                    return False
-                if self.requests or (
-                    time.monotonic() - self._last_activity < limits.idle_timeout_s
-                ):
-                    continue
-                log.info("connection %d idle: closing", self.number)
-                return False
-            except (ConnectionError, OSError):
+            data = await self._read_some(frames)
+            if data is None:
                 return False
             if not data:
                 return True
-            self._last_activity = time.monotonic()
-            fed += len(data)
-            try:
-                unpacker.feed(data)
-            except msgpack.BufferFull:
-                await self._send_now(
-                    ErrorEvent(
-                        None,
-                        ErrorCode.FRAME_TOO_LARGE,
-                        f"a message may be at most {limits.max_message_bytes} bytes",
-                    ).to_dict()
-                )
-                return False
+            frames.feed(data)
             while True:
                 try:
-                    msg = next(unpacker)
-                except StopIteration:
-                    break
-                except msgpack.BufferFull:
-                    await self._send_now(
-                        ErrorEvent(None, ErrorCode.FRAME_TOO_LARGE, "message too large").to_dict()
-                    )
+                    whole, msg = frames.next_message()
+                except ServiceError as exc:  # frame_too_large
+                    await self._send_now(ErrorEvent.from_exc(None, exc).to_dict())
                     return False
                 except (ValueError, TypeError, OverflowError, msgpack.UnpackException) as exc:
                     # The byte stream cannot be resynchronised: say why, then close.
@@ -584,9 +539,52 @@ class Connection:
                         ).to_dict()
                     )
                     return False
+                if not whole:
+                    break
                 self._dispatch(msg)
                 if not await self._room_to_write():
                     return False
+
+    async def _read_some(self, frames: FrameReader) -> bytes | None:
+        """The next bytes (b"" at EOF), or None when the connection is to be closed: a
+        message begun and not finished within ``frame_timeout_s``, idle for
+        ``idle_timeout_s``, or a read error."""
+        while True:
+            limits = self.cfg.server
+            timeout: float | None = None
+            if frames.partial:
+                timeout = limits.frame_timeout_s
+            elif limits.idle_timeout_s > 0:
+                # Idle counts from the last byte read or the last request ended; while
+                # requests run, just look again later.
+                timeout = limits.idle_timeout_s
+                if not self.requests:
+                    timeout -= time.monotonic() - self._last_activity
+            try:
+                async with asyncio.timeout(max(0.0, timeout) if timeout is not None else None):
+                    # At most what the frame reader can take on top of a message begun.
+                    data = await self.reader.read(frames.read_size)
+            except TimeoutError:
+                if frames.partial:
+                    await self._send_now(
+                        ErrorEvent(
+                            None,
+                            ErrorCode.BAD_REQUEST,
+                            f"incomplete message for {limits.frame_timeout_s:g} s",
+                        ).to_dict()
+                    )
+                    return None
+                if self.requests or (
+                    time.monotonic() - self._last_activity < limits.idle_timeout_s
+                ):
+                    continue
+                log.info("connection %d idle: closing", self.number)
+                return None
+            except (ConnectionError, OSError):
+                return None
+            if data:
+                self._last_activity = time.monotonic()
+            return data
 
     async def _room_to_write(self) -> bool:
         """Stop reading while the output is over its bound; False when the client has not

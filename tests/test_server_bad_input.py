@@ -260,3 +260,32 @@ def test_client_that_never_reads_gets_client_too_slow(daemon: Daemon) -> None:
     assert last is not None and last["event"] == "error", last
     assert last["code"] == "client_too_slow"
     _ping_ok(daemon)
+
+
+def test_small_messages_sent_back_to_back_are_all_taken(daemon: Daemon) -> None:
+    """Issue 32, item 7: three 40 KB messages, ten 19 KB phonemes, 10 000 appends in one
+    write: each is under max_message_bytes (64 KiB), so none is frame_too_large."""
+    with Wire(daemon.socket) as w:
+        w.send_raw(
+            b"".join(msgpack.packb({"op": "ping", "id": i, "pad": "p" * 40000}) for i in range(3))
+        )
+        replies = [w.recv() for _ in range(3)]
+        assert [r and r["event"] for r in replies] == ["pong"] * 3, replies
+        text = "Hello there. " * 1460  # 19 KB
+        w.send_raw(
+            b"".join(
+                msgpack.packb({"op": "phonemes", "id": 10 + i, "text": text}) for i in range(10)
+            )
+        )
+        got = [w.until(10 + i, ("phonemes", "error"))[-1]["event"] for i in range(10)]
+        assert got == ["phonemes"] * 10
+        w.send({"op": "synthesize", "id": 30, "text_stream": True})
+        appends = b"".join(
+            msgpack.packb({"op": "append", "target": 30, "text": "a "}) for _ in range(10000)
+        )
+        w.send_raw(appends + msgpack.packb({"op": "cancel", "id": 31, "target": 30}))
+        evs = w.until(30)
+        assert evs[0]["event"] == "start", evs[0]
+        assert evs[-1]["event"] == "end" and evs[-1]["cancelled"] is True, evs[-1]
+        assert w.until(31, ("cancelled",))[-1]["event"] == "cancelled"
+        assert w.call({"op": "ping", "id": 32})["event"] == "pong"
