@@ -227,6 +227,10 @@ class Stream:
         outcome = "error"
         stats: dict[str, Any] = {}
         try:
+            if self._failure is not None:
+                # Failed before it ran (its first text was over the limit): end now; its
+                # job would wait for clauses that never come.
+                raise self._failure
             self._job_task = asyncio.create_task(job.run(guarded))
             if self.cancel_reason is not None:
                 self._job_task.cancel()  # cancelled before it started
@@ -317,6 +321,8 @@ class Stream:
         started_task: asyncio.Task[None] | None = None
         marks_task: asyncio.Task[None] | None = None
         try:
+            if self._failure is not None:
+                raise self._failure  # failed before it ran (see run)
             if player is None:
                 raise ServiceError(ErrorCode.NO_AUDIO_DEVICE, "playback is off in this daemon")
             req = self.request

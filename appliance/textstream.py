@@ -230,6 +230,9 @@ class TextFeed:
             return
         self.failed = True
         self.close()
+        # No more clauses come: a job waiting for them ends (the request then ends with
+        # ``exc`` through on_error, even when it fails before its job started).
+        self._queue.close()
         self._on_error(exc)
 
     async def _feed(self) -> None:
