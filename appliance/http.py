@@ -13,9 +13,9 @@ HTTP server that streams responses; no HTTP parsing here).  Endpoints:
 Limits as protocol v1's: a key is required off loopback (constant-time compare), the
 body is capped (413), the body must arrive within ``server.frame_timeout_s``, open
 connections are capped (``http.max_connections``: 503 beyond), and a client that stops
-reading is ended after ``server.client_too_slow_s`` beyond the audio it holds.  A client
-that disconnects cancels its stream at once (aiohttp cancels the handler; the stream is
-cancelled, not abandoned).
+reading is ended after ``server.client_too_slow_s`` beyond the audio it holds.  A bug on a
+request's path is a JSON 500 ``internal``.  A client that disconnects cancels its stream at
+once (aiohttp cancels the handler; the stream is cancelled, not abandoned).
 
 While the daemon drains (``close_listener``) the listener stays open so that load
 balancers read ``/healthz`` = 503 rather than a refused connection; new speech is
@@ -45,6 +45,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from appliance.audioformats import FORMATS, Encoder, SoundfileOut, make_encoder
 from appliance.config import HttpConfig
 from appliance.errors import ErrorCode, ServiceError
+from appliance.logsetup import Throttle
 from appliance.server import bound_kernel_send_buffer, drop_connection
 from appliance.service import Service, Stream
 from appliance.speech import Chunk, SpeechRequest
@@ -61,6 +62,8 @@ OPENAI_SPEED = (0.25, 4.0)
 TTSD_SPEED = (0.5, 2.0)
 STREAM_FORMATS = ("audio", "sse")
 MODEL_ID = "ttsd"
+
+_THROTTLE = Throttle()
 
 _ENCODE_THREADS = 2
 """MP3 and Opus cost a few ms per chunk: off the event loop, beside the inference workers."""
@@ -338,6 +341,29 @@ class HttpDoor:
                     ServiceError(ErrorCode.UNAUTHORIZED, "missing or wrong API key")
                 )
         try:
+            return await self._handle(request, handler)
+        except (asyncio.CancelledError, ConnectionError):
+            raise  # the client went away: aiohttp knows what to do
+        except Exception as exc:
+            # A bug on this request's path: the documented JSON error, never aiohttp's
+            # text page; the traceback once, then one line per 10 s.
+            _THROTTLE.log(
+                log,
+                logging.ERROR,
+                "internal",
+                "http: %s %s failed (%s): 500 internal",
+                request.method,
+                request.path[:64],
+                type(exc).__name__,
+                exc_info=exc,
+            )
+            self.service.record_error(ErrorCode.INTERNAL)
+            r = error_response(ServiceError(ErrorCode.INTERNAL, "internal error"))
+            r.force_close()
+            return r
+
+    async def _handle(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
             resp: web.StreamResponse = await handler(request)
         except web.HTTPNotFound:
             r = error_response(ServiceError(ErrorCode.BAD_REQUEST, "no such endpoint"))
@@ -347,6 +373,11 @@ class HttpDoor:
             r = error_response(ServiceError(ErrorCode.BAD_REQUEST, f"method {request.method}"))
             r.set_status(405)
             r.headers["Allow"] = ",".join(exc.allowed_methods)
+            return r
+        except web.HTTPException as exc:  # any other refusal aiohttp raises, as JSON
+            code = ErrorCode.INTERNAL if exc.status >= 500 else ErrorCode.BAD_REQUEST
+            r = error_response(ServiceError(code, exc.reason))
+            r.set_status(exc.status)
             return r
         return resp
 

@@ -16,6 +16,8 @@ path (error replies included): past it the connection is not read until the clie
 reads, and is closed after ``client_too_slow_s``.  A half-closed client (EOF on read)
 sends no more requests but still gets every answer.  Messages may come back to back in any
 batching: each is capped (:class:`~appliance.protocol.FrameReader`), not a read.
+
+Any exception on a request's path ends that request with its one ``error`` (``internal``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import msgpack
 
 from appliance.config import Config, ServerConfig
 from appliance.errors import ErrorCode, ServiceError
+from appliance.logsetup import Throttle
 from appliance.paths import default_socket_path, prepare_socket_dir
 from appliance.pcm import PcmEncoder
 from appliance.protocol import (
@@ -83,6 +86,8 @@ log = logging.getLogger(__name__)
 
 _READ_SIZE = 65536
 _MAX_EARLY_TEXT = 1024
+_THROTTLE = Throttle()
+"""Log lines about one client's bad or failing requests: one per kind every 10 s."""
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux ≥ 4.13
 _MAX_GROUPS = 65536
 
@@ -541,7 +546,7 @@ class Connection:
                     return False
                 if not whole:
                     break
-                self._dispatch(msg)
+                self._dispatch_guarded(msg)
                 if not await self._room_to_write():
                     return False
 
@@ -607,6 +612,33 @@ class Connection:
         except (ConnectionError, OSError):
             return False
         return True
+
+    def _dispatch_guarded(self, msg: Any) -> None:
+        """``_dispatch``, with a bug in it ending only the message it was handling."""
+        try:
+            self._dispatch(msg)
+        except Exception as exc:
+            rid = request_id_of(msg)
+            state = self.requests.get(rid) if rid is not None else None
+            if state is not None and state.task is not None:
+                rid = None  # a live request by this id goes on: not its terminal event
+            self._internal(rid, exc, "dispatch")
+
+    def _internal(self, rid: int | None, exc: BaseException, where: str) -> None:
+        """A request's path raised what it should not have: the request (if any) ends
+        with ``internal``; the log has the traceback once, then one line per 10 s."""
+        _THROTTLE.log(
+            log,
+            logging.ERROR,
+            f"internal:{where}",
+            "connection %d: %s failed (%s): request %s ends with internal",
+            self.number,
+            where,
+            type(exc).__name__,
+            rid,
+            exc_info=exc,
+        )
+        self._error_soon(rid, ServiceError(ErrorCode.INTERNAL, f"internal error ({where})"))
 
     def _dispatch(self, msg: Any) -> None:
         try:
@@ -773,6 +805,18 @@ class Connection:
                 stream.finish()
         except ServiceError as exc:
             self._error_soon(req.target, exc, refused=True)
+        except Exception as exc:
+            # The stream's text handling broke: the stream ends with internal (its one
+            # terminal event comes from its own task).
+            _THROTTLE.log(
+                log,
+                logging.ERROR,
+                "internal:text",
+                "text of stream %d failed",
+                stream.number,
+                exc_info=exc,
+            )
+            stream.fail(ServiceError(ErrorCode.INTERNAL, "internal error (text)"))
 
     async def _phonemes(self, req: PhonemesRequest) -> None:
         try:
@@ -782,6 +826,8 @@ class Connection:
             self._error_soon(req.id, exc)
         except (ClientTooSlow, ConnectionError, OSError):
             return
+        except Exception as exc:
+            self._internal(req.id, exc, "phonemes")
 
     async def _simple(self, req: SimpleRequest) -> None:
         svc = self.service
@@ -805,6 +851,8 @@ class Connection:
             self._error_soon(req.id, exc)
         except (ClientTooSlow, ConnectionError, OSError):
             return
+        except Exception as exc:
+            self._internal(req.id, exc, op)
 
     async def _synthesize(self, req: SynthesizeRequest, state: RequestState) -> None:
         speak = req.op == "speak"
@@ -817,6 +865,9 @@ class Connection:
             )
         except ServiceError as exc:
             self._write(ErrorEvent.from_exc(req.id, exc).to_dict())
+            return
+        except Exception as exc:  # the core counts what it raises; a bug it did not catch
+            self._internal(req.id, exc, req.op)
             return
         state.stream = stream
         if state.cancel_reason is not None:
@@ -847,6 +898,9 @@ class Connection:
             )
             return
         except (ConnectionError, OSError):
+            return
+        except Exception as exc:
+            self._internal(req.id, exc, req.op)
             return
         finally:
             stream.close()  # no-op once it ran; releases it if sending 'start' failed

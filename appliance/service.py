@@ -28,6 +28,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -53,9 +54,18 @@ Emit = Callable[[Chunk], Awaitable[None]]
 _MARK_POLL_S = 0.005
 """How often ``speak`` checks the device's progress for SSML marks (well under a word)."""
 
+_FAULT_ENV = "TTSD_TEST_FRONTEND_FAULT"
+"""Test hook: text containing this variable's value makes the frontend raise RuntimeError,
+a stand-in for a bug, so the tests can see each door end such a request with ``internal``
+rather than silence.  Never set in production."""
+
 _FRONTEND_THREADS = 2
 """Text normalisation is a few ms of pure Python per request: two threads keep one long
 text from holding up everyone else's, without competing with the inference workers."""
+
+
+def _injected_fault(marker: str) -> list[Clause]:
+    raise RuntimeError(f"{_FAULT_ENV}: text contains {marker!r}")
 
 
 class Door(Protocol):
@@ -566,17 +576,13 @@ class Service:
         self, text: str, language: str, limits: FrontendLimits, text_format: str = "text"
     ) -> list[Clause]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._frontend_pool,
-            functools.partial(
-                prepare,
-                text,
-                language,
-                limits,
-                text_format=text_format,
-                lexicon=self.runtime.lexicon,
-            ),
+        work: Callable[[], list[Clause]] = functools.partial(
+            prepare, text, language, limits, text_format=text_format, lexicon=self.runtime.lexicon
         )
+        fault = os.environ.get(_FAULT_ENV)
+        if fault and fault in text:
+            work = functools.partial(_injected_fault, fault)
+        return await loop.run_in_executor(self._frontend_pool, work)
 
     async def phonemes(
         self, text: str, voice_name: str | None, text_format: str = "text"

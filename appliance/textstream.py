@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from dataclasses import dataclass
 from appliance.errors import ErrorCode, ServiceError
 from appliance.frontend import Clause, clean, is_sentence_end_at, split_sentences
 from appliance.streaming import ClauseQueue
+
+log = logging.getLogger(__name__)
 
 _CLAUSE_MARK = re.compile(r"[,;:](?=\s)|\s[-–—](?=\s)")
 _SENTENCE_TAIL = re.compile(r"[.!?]+[\"')\]]*$")
@@ -251,6 +254,10 @@ class TextFeed:
                 if exc.code == ErrorCode.EMPTY_TEXT:
                     continue  # punctuation or symbols alone: nothing to say, not an error
                 self._fail(exc)
+                return
+            except Exception as exc:  # a bug in the frontend: this request ends, not silently
+                log.exception("text stream: the frontend failed on a segment")
+                self._fail(ServiceError(ErrorCode.INTERNAL, type(exc).__name__))
                 return
             clauses = [shift_clause(c, offset) for c in clauses]
             self._clauses_out += len(clauses)

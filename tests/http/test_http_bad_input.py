@@ -182,3 +182,27 @@ def test_a_client_that_stops_reading_is_cut_off(http_daemon: HttpDaemon) -> None
             pass
     sock.close()
     assert http_daemon.daemon.alive()
+
+
+def test_a_request_that_raises_gets_the_json_500(daemon_factory: DaemonFactory) -> None:
+    """Issue 32, item 4: an exception the core did not turn into a ServiceError (here the
+    frontend raising, through the TTSD_TEST_FRONTEND_FAULT hook) was aiohttp's text page
+    and a traceback at ERROR for every request; now the JSON error, internal."""
+    d = start_http(daemon_factory, env={"TTSD_TEST_FRONTEND_FAULT": "FAULT-INJECTED"})
+
+    async def go() -> list[tuple[int, Any]]:
+        out = []
+        async with aiohttp.ClientSession() as s:
+            for text in ("Hello FAULT-INJECTED.", "Hello FAULT-INJECTED.", "Still served."):
+                body = {"input": text, "response_format": "pcm"}
+                async with s.post(d.v1 + "/audio/speech", json=body) as r:
+                    data = await r.read()
+                    out.append((r.status, json.loads(data) if r.status != 200 else len(data)))
+        return out
+
+    (s1, e1), (s2, _e2), (s3, n) = asyncio.run(go())
+    assert (s1, s2, s3) == (500, 500, 200)
+    assert e1["error"]["code"] == "internal" and e1["error"]["type"] == "server_error"
+    assert n > 10000
+    assert d.daemon.log().count("Traceback") == 1  # once, then one line per 10 s
+    d.daemon.stop()
