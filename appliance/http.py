@@ -11,11 +11,12 @@ HTTP server that streams responses; no HTTP parsing here).  Endpoints:
 - ``GET /metrics`` — the daemon's Prometheus registry (:mod:`appliance.metrics`).
 
 Limits as protocol v1's: a key is required off loopback (constant-time compare), the
-body is capped (413), the body must arrive within ``server.frame_timeout_s``, open
-connections are capped (``http.max_connections``: 503 beyond), and a client that stops
-reading is ended after ``server.client_too_slow_s`` beyond the audio it holds.  A bug on a
-request's path is a JSON 500 ``internal``.  A client that disconnects cancels its stream at
-once (aiohttp cancels the handler; the stream is cancelled, not abandoned).
+body is capped (413), the body must arrive within ``server.frame_timeout_s``, and a client
+that stops reading is ended after ``server.client_too_slow_s`` beyond the audio it holds.
+What a connection may hold before its request is known (counted from accept, head timeouts
+and size, descriptors kept for the Unix socket) is :mod:`appliance.httpguard`'s.  A bug on
+a request's path is a JSON 500 ``internal``.  A client that disconnects cancels its stream
+at once (aiohttp cancels the handler; the stream is cancelled, not abandoned).
 
 While the daemon drains (``close_listener``) the listener stays open so that load
 balancers read ``/healthz`` = 503 rather than a refused connection; new speech is
@@ -45,8 +46,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from appliance.audioformats import FORMATS, Encoder, SoundfileOut, make_encoder
 from appliance.config import HttpConfig
 from appliance.errors import ErrorCode, ServiceError
+from appliance.httpguard import Guard, GuardedHandler
 from appliance.logsetup import Throttle
-from appliance.server import bound_kernel_send_buffer, drop_connection
+from appliance.server import bound_kernel_send_buffer, drop_connection, quiet_accept_errors
 from appliance.service import Service, Stream
 from appliance.speech import Chunk, SpeechRequest
 
@@ -62,6 +64,9 @@ OPENAI_SPEED = (0.25, 4.0)
 TTSD_SPEED = (0.5, 2.0)
 STREAM_FORMATS = ("audio", "sse")
 MODEL_ID = "ttsd"
+
+_MAX_HEADERS = 32
+"""Header fields in one request (OpenAI's clients send about ten, proxies add a few)."""
 
 _THROTTLE = Throttle()
 
@@ -234,11 +239,11 @@ class HttpDoor:
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._guard_state: Guard | None = None
         self.port: int | None = None
 
     def _connections(self) -> int:
-        server = self._runner.server if self._runner is not None else None
-        return len(server.connections) if server is not None else 0
+        return len(self._guard_state.held) if self._guard_state is not None else 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -276,22 +281,38 @@ class HttpDoor:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.metrics)
         srv = self.service.runtime.config.server
+        handler_args: dict[str, Any] = {
+            "access_log": None,
+            "keepalive_timeout": srv.idle_timeout_s or 75.0,
+            "auto_decompress": False,  # no gzip bombs past the body cap
+            # aiohttp's own head limits, under http.max_header_bytes (which the guard
+            # applies to the whole head): they bound what it buffers of a pipelined head.
+            "max_line_size": min(8190, self.cfg.max_header_bytes),
+            "max_field_size": min(8190, self.cfg.max_header_bytes),
+            "max_headers": _MAX_HEADERS,
+        }
         self._runner = web.AppRunner(
             app,
             handle_signals=False,
-            access_log=None,
             shutdown_timeout=2.0,
             handler_cancellation=True,  # a disconnect cancels the handler: the stream stops
-            keepalive_timeout=srv.idle_timeout_s or 75.0,
-            auto_decompress=False,  # no gzip bombs past the body cap
+            **handler_args,
         )
         await self._runner.setup()
         server = self._runner.server
         assert server is not None
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         loop = asyncio.get_running_loop()
+        quiet_accept_errors(loop)
+        guard = self._guard_state = Guard(
+            lambda: self.cfg, lambda: self.service.runtime.config.server.reserved_fds
+        )
+
+        def handler() -> GuardedHandler:
+            return GuardedHandler(server, guard, loop=loop, **handler_args)
+
         self._server = await loop.create_server(
-            server, host, port, family=family, reuse_address=True, backlog=128
+            handler, host, port, family=family, reuse_address=True, backlog=128
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._pool = ThreadPoolExecutor(_ENCODE_THREADS, "http-encode")
@@ -322,13 +343,7 @@ class HttpDoor:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if self._connections() > self.cfg.max_connections:
-            self.service.record_error(ErrorCode.TOO_MANY_CONNECTIONS)
-            refused = error_response(
-                ServiceError(ErrorCode.TOO_MANY_CONNECTIONS, "connection limit reached")
-            )
-            refused.force_close()
-            return refused
+        # (The connection cap is applied at accept: appliance.httpguard.)
         if self.api_key is not None and request.path != "/healthz":
             auth = request.headers.get("Authorization", "")
             scheme, _, token = auth.partition(" ")
@@ -337,9 +352,13 @@ class HttpDoor:
             )
             if not ok:
                 self.service.record_error(ErrorCode.UNAUTHORIZED)
-                return error_response(
+                refused = error_response(
                     ServiceError(ErrorCode.UNAUTHORIZED, "missing or wrong API key")
                 )
+                refused.force_close()  # no second try on this connection
+                return refused
+        if isinstance(request.protocol, GuardedHandler) and request.path != "/healthz":
+            request.protocol.authenticated = True  # may wait as long as any keep-alive
         try:
             return await self._handle(request, handler)
         except (asyncio.CancelledError, ConnectionError):

@@ -30,11 +30,13 @@ import functools
 import logging
 import os
 import pwd
+import resource
 import select
 import socket
 import stat
 import struct
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,6 +235,93 @@ def drop_connection(transport: asyncio.WriteTransport) -> None:
     transport.abort()
 
 
+REFUSING_FDS = 32
+"""Refused TCP connections a door keeps open at once (each answered, then closed within a
+second): beyond, a newcomer is closed at once."""
+
+_OWN_FDS = 64
+"""The daemon's descriptors besides its connections: listeners, the event loop's, the log,
+sd_notify, the sound server, ONNX Runtime's, voice files while they load (15 when idle,
+measured; the rest is room)."""
+
+_ACCEPT_LOG = Throttle()
+_quiet_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def fds_needed(cfg: Config) -> int:
+    """File descriptors the configured limits can take at once: the daemon's own, each
+    door's connections (Wyoming is capped by ``server.max_connections`` as v1 is), the
+    HTTP door's refusals in progress, and the reserve the TCP doors leave free."""
+    s = cfg.server
+    need = _OWN_FDS + s.reserved_fds + s.max_connections
+    if cfg.wyoming.uri:
+        need += s.max_connections
+    if cfg.http.listen:
+        need += cfg.http.max_connections + REFUSING_FDS
+    return need
+
+
+def raise_fd_limit(cfg: Config) -> int:
+    """Raise the soft limit on open files to what the limits need (never past the hard
+    limit, which only root can raise: the unit's ``LimitNOFILE``); a warning says what
+    is missing.  Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = fds_needed(cfg)
+    if soft >= need:
+        return soft
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    if target > soft:
+        with contextlib.suppress(OSError, ValueError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft < need:
+        log.warning(
+            "open files: the connection limits need %d descriptors (see docs/service.md,"
+            ' "File descriptors"), the limit is %d: raise LimitNOFILE or lower'
+            " server.max_connections / http.max_connections; TCP doors keep %d free",
+            need,
+            soft,
+            cfg.server.reserved_fds,
+        )
+    return soft
+
+
+def fds_short(sock: socket.socket | None, reserve: int) -> bool:
+    """Whether keeping ``sock`` (just accepted) leaves fewer than ``reserve`` descriptors
+    free.  The kernel hands out the lowest free descriptor, so a new one this near the
+    limit means those below it are taken: O(1), no walk of /proc/self/fd."""
+    if sock is None or reserve <= 0:
+        return False
+    return sock.fileno() >= resource.getrlimit(resource.RLIMIT_NOFILE)[0] - reserve
+
+
+def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """Out of file descriptors, asyncio logs a traceback for every failed ``accept()``
+    (Python 3.11 retries once per waiting connection: thousands of tracebacks a second);
+    make that one line every 10 s.  Every other loop error goes where it went."""
+    if loop in _quiet_loops:
+        return
+    _quiet_loops.add(loop)
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") == "socket.accept() out of system resource":
+            _ACCEPT_LOG.log(
+                log,
+                logging.WARNING,
+                "accept",
+                "accept: %s: new connections wait (see LimitNOFILE in docs/service.md)",
+                context.get("exception"),
+            )
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
 async def bind_unix_socket(
     path: Path, mode: int, start: Callable[[str], Awaitable[asyncio.AbstractServer]]
 ) -> tuple[asyncio.AbstractServer, os.stat_result]:
@@ -343,6 +432,8 @@ class Server:
 
     async def start(self) -> None:
         cfg = self.config.server
+        quiet_accept_errors(asyncio.get_running_loop())
+        raise_fd_limit(self.config)
         if self._activated is not None:
             sock = self._activated
             sock.setblocking(False)

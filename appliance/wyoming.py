@@ -66,6 +66,7 @@ from appliance.server import (
     bind_unix_socket,
     bound_kernel_send_buffer,
     drop_connection,
+    fds_short,
     peer_of,
     privileged,
     remove_own_socket,
@@ -486,6 +487,9 @@ class WyomingDoor:
                 return ServiceError(ErrorCode.UNAUTHORIZED, reason)
             key: object = ("uid", peer.uid if peer is not None else -1)
             return key, privileged(peer)
+        if fds_short(sock, self.config.server.reserved_fds):
+            # Descriptors are kept for the Unix socket's reserved connections.
+            return ServiceError(ErrorCode.TOO_MANY_CONNECTIONS, "file descriptors are short")
         addr = writer.get_extra_info("peername")
         try:
             ip = ipaddress.ip_address(addr[0])

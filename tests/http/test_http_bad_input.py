@@ -126,22 +126,42 @@ def test_errors_are_counted_and_the_daemon_serves_on(http_daemon: HttpDaemon) ->
 
 
 def test_connections_over_the_cap_get_503(daemon_factory: DaemonFactory) -> None:
+    """Connections count from accept.  Idle ones (no request yet) give way to a newcomer;
+    when every slot is busy with a request, the newcomer gets 503 too_many_connections."""
     d = start_http(daemon_factory, {"max_connections": 2})
     host, port = d.base.removeprefix("http://").rsplit(":", 1)
 
-    async def go() -> tuple[int, str, int]:
+    async def status(s: aiohttp.ClientSession) -> tuple[int, str | None]:
+        async with s.get(d.v1 + "/models") as r:
+            body = await r.json()
+            return r.status, body.get("error", {}).get("code")
+
+    async def go() -> tuple[tuple[int, str | None], ...]:
         idle = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
         await asyncio.sleep(0.2)
         async with aiohttp.ClientSession() as s:
-            async with s.get(d.v1 + "/models") as r:
-                over = (r.status, (await r.json())["error"]["code"])
-        for _reader, writer in idle:
+            past_idle = await status(s)
+        busy = []
+        for _ in range(2):  # requests whose bodies are still coming hold their slots
+            _reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(
+                b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{"
+            )
+            busy.append(writer)
+        await asyncio.sleep(0.3)
+        async with aiohttp.ClientSession() as s:
+            over = await status(s)
+        for writer in busy + [w for _r, w in idle]:
             writer.close()
         await asyncio.sleep(0.5)
-        async with aiohttp.ClientSession() as s, s.get(d.v1 + "/models") as r:
-            return over[0], over[1], r.status
+        async with aiohttp.ClientSession() as s:
+            after = await status(s)
+        return past_idle, over, after
 
-    assert asyncio.run(go()) == (503, "too_many_connections", 200)
+    past_idle, over, after = asyncio.run(go())
+    assert past_idle == (200, None)
+    assert over == (503, "too_many_connections")
+    assert after == (200, None)
     d.daemon.stop()
 
 
