@@ -14,9 +14,10 @@ Limits as protocol v1's: a key is required off loopback (constant-time compare),
 body is capped (413), the body must arrive within ``server.frame_timeout_s``, and a client
 that stops reading is ended after ``server.client_too_slow_s`` beyond the audio it holds.
 What a connection may hold before its request is known (counted from accept, head timeouts
-and size, descriptors kept for the Unix socket) is :mod:`appliance.httpguard`'s.  A bug on
-a request's path is a JSON 500 ``internal``.  A client that disconnects cancels its stream
-at once (aiohttp cancels the handler; the stream is cancelled, not abandoned).
+and size, descriptors kept for the Unix socket) is :mod:`appliance.httpguard`'s.  Every
+refusal is OpenAI's JSON error; a bug on a request's path is a JSON 500 ``internal``.  A
+client that disconnects cancels its stream at once (aiohttp cancels the handler; the
+stream is cancelled, not abandoned).
 
 While the daemon drains (``close_listener``) the listener stays open so that load
 balancers read ``/healthz`` = 503 rather than a refused connection; new speech is
@@ -116,6 +117,10 @@ def error_response(exc: ServiceError, param: str | None = None) -> web.Response:
     return web.json_response({"error": body}, status=status, headers=headers)
 
 
+class _Closing(ServiceError):
+    """A refusal after which the connection is closed (its body was not read whole)."""
+
+
 class BadField(ServiceError):
     def __init__(self, param: str, message: str, code: str = ErrorCode.BAD_REQUEST) -> None:
         super().__init__(code, message)
@@ -158,15 +163,9 @@ class SpeechBody:
             raise BadField(
                 "response_format", f"'response_format' must be one of {', '.join(FORMATS)}"
             )
-        speed = d.get("speed", 1.0)
-        if (
-            isinstance(speed, bool)
-            or not isinstance(speed, int | float)
-            or not math.isfinite(speed)
-        ):
-            raise BadField("speed", "'speed' must be a number")
-        if not OPENAI_SPEED[0] <= speed <= OPENAI_SPEED[1]:
-            raise BadField("speed", "'speed' must be within 0.25–4.0")
+        speed = _number(d, "speed", 1.0)
+        if speed is None or not OPENAI_SPEED[0] <= speed <= OPENAI_SPEED[1]:
+            raise BadField("speed", "'speed' must be a number within 0.25–4.0")
         sfmt = d.get("stream_format", "audio")
         if sfmt not in STREAM_FORMATS:
             raise BadField("stream_format", "'stream_format' must be 'audio' or 'sse'")
@@ -175,15 +174,11 @@ class SpeechBody:
             raise BadField("model", "'model' must be a string")
         noise: dict[str, float | None] = {}
         for key in ("noise_scale", "noise_w"):
-            value = d.get(key)
-            if value is not None and (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not 0.0 <= value <= 2.0
-            ):
+            value = _number(d, key, None)
+            if value is not None and not 0.0 <= value <= 2.0:
                 raise BadField(key, f"'{key}' must be a number within 0.0–2.0")
-            noise[key] = float(value) if value is not None else None
-        return cls(text, voice, fmt, float(speed), sfmt, model, **noise)
+            noise[key] = value
+        return cls(text, voice, fmt, speed, sfmt, model, **noise)
 
     def applied_speed(self) -> float:
         """OpenAI allows 0.25–4.0; the voices stay intelligible within 0.5–2.0: clamped."""
@@ -200,6 +195,24 @@ class SpeechBody:
             "noise_scale": self.noise_scale,
             "noise_w": self.noise_w,
         }
+
+
+def _number(d: dict[str, Any], key: str, default: float | None) -> float | None:
+    """A JSON number as a finite float (``default`` when absent); BadField otherwise.
+    JSON integers have any number of digits: one past a float's range is refused, not an
+    OverflowError."""
+    value = d.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadField(key, f"'{key}' must be a number")
+    try:
+        f = float(value)
+    except OverflowError:
+        raise BadField(key, f"'{key}' is out of range") from None
+    if not math.isfinite(f):
+        raise BadField(key, f"'{key}' must be a finite number")
+    return f
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -345,12 +358,7 @@ class HttpDoor:
     async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
         # (The connection cap is applied at accept: appliance.httpguard.)
         if self.api_key is not None and request.path != "/healthz":
-            auth = request.headers.get("Authorization", "")
-            scheme, _, token = auth.partition(" ")
-            ok = scheme.lower() == "bearer" and hmac.compare_digest(
-                token.strip().encode(), self.api_key
-            )
-            if not ok:
+            if not self._key_ok(request):
                 self.service.record_error(ErrorCode.UNAUTHORIZED)
                 refused = error_response(
                     ServiceError(ErrorCode.UNAUTHORIZED, "missing or wrong API key")
@@ -380,6 +388,19 @@ class HttpDoor:
             r = error_response(ServiceError(ErrorCode.INTERNAL, "internal error"))
             r.force_close()
             return r
+
+    def _key_ok(self, request: web.Request) -> bool:
+        """Constant-time comparison of the bearer token with the key.  Header bytes that
+        are not UTF-8 (or Latin-1 ones) arrive as surrogates: compared as the bytes they
+        were, so they are just a wrong key (401), not an encoding error."""
+        assert self.api_key is not None
+        auth = request.headers.get("Authorization", "")
+        scheme, _, token = auth.partition(" ")
+        try:
+            raw = token.strip().encode("utf-8", "surrogateescape")
+        except UnicodeError:
+            return False
+        return hmac.compare_digest(raw, self.api_key) and scheme.lower() == "bearer"
 
     async def _handle(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
@@ -472,7 +493,10 @@ class HttpDoor:
             return error_response(exc, exc.param or None)
         except ServiceError as exc:
             self.service.record_error(exc.code)
-            return error_response(exc)
+            resp = error_response(exc)
+            if isinstance(exc, _Closing):
+                resp.force_close()
+            return resp
         try:
             stream = await self.service.open_stream(
                 req, frontend=FRONTEND, label={"peer": request.remote}
@@ -489,22 +513,29 @@ class HttpDoor:
 
     async def _read_body(self, request: web.Request) -> SpeechBody:
         limit = self.cfg.max_body_bytes
+        # A refusal before the whole body was read closes the connection after the answer
+        # (no keep-alive: the rest of the body would be read as the next request's head).
         if request.content_length is not None and request.content_length > limit:
-            raise ServiceError(ErrorCode.FRAME_TOO_LARGE, f"the body may be at most {limit} bytes")
+            raise _Closing(ErrorCode.FRAME_TOO_LARGE, f"the body may be at most {limit} bytes")
         timeout = self.service.runtime.config.server.frame_timeout_s
         try:
             async with asyncio.timeout(timeout):
                 raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            raise ServiceError(
+            raise _Closing(
                 ErrorCode.FRAME_TOO_LARGE, f"the body may be at most {limit} bytes"
             ) from None
         except TimeoutError:
-            raise ServiceError(
+            if isinstance(request.protocol, GuardedHandler):
+                # Closed with the answer: aiohttp would read 10 s more for the body first.
+                request.protocol.no_linger()
+            raise _Closing(
                 ErrorCode.BAD_REQUEST, f"the body did not arrive within {timeout:g} s"
             ) from None
         try:
             data = json.loads(raw)
+        except RecursionError:
+            raise BadField("", "the body is nested too deeply") from None
         except (ValueError, UnicodeDecodeError):
             raise BadField("", "the body is not valid JSON") from None
         return SpeechBody.from_dict(data)

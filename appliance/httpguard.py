@@ -18,6 +18,8 @@ be held for long or cost much:
 - **Capped.**  The request line and headers together may have ``http.max_header_bytes``
   (16 KiB): beyond, 431 and closed.  aiohttp's own per-line and header-count limits
   stay below that.
+- **Quiet.**  A malformed request is answered with the OpenAI-style JSON error and logged
+  in one line, at most one per kind every 10 s (:class:`appliance.logsetup.Throttle`).
 
 A refused connection is answered, its writing side shut, and whatever it still sends is
 read and dropped for up to a second (closing with its request unread would reset the
@@ -206,6 +208,40 @@ class GuardedHandler(web.RequestHandler):
             else:
                 self._body_left = request.content
         return result
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """aiohttp's answer to a request it could not parse (or a handler's bug): the
+        documented JSON error, one log line (not a traceback at ERROR)."""
+        code = ErrorCode.INTERNAL if status >= 500 else ErrorCode.BAD_REQUEST
+        text = (message or (str(exc) if exc else "") or "malformed request").splitlines()[0]
+        _THROTTLE.log(
+            log,
+            logging.ERROR if status >= 500 else logging.INFO,
+            f"malformed:{status}",
+            "http: %d from %s: %s",
+            status,
+            request.remote,
+            text[:200],
+            exc_info=exc if status >= 500 else None,
+        )
+        # A parser's message says what was wrong with the request; a bug's stays in the log.
+        shown = "internal error" if status >= 500 else text[:200]
+        resp = web.Response(
+            status=status, body=error_body(status, code, shown), content_type="application/json"
+        )
+        resp.force_close()
+        return resp
+
+    def no_linger(self) -> None:
+        """Close right after this response, without reading what is left of the body
+        first (aiohttp would wait up to 10 s more for a body that never came)."""
+        self._lingering_time = 0.0
 
     # -- the request head
 

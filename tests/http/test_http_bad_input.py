@@ -38,6 +38,36 @@ CASES: list[tuple[str, Any, int, str, str | None]] = [
     ("stream format", {"input": "Hi.", "stream_format": "ws"}, 400, "bad_request", "stream_format"),
     ("model not a string", {"input": "Hi.", "model": 1}, 400, "bad_request", "model"),
     ("noise out of range", {"input": "Hi.", "noise_scale": 3}, 400, "bad_request", "noise_scale"),
+    # Issue 32, item 6: these were 500 (aiohttp's text page, and a traceback at ERROR).
+    ("nested 50 000 deep", b"[" * 50000 + b"]" * 50000, 400, "bad_request", None),
+    (
+        "input nested 50 000 deep",
+        b'{"input": ' + b"[" * 50000 + b"]" * 50000 + b"}",
+        400,
+        "bad_request",
+        None,
+    ),
+    (
+        "speed of 401 digits",
+        b'{"input": "Hi.", "speed": 1' + b"0" * 400 + b"}",
+        400,
+        "bad_request",
+        "speed",
+    ),
+    (
+        "noise of 401 digits",
+        b'{"input": "Hi.", "noise_w": -1' + b"0" * 400 + b"}",
+        400,
+        "bad_request",
+        "noise_w",
+    ),
+    (
+        "speed of 5000 digits",
+        b'{"input": "Hi.", "speed": 1' + b"0" * 5000 + b"}",
+        400,
+        "bad_request",
+        None,
+    ),
 ]
 
 
@@ -85,9 +115,11 @@ def test_wrong_method_and_path(http_daemon: HttpDaemon) -> None:
 
 
 def test_a_body_that_never_arrives_times_out(http_daemon: HttpDaemon) -> None:
-    """Slowloris on the body: ``server.frame_timeout_s`` (10 s default), then 400."""
+    """Slowloris on the body: ``server.frame_timeout_s`` (10 s default), then 400 and the
+    connection closed at once (issue 32, item 6: it was closed only 20.8 s in, after
+    aiohttp had lingered 10 s more reading the body that never came)."""
 
-    async def go() -> tuple[bytes, float]:
+    async def go() -> tuple[bytes, float, float]:
         host, port = http_daemon.base.removeprefix("http://").rsplit(":", 1)
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(
@@ -96,13 +128,47 @@ def test_a_body_that_never_arrives_times_out(http_daemon: HttpDaemon) -> None:
         )
         t0 = time.monotonic()
         data = await asyncio.wait_for(reader.read(65536), 30)
+        answered = time.monotonic() - t0
+        while piece := await asyncio.wait_for(reader.read(65536), 30):
+            data += piece
         writer.close()
-        return data, time.monotonic() - t0
+        return data, answered, time.monotonic() - t0
 
-    data, waited = asyncio.run(go())
+    data, answered, closed = asyncio.run(go())
     assert data.startswith(b"HTTP/1.1 400"), data[:100]
     assert b"did not arrive" in data
-    assert 5 < waited < 25
+    assert 9 < answered < 13, answered
+    assert closed < 13, closed
+
+
+def test_malformed_requests_log_one_line_and_get_json(http_daemon: HttpDaemon) -> None:
+    """Issue 32, item 6: each malformed request logged an 11-line traceback at ERROR."""
+    host, port = http_daemon.base.removeprefix("http://").rsplit(":", 1)
+    before = http_daemon.daemon.log()
+
+    async def one(raw: bytes) -> bytes:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(raw)
+        data = await asyncio.wait_for(reader.read(65536), 10)
+        writer.close()
+        return data
+
+    async def go() -> list[bytes]:
+        bad = [
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n",
+        ]
+        return [await one(raw) for raw in bad * 10]
+
+    for data in asyncio.run(go()):
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.split(b" ")[1].startswith(b"4"), data[:200]  # (HTTP/1.0 when unparsed)
+        assert json.loads(body)["error"]["code"] in ("bad_request", "frame_too_large"), body
+    time.sleep(0.2)
+    new = http_daemon.daemon.log()[len(before) :]
+    assert "Traceback" not in new and "ERROR" not in new, new[-3000:]
+    assert len([line for line in new.splitlines() if "appliance.http" in line]) <= 6, new
 
 
 def test_errors_are_counted_and_the_daemon_serves_on(http_daemon: HttpDaemon) -> None:
