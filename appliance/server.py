@@ -17,6 +17,8 @@ reads, and is closed after ``client_too_slow_s``.  A half-closed client (EOF on 
 sends no more requests but still gets every answer.  Messages may come back to back in any
 batching: each is capped (:class:`~appliance.protocol.FrameReader`), not a read.
 
+A client that goes away (closed, dropped, too slow) has its ``synthesize`` requests cancelled;
+its ``speak`` requests play on (speech outlives its client; ``cancel`` and ``stop`` end it).
 Any exception on a request's path ends that request with its one ``error`` (``internal``).
 """
 
@@ -390,6 +392,8 @@ class RequestState:
     text_stream: bool = False
     early_text: list[AppendRequest | FinishRequest] | None = None
     """Appends and finish that arrived while the stream was still being opened."""
+    detached: bool = False
+    """A ``speak`` playing on after its client has gone (see ``Connection._client_gone``)."""
 
     def cancel(self, reason: str) -> None:
         if self.cancel_reason is None:
@@ -413,6 +417,8 @@ class Server:
         self._socket_id: tuple[int, int] | None = None
         self.connections: set[Connection] = set()
         self._conn_tasks: set[asyncio.Task[None]] = set()
+        self.detached: dict[Hashable, set[asyncio.Task[None]]] = {}
+        """``speak`` requests whose client has gone, by user: they play on (bounded)."""
         self.slots = ClientSlots()
         self._stop = asyncio.Event()
         self.stopping = False
@@ -480,6 +486,23 @@ class Server:
 
     privileged = staticmethod(privileged)
 
+    def detach(self, key: Hashable, task: asyncio.Task[None]) -> bool:
+        """Let a ``speak`` request play on after its client has gone; False when this user
+        already has ``max_inflight_per_connection`` such requests (it is then cancelled, so
+        connecting, queueing and leaving in a loop cannot pile up speech without bound)."""
+        held = self.detached.setdefault(key, set())
+        if len(held) >= self.config.server.max_inflight_per_connection:
+            return False
+        held.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            held.discard(t)
+            if not held and self.detached.get(key) is held:
+                del self.detached[key]
+
+        task.add_done_callback(done)
+        return True
+
     # ------------------------------------------------------------ shutdown
 
     def close_listener(self) -> None:
@@ -495,8 +518,9 @@ class Server:
         await self.service.shutdown(self.config.server.shutdown_timeout_s)
         for c in list(self.connections):
             c.close()
-        if self._conn_tasks:
-            await asyncio.wait(list(self._conn_tasks), timeout=2.0)
+        waiting = [*self._conn_tasks, *(t for ts in self.detached.values() for t in ts)]
+        if waiting:
+            await asyncio.wait(waiting, timeout=2.0)
         self.remove_socket()
         log.info("shutdown complete")
 
@@ -572,12 +596,44 @@ class Connection:
         finally:
             srv.connections.discard(self)
             srv.slots.give_back(uid)
-            for r in list(self.requests.values()):
-                r.cancel("disconnect")
-            tasks = [r.task for r in self.requests.values() if r.task is not None]
+            self._client_gone()
+            tasks = [
+                r.task for r in self.requests.values() if r.task is not None and not r.detached
+            ]
             if tasks:
                 await asyncio.wait(tasks, timeout=5.0)
             self.close()
+
+    def _client_gone(self) -> None:
+        """The client closed, was dropped or stopped reading.  What it asked to be spoken
+        on the device plays on (a text stream of it ends with the text it has, as on a
+        half-close); ``cancel`` and ``stop`` are how a client silences it.  Everything
+        else (audio streamed back to it) has no one to go to: cancelled now."""
+        for r in list(self.requests.values()):
+            if r.detached:
+                continue
+            if r.op == "speak" and r.task is not None and not r.task.done():
+                if self.server.detach(self.client_key, r.task):
+                    r.detached = True
+                    self._end_text(r)
+                    continue
+                log.info(
+                    "connection %d: speak %d cancelled: its user already has %d requests"
+                    " speaking after their clients left",
+                    self.number,
+                    r.id,
+                    self.cfg.server.max_inflight_per_connection,
+                )
+            r.cancel("disconnect")
+
+    @staticmethod
+    def _end_text(r: RequestState) -> None:
+        """No more text comes for ``r``: a text stream ends with what it has."""
+        if r.stream is not None and r.stream.takes_text:
+            with contextlib.suppress(ServiceError):
+                r.stream.finish()
+        elif r.text_stream and r.stream is None:
+            r.early_text = [*(r.early_text or ()), FinishRequest(r.id)]
 
     async def _refuse(self, code: str, message: str) -> None:
         """Send the error, shut down writing, let the client read it, then close: closing
@@ -597,11 +653,7 @@ class Connection:
         every answer still goes out, then the connection closes.  A client that closed
         both directions is a disconnect: its work stops at once."""
         for r in list(self.requests.values()):
-            if r.stream is not None and r.stream.takes_text:
-                with contextlib.suppress(ServiceError):
-                    r.stream.finish()
-            elif r.text_stream and r.stream is None:
-                r.early_text = [*(r.early_text or ()), FinishRequest(r.id)]
+            self._end_text(r)
         while self.requests and not self._closed:
             tasks = [r.task for r in self.requests.values() if r.task is not None]
             await asyncio.wait(tasks, timeout=0.1)
@@ -696,8 +748,7 @@ class Connection:
             log.warning(
                 "connection %d: client_too_slow (output full, not reading): closing", self.number
             )
-            for r in list(self.requests.values()):
-                r.cancel("disconnect")
+            self._client_gone()
             self._abort = True  # what it did not read is dropped, not flushed for ever
             return False
         except (ConnectionError, OSError):
@@ -1011,7 +1062,10 @@ class Connection:
 
     async def _speak(self, req: SynthesizeRequest, stream: Stream) -> Any:
         async def queued(position: int) -> None:
-            await self.send(SimpleEvent(req.id, "queued", {"position": position}).to_dict())
+            # Speech outlives its client: a client gone, or not reading, is no reason to
+            # stop it (_client_gone decides what happens to it).
+            with contextlib.suppress(ClientTooSlow, ConnectionError, OSError):
+                await self.send(SimpleEvent(req.id, "queued", {"position": position}).to_dict())
 
         def started(latency_ms: float) -> None:
             self._write(
