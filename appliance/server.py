@@ -764,6 +764,8 @@ class Connection:
             state = self.requests.get(rid) if rid is not None else None
             if state is not None and state.task is not None:
                 rid = None  # a live request by this id goes on: not its terminal event
+            elif state is not None:
+                del self.requests[state.id]  # registered, never started: it ends here
             self._internal(rid, exc, "dispatch")
 
     def _internal(self, rid: int | None, exc: BaseException, where: str) -> None:
