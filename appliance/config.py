@@ -62,6 +62,12 @@ class ServerConfig:
     """A message begun but not finished within this long: ``bad_request``, closed."""
     max_streams: int = field(default=256, metadata=_rng(1, 100_000))
     """Daemon-wide cap on synthesis requests in flight, whatever front end they came from."""
+    reserved_fds: int = field(default=256, metadata=_rng(0, 100_000))
+    """File descriptors the TCP doors (HTTP, Wyoming) leave free: a TCP connection that
+    would leave fewer is not kept, so the Unix socket's reserved connections and the
+    daemon's own files still get one however many TCP connections arrive.  More than a
+    listener accepts in one go (asyncio takes up to its backlog, 128, before the door
+    sees the first) plus the HTTP door's refusals in flight (32)."""
 
 
 @dataclass(frozen=True)
@@ -247,7 +253,16 @@ class HttpConfig:
     voice_map: dict[str, str] = field(default_factory=dict)
     """OpenAI voice name (``alloy`` …) → ttsd voice; unlisted OpenAI names get the default."""
     max_connections: int = field(default=64, metadata=_rng(1, 100_000))
+    """Connections at once, each counted from accept (the oldest one still waiting for a
+    request gives way to a newcomer when the door is full)."""
     max_body_bytes: int = field(default=1024 * 1024, metadata=_rng(1024, 1024 * 1024))
+    max_header_bytes: int = field(default=16384, metadata=_rng(1024, 1024 * 1024))
+    """The request line and headers together; beyond: 431, closed."""
+    header_timeout_s: float = field(default=5.0, metadata=_rng(0.1, 3600))
+    """A request head must begin within this (on a new connection, or between requests on
+    one that has not passed the key check) and never pause longer."""
+    head_timeout_s: float = field(default=10.0, metadata=_rng(0.1, 3600))
+    """The whole request head within this of its first byte (slowloris): 408, closed."""
 
 
 @dataclass(frozen=True)
@@ -325,6 +340,7 @@ LIVE_KEYS: frozenset[str] = frozenset(
         "server.reserved_connections",
         "server.idle_timeout_s",
         "server.frame_timeout_s",
+        "server.reserved_fds",
         "streaming.text_first_chars",
         "streaming.text_max_chars",
         "streaming.text_idle_ms",

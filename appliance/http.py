@@ -11,11 +11,13 @@ HTTP server that streams responses; no HTTP parsing here).  Endpoints:
 - ``GET /metrics`` — the daemon's Prometheus registry (:mod:`appliance.metrics`).
 
 Limits as protocol v1's: a key is required off loopback (constant-time compare), the
-body is capped (413), the body must arrive within ``server.frame_timeout_s``, open
-connections are capped (``http.max_connections``: 503 beyond), and a client that stops
-reading is ended after ``server.client_too_slow_s`` beyond the audio it holds.  A client
-that disconnects cancels its stream at once (aiohttp cancels the handler; the stream is
-cancelled, not abandoned).
+body is capped (413), the body must arrive within ``server.frame_timeout_s``, and a client
+that stops reading is ended after ``server.client_too_slow_s`` beyond the audio it holds.
+What a connection may hold before its request is known (counted from accept, head timeouts
+and size, descriptors kept for the Unix socket) is :mod:`appliance.httpguard`'s.  Every
+refusal is OpenAI's JSON error; a bug on a request's path is a JSON 500 ``internal``.  A
+client that disconnects cancels its stream at once (aiohttp cancels the handler; the
+stream is cancelled, not abandoned).
 
 While the daemon drains (``close_listener``) the listener stays open so that load
 balancers read ``/healthz`` = 503 rather than a refused connection; new speech is
@@ -45,7 +47,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from appliance.audioformats import FORMATS, Encoder, SoundfileOut, make_encoder
 from appliance.config import HttpConfig
 from appliance.errors import ErrorCode, ServiceError
-from appliance.server import bound_kernel_send_buffer, drop_connection
+from appliance.httpguard import Guard, GuardedHandler
+from appliance.logsetup import Throttle
+from appliance.server import bound_kernel_send_buffer, drop_connection, quiet_accept_errors
 from appliance.service import Service, Stream
 from appliance.speech import Chunk, SpeechRequest
 
@@ -61,6 +65,11 @@ OPENAI_SPEED = (0.25, 4.0)
 TTSD_SPEED = (0.5, 2.0)
 STREAM_FORMATS = ("audio", "sse")
 MODEL_ID = "ttsd"
+
+_MAX_HEADERS = 32
+"""Header fields in one request (OpenAI's clients send about ten, proxies add a few)."""
+
+_THROTTLE = Throttle()
 
 _ENCODE_THREADS = 2
 """MP3 and Opus cost a few ms per chunk: off the event loop, beside the inference workers."""
@@ -108,6 +117,10 @@ def error_response(exc: ServiceError, param: str | None = None) -> web.Response:
     return web.json_response({"error": body}, status=status, headers=headers)
 
 
+class _Closing(ServiceError):
+    """A refusal after which the connection is closed (its body was not read whole)."""
+
+
 class BadField(ServiceError):
     def __init__(self, param: str, message: str, code: str = ErrorCode.BAD_REQUEST) -> None:
         super().__init__(code, message)
@@ -150,15 +163,9 @@ class SpeechBody:
             raise BadField(
                 "response_format", f"'response_format' must be one of {', '.join(FORMATS)}"
             )
-        speed = d.get("speed", 1.0)
-        if (
-            isinstance(speed, bool)
-            or not isinstance(speed, int | float)
-            or not math.isfinite(speed)
-        ):
-            raise BadField("speed", "'speed' must be a number")
-        if not OPENAI_SPEED[0] <= speed <= OPENAI_SPEED[1]:
-            raise BadField("speed", "'speed' must be within 0.25–4.0")
+        speed = _number(d, "speed", 1.0)
+        if speed is None or not OPENAI_SPEED[0] <= speed <= OPENAI_SPEED[1]:
+            raise BadField("speed", "'speed' must be a number within 0.25–4.0")
         sfmt = d.get("stream_format", "audio")
         if sfmt not in STREAM_FORMATS:
             raise BadField("stream_format", "'stream_format' must be 'audio' or 'sse'")
@@ -167,15 +174,11 @@ class SpeechBody:
             raise BadField("model", "'model' must be a string")
         noise: dict[str, float | None] = {}
         for key in ("noise_scale", "noise_w"):
-            value = d.get(key)
-            if value is not None and (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not 0.0 <= value <= 2.0
-            ):
+            value = _number(d, key, None)
+            if value is not None and not 0.0 <= value <= 2.0:
                 raise BadField(key, f"'{key}' must be a number within 0.0–2.0")
-            noise[key] = float(value) if value is not None else None
-        return cls(text, voice, fmt, float(speed), sfmt, model, **noise)
+            noise[key] = value
+        return cls(text, voice, fmt, speed, sfmt, model, **noise)
 
     def applied_speed(self) -> float:
         """OpenAI allows 0.25–4.0; the voices stay intelligible within 0.5–2.0: clamped."""
@@ -192,6 +195,24 @@ class SpeechBody:
             "noise_scale": self.noise_scale,
             "noise_w": self.noise_w,
         }
+
+
+def _number(d: dict[str, Any], key: str, default: float | None) -> float | None:
+    """A JSON number as a finite float (``default`` when absent); BadField otherwise.
+    JSON integers have any number of digits: one past a float's range is refused, not an
+    OverflowError."""
+    value = d.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadField(key, f"'{key}' must be a number")
+    try:
+        f = float(value)
+    except OverflowError:
+        raise BadField(key, f"'{key}' is out of range") from None
+    if not math.isfinite(f):
+        raise BadField(key, f"'{key}' must be a finite number")
+    return f
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -231,11 +252,11 @@ class HttpDoor:
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._guard_state: Guard | None = None
         self.port: int | None = None
 
     def _connections(self) -> int:
-        server = self._runner.server if self._runner is not None else None
-        return len(server.connections) if server is not None else 0
+        return len(self._guard_state.held) if self._guard_state is not None else 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -273,22 +294,38 @@ class HttpDoor:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.metrics)
         srv = self.service.runtime.config.server
+        handler_args: dict[str, Any] = {
+            "access_log": None,
+            "keepalive_timeout": srv.idle_timeout_s or 75.0,
+            "auto_decompress": False,  # no gzip bombs past the body cap
+            # aiohttp's own head limits, under http.max_header_bytes (which the guard
+            # applies to the whole head): they bound what it buffers of a pipelined head.
+            "max_line_size": min(8190, self.cfg.max_header_bytes),
+            "max_field_size": min(8190, self.cfg.max_header_bytes),
+            "max_headers": _MAX_HEADERS,
+        }
         self._runner = web.AppRunner(
             app,
             handle_signals=False,
-            access_log=None,
             shutdown_timeout=2.0,
             handler_cancellation=True,  # a disconnect cancels the handler: the stream stops
-            keepalive_timeout=srv.idle_timeout_s or 75.0,
-            auto_decompress=False,  # no gzip bombs past the body cap
+            **handler_args,
         )
         await self._runner.setup()
         server = self._runner.server
         assert server is not None
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         loop = asyncio.get_running_loop()
+        quiet_accept_errors(loop)
+        guard = self._guard_state = Guard(
+            lambda: self.cfg, lambda: self.service.runtime.config.server.reserved_fds
+        )
+
+        def handler() -> GuardedHandler:
+            return GuardedHandler(server, guard, loop=loop, **handler_args)
+
         self._server = await loop.create_server(
-            server, host, port, family=family, reuse_address=True, backlog=128
+            handler, host, port, family=family, reuse_address=True, backlog=128
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._pool = ThreadPoolExecutor(_ENCODE_THREADS, "http-encode")
@@ -319,24 +356,53 @@ class HttpDoor:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if self._connections() > self.cfg.max_connections:
-            self.service.record_error(ErrorCode.TOO_MANY_CONNECTIONS)
-            refused = error_response(
-                ServiceError(ErrorCode.TOO_MANY_CONNECTIONS, "connection limit reached")
-            )
-            refused.force_close()
-            return refused
+        # (The connection cap is applied at accept: appliance.httpguard.)
         if self.api_key is not None and request.path != "/healthz":
-            auth = request.headers.get("Authorization", "")
-            scheme, _, token = auth.partition(" ")
-            ok = scheme.lower() == "bearer" and hmac.compare_digest(
-                token.strip().encode(), self.api_key
-            )
-            if not ok:
+            if not self._key_ok(request):
                 self.service.record_error(ErrorCode.UNAUTHORIZED)
-                return error_response(
+                refused = error_response(
                     ServiceError(ErrorCode.UNAUTHORIZED, "missing or wrong API key")
                 )
+                refused.force_close()  # no second try on this connection
+                return refused
+        if isinstance(request.protocol, GuardedHandler) and request.path != "/healthz":
+            request.protocol.authenticated = True  # may wait as long as any keep-alive
+        try:
+            return await self._handle(request, handler)
+        except (asyncio.CancelledError, ConnectionError):
+            raise  # the client went away: aiohttp knows what to do
+        except Exception as exc:
+            # A bug on this request's path: the documented JSON error, never aiohttp's
+            # text page; the traceback once, then one line per 10 s.
+            _THROTTLE.log(
+                log,
+                logging.ERROR,
+                "internal",
+                "http: %s %s failed (%s): 500 internal",
+                request.method,
+                request.path[:64],
+                type(exc).__name__,
+                exc_info=exc,
+            )
+            self.service.record_error(ErrorCode.INTERNAL)
+            r = error_response(ServiceError(ErrorCode.INTERNAL, "internal error"))
+            r.force_close()
+            return r
+
+    def _key_ok(self, request: web.Request) -> bool:
+        """Constant-time comparison of the bearer token with the key.  Header bytes that
+        are not UTF-8 (or Latin-1 ones) arrive as surrogates: compared as the bytes they
+        were, so they are just a wrong key (401), not an encoding error."""
+        assert self.api_key is not None
+        auth = request.headers.get("Authorization", "")
+        scheme, _, token = auth.partition(" ")
+        try:
+            raw = token.strip().encode("utf-8", "surrogateescape")
+        except UnicodeError:
+            return False
+        return hmac.compare_digest(raw, self.api_key) and scheme.lower() == "bearer"
+
+    async def _handle(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
             resp: web.StreamResponse = await handler(request)
         except web.HTTPNotFound:
@@ -347,6 +413,11 @@ class HttpDoor:
             r = error_response(ServiceError(ErrorCode.BAD_REQUEST, f"method {request.method}"))
             r.set_status(405)
             r.headers["Allow"] = ",".join(exc.allowed_methods)
+            return r
+        except web.HTTPException as exc:  # any other refusal aiohttp raises, as JSON
+            code = ErrorCode.INTERNAL if exc.status >= 500 else ErrorCode.BAD_REQUEST
+            r = error_response(ServiceError(code, exc.reason))
+            r.set_status(exc.status)
             return r
         return resp
 
@@ -422,7 +493,10 @@ class HttpDoor:
             return error_response(exc, exc.param or None)
         except ServiceError as exc:
             self.service.record_error(exc.code)
-            return error_response(exc)
+            resp = error_response(exc)
+            if isinstance(exc, _Closing):
+                resp.force_close()
+            return resp
         try:
             stream = await self.service.open_stream(
                 req, frontend=FRONTEND, label={"peer": request.remote}
@@ -439,22 +513,29 @@ class HttpDoor:
 
     async def _read_body(self, request: web.Request) -> SpeechBody:
         limit = self.cfg.max_body_bytes
+        # A refusal before the whole body was read closes the connection after the answer
+        # (no keep-alive: the rest of the body would be read as the next request's head).
         if request.content_length is not None and request.content_length > limit:
-            raise ServiceError(ErrorCode.FRAME_TOO_LARGE, f"the body may be at most {limit} bytes")
+            raise _Closing(ErrorCode.FRAME_TOO_LARGE, f"the body may be at most {limit} bytes")
         timeout = self.service.runtime.config.server.frame_timeout_s
         try:
             async with asyncio.timeout(timeout):
                 raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            raise ServiceError(
+            raise _Closing(
                 ErrorCode.FRAME_TOO_LARGE, f"the body may be at most {limit} bytes"
             ) from None
         except TimeoutError:
-            raise ServiceError(
+            if isinstance(request.protocol, GuardedHandler):
+                # Closed with the answer: aiohttp would read 10 s more for the body first.
+                request.protocol.no_linger()
+            raise _Closing(
                 ErrorCode.BAD_REQUEST, f"the body did not arrive within {timeout:g} s"
             ) from None
         try:
             data = json.loads(raw)
+        except RecursionError:
+            raise BadField("", "the body is nested too deeply") from None
         except (ValueError, UnicodeDecodeError):
             raise BadField("", "the body is not valid JSON") from None
         return SpeechBody.from_dict(data)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import TextIO
 
@@ -97,3 +98,41 @@ def configure_logging(
 def set_level(level: str) -> None:
     """Change the level live (SIGHUP reload of ``logging.level``)."""
     logging.getLogger().setLevel(_level(level))
+
+
+class Throttle:
+    """At most one log line per kind of event every ``interval_s``, so that a client that
+    sends bad requests as fast as it can fills neither the journal nor a CPU with log
+    lines; the next line says how many were held back.
+
+    A bug's traceback is logged the first time only (``exc_info`` then), one line after."""
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        self.interval_s = interval_s
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+        self._seen: set[str] = set()
+
+    def log(
+        self,
+        logger: logging.Logger,
+        level: int,
+        kind: str,
+        msg: str,
+        *args: object,
+        exc_info: BaseException | None = None,
+    ) -> None:
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last < self.interval_s:
+            self._held[kind] = self._held.get(kind, 0) + 1
+            return
+        self._last[kind] = now
+        held = self._held.pop(kind, 0)
+        if held:
+            msg += f" (and {held} more in {now - last:.0f} s)" if last is not None else ""
+        first = kind not in self._seen
+        self._seen.add(kind)
+        if len(self._last) > 256:  # kinds are few; never let them grow without bound
+            self._last, self._seen = {kind: now}, {kind}
+        logger.log(level, msg, *args, exc_info=exc_info if first else None)

@@ -512,3 +512,59 @@ def make_unpacker(max_message_bytes: int) -> msgpack.Unpacker:
         use_list=True,
         object_pairs_hook=_map,
     )
+
+
+class FrameReader:
+    """Messages out of a byte stream, each at most ``max_message_bytes``, however many
+    arrive in one read.
+
+    The decoder's buffer holds twice the cap: what is left of a message begun in an
+    earlier read (never more than the cap, or it is refused) plus one read of at most
+    :attr:`read_size` bytes, so messages sent back to back never overflow it however
+    they are batched, and the memory one connection holds stays bounded.  Each message's
+    own size is checked from the decoder's offsets (``tell``)."""
+
+    def __init__(self, max_message_bytes: int) -> None:
+        self.limit = max_message_bytes
+        self._unpacker = make_unpacker(2 * max_message_bytes)
+        self._fed = 0
+
+    @property
+    def read_size(self) -> int:
+        """The most one :meth:`feed` may add."""
+        return self.limit
+
+    @property
+    def partial(self) -> bool:
+        """Bytes of a message have arrived but not the whole message."""
+        consumed: int = self._unpacker.tell()
+        return self._fed > consumed
+
+    def feed(self, data: bytes) -> None:
+        if len(data) > self.limit:
+            raise ValueError(f"feed at most {self.limit} bytes at a time")
+        self._unpacker.feed(data)
+        self._fed += len(data)
+
+    def next_message(self) -> tuple[bool, Any]:
+        """``(True, message)``, or ``(False, None)`` when no whole message is buffered.
+
+        Raises ServiceError ``frame_too_large`` for a message over the cap (whole or
+        still arriving), and msgpack's own errors for bytes that are not msgpack."""
+        start = self._unpacker.tell()
+        try:
+            msg = next(self._unpacker)
+        except StopIteration:
+            if self._fed - self._unpacker.tell() > self.limit:
+                raise self._too_large() from None
+            return False, None
+        except msgpack.BufferFull:  # a declared length past the buffer: over the cap
+            raise self._too_large() from None
+        if self._unpacker.tell() - start > self.limit:
+            raise self._too_large()
+        return True, msg
+
+    def _too_large(self) -> ServiceError:
+        return ServiceError(
+            ErrorCode.FRAME_TOO_LARGE, f"a message may be at most {self.limit} bytes"
+        )

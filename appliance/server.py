@@ -14,7 +14,12 @@ be decoded as msgpack close it.  What a request *does* lives in the service core
 Bounds: the output of a connection is held under ``max_output_buffer_bytes`` on every
 path (error replies included): past it the connection is not read until the client
 reads, and is closed after ``client_too_slow_s``.  A half-closed client (EOF on read)
-sends no more requests but still gets every answer.
+sends no more requests but still gets every answer.  Messages may come back to back in any
+batching: each is capped (:class:`~appliance.protocol.FrameReader`), not a read.
+
+A client that goes away (closed, dropped, too slow) has its ``synthesize`` requests cancelled;
+its ``speak`` requests play on (speech outlives its client; ``cancel`` and ``stop`` end it).
+Any exception on a request's path ends that request with its one ``error`` (``internal``).
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ import functools
 import logging
 import os
 import pwd
+import resource
 import select
 import socket
 import stat
 import struct
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +48,7 @@ import msgpack
 
 from appliance.config import Config, ServerConfig
 from appliance.errors import ErrorCode, ServiceError
+from appliance.logsetup import Throttle
 from appliance.paths import default_socket_path, prepare_socket_dir
 from appliance.pcm import PcmEncoder
 from appliance.protocol import (
@@ -50,12 +58,12 @@ from appliance.protocol import (
     EndEvent,
     ErrorEvent,
     FinishRequest,
+    FrameReader,
     PhonemesRequest,
     SimpleEvent,
     SimpleRequest,
     StartEvent,
     SynthesizeRequest,
-    make_unpacker,
     pack,
     parse_request,
     request_id_of,
@@ -82,6 +90,8 @@ log = logging.getLogger(__name__)
 
 _READ_SIZE = 65536
 _MAX_EARLY_TEXT = 1024
+_THROTTLE = Throttle()
+"""Log lines about one client's bad or failing requests: one per kind every 10 s."""
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux ≥ 4.13
 _MAX_GROUPS = 65536
 
@@ -227,6 +237,93 @@ def drop_connection(transport: asyncio.WriteTransport) -> None:
     transport.abort()
 
 
+REFUSING_FDS = 32
+"""Refused TCP connections a door keeps open at once (each answered, then closed within a
+second): beyond, a newcomer is closed at once."""
+
+_OWN_FDS = 64
+"""The daemon's descriptors besides its connections: listeners, the event loop's, the log,
+sd_notify, the sound server, ONNX Runtime's, voice files while they load (15 when idle,
+measured; the rest is room)."""
+
+_ACCEPT_LOG = Throttle()
+_quiet_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def fds_needed(cfg: Config) -> int:
+    """File descriptors the configured limits can take at once: the daemon's own, each
+    door's connections (Wyoming is capped by ``server.max_connections`` as v1 is), the
+    HTTP door's refusals in progress, and the reserve the TCP doors leave free."""
+    s = cfg.server
+    need = _OWN_FDS + s.reserved_fds + s.max_connections
+    if cfg.wyoming.uri:
+        need += s.max_connections
+    if cfg.http.listen:
+        need += cfg.http.max_connections + REFUSING_FDS
+    return need
+
+
+def raise_fd_limit(cfg: Config) -> int:
+    """Raise the soft limit on open files to what the limits need (never past the hard
+    limit, which only root can raise: the unit's ``LimitNOFILE``); a warning says what
+    is missing.  Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = fds_needed(cfg)
+    if soft >= need:
+        return soft
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    if target > soft:
+        with contextlib.suppress(OSError, ValueError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft < need:
+        log.warning(
+            "open files: the connection limits need %d descriptors (see docs/service.md,"
+            ' "File descriptors"), the limit is %d: raise LimitNOFILE or lower'
+            " server.max_connections / http.max_connections; TCP doors keep %d free",
+            need,
+            soft,
+            cfg.server.reserved_fds,
+        )
+    return soft
+
+
+def fds_short(sock: socket.socket | None, reserve: int) -> bool:
+    """Whether keeping ``sock`` (just accepted) leaves fewer than ``reserve`` descriptors
+    free.  The kernel hands out the lowest free descriptor, so a new one this near the
+    limit means those below it are taken: O(1), no walk of /proc/self/fd."""
+    if sock is None or reserve <= 0:
+        return False
+    return sock.fileno() >= resource.getrlimit(resource.RLIMIT_NOFILE)[0] - reserve
+
+
+def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """Out of file descriptors, asyncio logs a traceback for every failed ``accept()``
+    (Python 3.11 retries once per waiting connection: thousands of tracebacks a second);
+    make that one line every 10 s.  Every other loop error goes where it went."""
+    if loop in _quiet_loops:
+        return
+    _quiet_loops.add(loop)
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") == "socket.accept() out of system resource":
+            _ACCEPT_LOG.log(
+                log,
+                logging.WARNING,
+                "accept",
+                "accept: %s: new connections wait (see LimitNOFILE in docs/service.md)",
+                context.get("exception"),
+            )
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
 async def bind_unix_socket(
     path: Path, mode: int, start: Callable[[str], Awaitable[asyncio.AbstractServer]]
 ) -> tuple[asyncio.AbstractServer, os.stat_result]:
@@ -295,6 +392,8 @@ class RequestState:
     text_stream: bool = False
     early_text: list[AppendRequest | FinishRequest] | None = None
     """Appends and finish that arrived while the stream was still being opened."""
+    detached: bool = False
+    """A ``speak`` playing on after its client has gone (see ``Connection._client_gone``)."""
 
     def cancel(self, reason: str) -> None:
         if self.cancel_reason is None:
@@ -318,6 +417,8 @@ class Server:
         self._socket_id: tuple[int, int] | None = None
         self.connections: set[Connection] = set()
         self._conn_tasks: set[asyncio.Task[None]] = set()
+        self.detached: dict[Hashable, set[asyncio.Task[None]]] = {}
+        """``speak`` requests whose client has gone, by user: they play on (bounded)."""
         self.slots = ClientSlots()
         self._stop = asyncio.Event()
         self.stopping = False
@@ -337,6 +438,8 @@ class Server:
 
     async def start(self) -> None:
         cfg = self.config.server
+        quiet_accept_errors(asyncio.get_running_loop())
+        raise_fd_limit(self.config)
         if self._activated is not None:
             sock = self._activated
             sock.setblocking(False)
@@ -383,6 +486,23 @@ class Server:
 
     privileged = staticmethod(privileged)
 
+    def detach(self, key: Hashable, task: asyncio.Task[None]) -> bool:
+        """Let a ``speak`` request play on after its client has gone; False when this user
+        already has ``max_inflight_per_connection`` such requests (it is then cancelled, so
+        connecting, queueing and leaving in a loop cannot pile up speech without bound)."""
+        held = self.detached.setdefault(key, set())
+        if len(held) >= self.config.server.max_inflight_per_connection:
+            return False
+        held.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            held.discard(t)
+            if not held and self.detached.get(key) is held:
+                del self.detached[key]
+
+        task.add_done_callback(done)
+        return True
+
     # ------------------------------------------------------------ shutdown
 
     def close_listener(self) -> None:
@@ -398,8 +518,9 @@ class Server:
         await self.service.shutdown(self.config.server.shutdown_timeout_s)
         for c in list(self.connections):
             c.close()
-        if self._conn_tasks:
-            await asyncio.wait(list(self._conn_tasks), timeout=2.0)
+        waiting = [*self._conn_tasks, *(t for ts in self.detached.values() for t in ts)]
+        if waiting:
+            await asyncio.wait(waiting, timeout=2.0)
         self.remove_socket()
         log.info("shutdown complete")
 
@@ -475,12 +596,44 @@ class Connection:
         finally:
             srv.connections.discard(self)
             srv.slots.give_back(uid)
-            for r in list(self.requests.values()):
-                r.cancel("disconnect")
-            tasks = [r.task for r in self.requests.values() if r.task is not None]
+            self._client_gone()
+            tasks = [
+                r.task for r in self.requests.values() if r.task is not None and not r.detached
+            ]
             if tasks:
                 await asyncio.wait(tasks, timeout=5.0)
             self.close()
+
+    def _client_gone(self) -> None:
+        """The client closed, was dropped or stopped reading.  What it asked to be spoken
+        on the device plays on (a text stream of it ends with the text it has, as on a
+        half-close); ``cancel`` and ``stop`` are how a client silences it.  Everything
+        else (audio streamed back to it) has no one to go to: cancelled now."""
+        for r in list(self.requests.values()):
+            if r.detached:
+                continue
+            if r.op == "speak" and r.task is not None and not r.task.done():
+                if self.server.detach(self.client_key, r.task):
+                    r.detached = True
+                    self._end_text(r)
+                    continue
+                log.info(
+                    "connection %d: speak %d cancelled: its user already has %d requests"
+                    " speaking after their clients left",
+                    self.number,
+                    r.id,
+                    self.cfg.server.max_inflight_per_connection,
+                )
+            r.cancel("disconnect")
+
+    @staticmethod
+    def _end_text(r: RequestState) -> None:
+        """No more text comes for ``r``: a text stream ends with what it has."""
+        if r.stream is not None and r.stream.takes_text:
+            with contextlib.suppress(ServiceError):
+                r.stream.finish()
+        elif r.text_stream and r.stream is None:
+            r.early_text = [*(r.early_text or ()), FinishRequest(r.id)]
 
     async def _refuse(self, code: str, message: str) -> None:
         """Send the error, shut down writing, let the client read it, then close: closing
@@ -500,11 +653,7 @@ class Connection:
         every answer still goes out, then the connection closes.  A client that closed
         both directions is a disconnect: its work stops at once."""
         for r in list(self.requests.values()):
-            if r.stream is not None and r.stream.takes_text:
-                with contextlib.suppress(ServiceError):
-                    r.stream.finish()
-            elif r.text_stream and r.stream is None:
-                r.early_text = [*(r.early_text or ()), FinishRequest(r.id)]
+            self._end_text(r)
         while self.requests and not self._closed:
             tasks = [r.task for r in self.requests.values() if r.task is not None]
             await asyncio.wait(tasks, timeout=0.1)
@@ -516,65 +665,19 @@ class Connection:
 
     async def _read_loop(self) -> bool:
         """Read and dispatch until EOF (returns True) or a disconnect / fatal frame."""
-        unpacker = make_unpacker(self.cfg.server.max_message_bytes)
-        fed = 0
+        frames = FrameReader(self.cfg.server.max_message_bytes)
         while True:
-            limits = self.cfg.server
-            partial = fed > unpacker.tell()
-            timeout: float | None = None
-            if partial:
-                timeout = limits.frame_timeout_s
-            elif limits.idle_timeout_s > 0:
-                # Idle counts from the last byte read or the last request ended; while
-                # requests run, just look again later.
-                timeout = limits.idle_timeout_s
-                if not self.requests:
-                    timeout -= time.monotonic() - self._last_activity
-            try:
-                async with asyncio.timeout(max(0.0, timeout) if timeout is not None else None):
-                    data = await self.reader.read(_READ_SIZE)
-            except TimeoutError:
-                if partial:
-                    await self._send_now(
-                        ErrorEvent(
-                            None,
-                            ErrorCode.BAD_REQUEST,
-                            f"incomplete message for {limits.frame_timeout_s:g} s",
-                        ).to_dict()
-                    )
-                    return False
-                if self.requests or (
-                    time.monotonic() - self._last_activity < limits.idle_timeout_s
-                ):
-                    continue
-                log.info("connection %d idle: closing", self.number)
-                return False
-            except (ConnectionError, OSError):
+            data = await self._read_some(frames)
+            if data is None:
                 return False
             if not data:
                 return True
-            self._last_activity = time.monotonic()
-            fed += len(data)
-            try:
-                unpacker.feed(data)
-            except msgpack.BufferFull:
-                await self._send_now(
-                    ErrorEvent(
-                        None,
-                        ErrorCode.FRAME_TOO_LARGE,
-                        f"a message may be at most {limits.max_message_bytes} bytes",
-                    ).to_dict()
-                )
-                return False
+            frames.feed(data)
             while True:
                 try:
-                    msg = next(unpacker)
-                except StopIteration:
-                    break
-                except msgpack.BufferFull:
-                    await self._send_now(
-                        ErrorEvent(None, ErrorCode.FRAME_TOO_LARGE, "message too large").to_dict()
-                    )
+                    whole, msg = frames.next_message()
+                except ServiceError as exc:  # frame_too_large
+                    await self._send_now(ErrorEvent.from_exc(None, exc).to_dict())
                     return False
                 except (ValueError, TypeError, OverflowError, msgpack.UnpackException) as exc:
                     # The byte stream cannot be resynchronised: say why, then close.
@@ -584,9 +687,52 @@ class Connection:
                         ).to_dict()
                     )
                     return False
-                self._dispatch(msg)
+                if not whole:
+                    break
+                self._dispatch_guarded(msg)
                 if not await self._room_to_write():
                     return False
+
+    async def _read_some(self, frames: FrameReader) -> bytes | None:
+        """The next bytes (b"" at EOF), or None when the connection is to be closed: a
+        message begun and not finished within ``frame_timeout_s``, idle for
+        ``idle_timeout_s``, or a read error."""
+        while True:
+            limits = self.cfg.server
+            timeout: float | None = None
+            if frames.partial:
+                timeout = limits.frame_timeout_s
+            elif limits.idle_timeout_s > 0:
+                # Idle counts from the last byte read or the last request ended; while
+                # requests run, just look again later.
+                timeout = limits.idle_timeout_s
+                if not self.requests:
+                    timeout -= time.monotonic() - self._last_activity
+            try:
+                async with asyncio.timeout(max(0.0, timeout) if timeout is not None else None):
+                    # At most what the frame reader can take on top of a message begun.
+                    data = await self.reader.read(frames.read_size)
+            except TimeoutError:
+                if frames.partial:
+                    await self._send_now(
+                        ErrorEvent(
+                            None,
+                            ErrorCode.BAD_REQUEST,
+                            f"incomplete message for {limits.frame_timeout_s:g} s",
+                        ).to_dict()
+                    )
+                    return None
+                if self.requests or (
+                    time.monotonic() - self._last_activity < limits.idle_timeout_s
+                ):
+                    continue
+                log.info("connection %d idle: closing", self.number)
+                return None
+            except (ConnectionError, OSError):
+                return None
+            if data:
+                self._last_activity = time.monotonic()
+            return data
 
     async def _room_to_write(self) -> bool:
         """Stop reading while the output is over its bound; False when the client has not
@@ -602,13 +748,41 @@ class Connection:
             log.warning(
                 "connection %d: client_too_slow (output full, not reading): closing", self.number
             )
-            for r in list(self.requests.values()):
-                r.cancel("disconnect")
+            self._client_gone()
             self._abort = True  # what it did not read is dropped, not flushed for ever
             return False
         except (ConnectionError, OSError):
             return False
         return True
+
+    def _dispatch_guarded(self, msg: Any) -> None:
+        """``_dispatch``, with a bug in it ending only the message it was handling."""
+        try:
+            self._dispatch(msg)
+        except Exception as exc:
+            rid = request_id_of(msg)
+            state = self.requests.get(rid) if rid is not None else None
+            if state is not None and state.task is not None:
+                rid = None  # a live request by this id goes on: not its terminal event
+            elif state is not None:
+                del self.requests[state.id]  # registered, never started: it ends here
+            self._internal(rid, exc, "dispatch")
+
+    def _internal(self, rid: int | None, exc: BaseException, where: str) -> None:
+        """A request's path raised what it should not have: the request (if any) ends
+        with ``internal``; the log has the traceback once, then one line per 10 s."""
+        _THROTTLE.log(
+            log,
+            logging.ERROR,
+            f"internal:{where}",
+            "connection %d: %s failed (%s): request %s ends with internal",
+            self.number,
+            where,
+            type(exc).__name__,
+            rid,
+            exc_info=exc,
+        )
+        self._error_soon(rid, ServiceError(ErrorCode.INTERNAL, f"internal error ({where})"))
 
     def _dispatch(self, msg: Any) -> None:
         try:
@@ -775,6 +949,18 @@ class Connection:
                 stream.finish()
         except ServiceError as exc:
             self._error_soon(req.target, exc, refused=True)
+        except Exception as exc:
+            # The stream's text handling broke: the stream ends with internal (its one
+            # terminal event comes from its own task).
+            _THROTTLE.log(
+                log,
+                logging.ERROR,
+                "internal:text",
+                "text of stream %d failed",
+                stream.number,
+                exc_info=exc,
+            )
+            stream.fail(ServiceError(ErrorCode.INTERNAL, "internal error (text)"))
 
     async def _phonemes(self, req: PhonemesRequest) -> None:
         try:
@@ -784,6 +970,8 @@ class Connection:
             self._error_soon(req.id, exc)
         except (ClientTooSlow, ConnectionError, OSError):
             return
+        except Exception as exc:
+            self._internal(req.id, exc, "phonemes")
 
     async def _simple(self, req: SimpleRequest) -> None:
         svc = self.service
@@ -807,6 +995,8 @@ class Connection:
             self._error_soon(req.id, exc)
         except (ClientTooSlow, ConnectionError, OSError):
             return
+        except Exception as exc:
+            self._internal(req.id, exc, op)
 
     async def _synthesize(self, req: SynthesizeRequest, state: RequestState) -> None:
         speak = req.op == "speak"
@@ -819,6 +1009,9 @@ class Connection:
             )
         except ServiceError as exc:
             self._write(ErrorEvent.from_exc(req.id, exc).to_dict())
+            return
+        except Exception as exc:  # the core counts what it raises; a bug it did not catch
+            self._internal(req.id, exc, req.op)
             return
         state.stream = stream
         if state.cancel_reason is not None:
@@ -850,6 +1043,9 @@ class Connection:
             return
         except (ConnectionError, OSError):
             return
+        except Exception as exc:
+            self._internal(req.id, exc, req.op)
+            return
         finally:
             stream.close()  # no-op once it ran; releases it if sending 'start' failed
         if state.cancel_reason != "disconnect":
@@ -868,7 +1064,10 @@ class Connection:
 
     async def _speak(self, req: SynthesizeRequest, stream: Stream) -> Any:
         async def queued(position: int) -> None:
-            await self.send(SimpleEvent(req.id, "queued", {"position": position}).to_dict())
+            # Speech outlives its client: a client gone, or not reading, is no reason to
+            # stop it (_client_gone decides what happens to it).
+            with contextlib.suppress(ClientTooSlow, ConnectionError, OSError):
+                await self.send(SimpleEvent(req.id, "queued", {"position": position}).to_dict())
 
         def started(latency_ms: float) -> None:
             self._write(

@@ -28,6 +28,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -53,9 +54,18 @@ Emit = Callable[[Chunk], Awaitable[None]]
 _MARK_POLL_S = 0.005
 """How often ``speak`` checks the device's progress for SSML marks (well under a word)."""
 
+_FAULT_ENV = "TTSD_TEST_FRONTEND_FAULT"
+"""Test hook: text containing this variable's value makes the frontend raise RuntimeError,
+a stand-in for a bug, so the tests can see each door end such a request with ``internal``
+rather than silence.  Never set in production."""
+
 _FRONTEND_THREADS = 2
 """Text normalisation is a few ms of pure Python per request: two threads keep one long
 text from holding up everyone else's, without competing with the inference workers."""
+
+
+def _injected_fault(marker: str) -> list[Clause]:
+    raise RuntimeError(f"{_FAULT_ENV}: text contains {marker!r}")
 
 
 class Door(Protocol):
@@ -227,6 +237,10 @@ class Stream:
         outcome = "error"
         stats: dict[str, Any] = {}
         try:
+            if self._failure is not None:
+                # Failed before it ran (its first text was over the limit): end now; its
+                # job would wait for clauses that never come.
+                raise self._failure
             self._job_task = asyncio.create_task(job.run(guarded))
             if self.cancel_reason is not None:
                 self._job_task.cancel()  # cancelled before it started
@@ -317,6 +331,8 @@ class Stream:
         started_task: asyncio.Task[None] | None = None
         marks_task: asyncio.Task[None] | None = None
         try:
+            if self._failure is not None:
+                raise self._failure  # failed before it ran (see run)
             if player is None:
                 raise ServiceError(ErrorCode.NO_AUDIO_DEVICE, "playback is off in this daemon")
             req = self.request
@@ -561,17 +577,13 @@ class Service:
         self, text: str, language: str, limits: FrontendLimits, text_format: str = "text"
     ) -> list[Clause]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._frontend_pool,
-            functools.partial(
-                prepare,
-                text,
-                language,
-                limits,
-                text_format=text_format,
-                lexicon=self.runtime.lexicon,
-            ),
+        work: Callable[[], list[Clause]] = functools.partial(
+            prepare, text, language, limits, text_format=text_format, lexicon=self.runtime.lexicon
         )
+        fault = os.environ.get(_FAULT_ENV)
+        if fault and fault in text:
+            work = functools.partial(_injected_fault, fault)
+        return await loop.run_in_executor(self._frontend_pool, work)
 
     async def phonemes(
         self, text: str, voice_name: str | None, text_format: str = "text"

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ from appliance.frontend import (
     split_sentences,
 )
 from appliance.streaming import ClauseQueue
+
+log = logging.getLogger(__name__)
 
 _CLAUSE_MARK = re.compile(r"[,;:](?=\s)|\s[-–—](?=\s)")
 _SENTENCE_TAIL = re.compile(r"[.!?]+[\"')\]]*$")
@@ -240,6 +243,9 @@ class TextFeed:
             return
         self.failed = True
         self.close()
+        # No more clauses come: a job waiting for them ends (the request then ends with
+        # ``exc`` through on_error, even when it fails before its job started).
+        self._queue.close()
         self._on_error(exc)
 
     async def _feed(self) -> None:
@@ -258,6 +264,10 @@ class TextFeed:
                 if exc.code == ErrorCode.EMPTY_TEXT:
                     continue  # punctuation or symbols alone: nothing to say, not an error
                 self._fail(exc)
+                return
+            except Exception as exc:  # a bug in the frontend: this request ends, not silently
+                log.exception("text stream: the frontend failed on a segment")
+                self._fail(ServiceError(ErrorCode.INTERNAL, type(exc).__name__))
                 return
             clauses = [shift_clause(c, offset) for c in clauses]
             self._clauses_out += len(clauses)

@@ -58,6 +58,7 @@ from wyoming.tts import (
 from appliance import __version__
 from appliance.config import Config, WyomingConfig, wyoming_endpoint
 from appliance.errors import ErrorCode, ServiceError
+from appliance.logsetup import Throttle
 from appliance.pcm import PcmEncoder
 from appliance.server import (
     ClientSlots,
@@ -65,6 +66,7 @@ from appliance.server import (
     bind_unix_socket,
     bound_kernel_send_buffer,
     drop_connection,
+    fds_short,
     peer_of,
     privileged,
     remove_own_socket,
@@ -83,6 +85,16 @@ SERVICE_TYPE = "_wyoming._tcp.local."
 _PIPER = Attribution(name="rhasspy", url="https://github.com/rhasspy/piper")
 _TTSD = Attribution(name="ttsd", url="")
 """ttsd has no public home page to point at (yet)."""
+
+
+_MAX_SPEAKER_DIGITS = 9
+"""A speaker id beyond this many digits names no voice's speaker (they have a few hundred)."""
+
+_MAX_NAME_CHARS = 256
+"""Voice, language and speaker names: as protocol v1 caps them."""
+
+_THROTTLE = Throttle()
+"""Log lines about failing requests: one per kind every 10 s."""
 
 
 class FrameTooLarge(Exception):
@@ -202,6 +214,11 @@ class VoiceChoice:
             raise ServiceError(
                 ErrorCode.BAD_REQUEST, "'voice.speaker' must be a name or an integer"
             )
+        if isinstance(speaker, int) and not 0 <= speaker < 2**31:
+            raise ServiceError(ErrorCode.BAD_REQUEST, "'voice.speaker' is out of range")
+        for key, value in (("name", name), ("language", language), ("speaker", speaker)):
+            if isinstance(value, str) and len(value) > _MAX_NAME_CHARS:
+                raise ServiceError(ErrorCode.BAD_REQUEST, f"'voice.{key}' is too long")
         return cls(name or None, language or None, speaker)
 
     def to_dict(self) -> dict[str, Any]:
@@ -247,9 +264,15 @@ class SynthesizeMessage:
         v = self.voice
         voice, _sid = service.resolve_voice(v.name, None, v.language)
         speaker = v.speaker
-        if isinstance(speaker, str) and speaker.isdigit():
+        # Only ASCII digits, and few enough for a speaker id: "²".isdigit() is true and
+        # int("²") raises; so does int() of more than 4 300 digits.
+        if isinstance(speaker, str) and speaker.isascii() and speaker.isdigit():
             meta = service.runtime.voice_meta.get(voice.name)
             if meta is None or speaker not in meta.info.speaker_id_map:
+                if len(speaker) > _MAX_SPEAKER_DIGITS:
+                    raise ServiceError(
+                        ErrorCode.BAD_REQUEST, f"voice {voice.name} has no speaker {speaker[:16]}…"
+                    )
                 speaker = int(speaker)
         return SpeechRequest(
             text=self.text,
@@ -464,6 +487,9 @@ class WyomingDoor:
                 return ServiceError(ErrorCode.UNAUTHORIZED, reason)
             key: object = ("uid", peer.uid if peer is not None else -1)
             return key, privileged(peer)
+        if fds_short(sock, self.config.server.reserved_fds):
+            # Descriptors are kept for the Unix socket's reserved connections.
+            return ServiceError(ErrorCode.TOO_MANY_CONNECTIONS, "file descriptors are short")
         addr = writer.get_extra_info("peername")
         try:
             ip = ipaddress.ip_address(addr[0])
@@ -808,9 +834,39 @@ class _Connection:
             except ClientTooSlow:
                 self._too_slow()
                 return
+            except Exception as exc:
+                # A bug on this request's path: it ends with internal, and the worker goes
+                # on, so the next request on this connection is still answered.
+                if not await self._internal(job, exc):
+                    return
             finally:
                 self.current = None
                 self._last_activity = self._loop.time()
+
+    async def _internal(self, job: _Job, exc: Exception) -> bool:
+        """End ``job`` with ``internal`` (logged, the traceback once per 10 s); False when
+        the connection is gone."""
+        job.dead = True
+        if job.stream is not None:
+            job.stream.close()
+        _THROTTLE.log(
+            log,
+            logging.ERROR,
+            "internal",
+            "wyoming connection %d: request failed (%s): ends with internal",
+            self.number,
+            type(exc).__name__,
+            exc_info=exc,
+        )
+        self.service.record_error(ErrorCode.INTERNAL)
+        try:
+            await self.send(error_event(ServiceError(ErrorCode.INTERNAL, "internal error")))
+        except ClientTooSlow:
+            self._too_slow()
+            return False
+        except (ConnectionError, OSError):
+            return False
+        return True
 
     async def _run(self, job: _Job) -> None:
         if job.error is not None or job.message is None:

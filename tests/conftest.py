@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -108,7 +109,10 @@ def daemon_factory(
         env: dict[str, str] | None = None,
         timeout: float = 120.0,
         args: list[str] | None = None,
+        nofile: int | None = None,
     ) -> Daemon:
+        """``nofile``: the daemon's limit on open files (soft and hard), as a unit's
+        ``LimitNOFILE`` sets it."""
         d = tmp_path_factory.mktemp("daemon")
         cfg: dict[str, Any] = {"voices": {"cache_dir": str(voice_cache)}, "logging": {}}
         for key, value in (config or {}).items():
@@ -125,8 +129,16 @@ def daemon_factory(
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         cmd = [sys.executable, "-m", "appliance.main", "serve", "--socket", sock]
         cmd += ["--config", str(cfg_path), *(args or [])]
+        limit = None
+        if nofile is not None:
+
+            def limit() -> None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         with log_path.open("wb") as logf:
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=full_env)
+            proc = subprocess.Popen(
+                cmd, stdout=logf, stderr=subprocess.STDOUT, env=full_env, preexec_fn=limit
+            )
         daemon = Daemon(sock, proc, log_path, cfg_path, full_env)
         started.append(daemon)
         wait_for_socket(sock, proc, log_path, timeout)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from appliance.errors import ServiceError
 from appliance.protocol import (
     CancelRequest,
     ChunkEvent,
     EndEvent,
     ErrorEvent,
+    FrameReader,
     ProtocolError,
     SimpleRequest,
     StartEvent,
@@ -94,3 +96,37 @@ def test_unpacker_caps_message_size() -> None:
     u = make_unpacker(1024)
     with pytest.raises(msgpack.BufferFull):
         u.feed(b"\x00" * 2048)
+
+
+def test_frame_reader_takes_any_batching_of_messages_within_the_cap() -> None:
+    """Issue 32, item 7: what is left of one message plus a whole read never overflows."""
+    reader = FrameReader(1024)
+    msgs = [{"op": "ping", "id": i, "pad": "x" * 700} for i in range(20)]
+    stream = b"".join(msgpack.packb(m) for m in msgs)
+    got = []
+    for cut in range(0, len(stream), reader.read_size):  # reads as large as allowed
+        reader.feed(stream[cut : cut + reader.read_size])
+        while True:
+            whole, msg = reader.next_message()
+            if not whole:
+                break
+            got.append(msg)
+    assert got == msgs and not reader.partial
+
+
+def test_frame_reader_refuses_one_message_over_the_cap() -> None:
+    reader = FrameReader(1024)
+    big = msgpack.packb({"op": "ping", "id": 1, "pad": "x" * 1500})
+    reader.feed(big[:1024])
+    assert reader.next_message() == (False, None)
+    reader.feed(big[1024:])
+    with pytest.raises(ServiceError) as caught:
+        reader.next_message()
+    assert caught.value.code == "frame_too_large"
+    # and one still arriving, past the cap, is refused before it is whole
+    reader = FrameReader(1024)
+    reader.feed(b"\xdb" + (10**6).to_bytes(4, "big") + b"x" * 1019)
+    reader.next_message()
+    reader.feed(b"x" * 10)
+    with pytest.raises(ServiceError):
+        reader.next_message()

@@ -9,7 +9,7 @@ import time
 import msgpack
 import pytest
 
-from tests.conftest import Daemon
+from tests.conftest import Daemon, DaemonFactory
 from tests.wire import Wire
 
 
@@ -260,3 +260,65 @@ def test_client_that_never_reads_gets_client_too_slow(daemon: Daemon) -> None:
     assert last is not None and last["event"] == "error", last
     assert last["code"] == "client_too_slow"
     _ping_ok(daemon)
+
+
+def test_small_messages_sent_back_to_back_are_all_taken(daemon: Daemon) -> None:
+    """Issue 32, item 7: three 40 KB messages, ten 19 KB phonemes, 10 000 appends in one
+    write: each is under max_message_bytes (64 KiB), so none is frame_too_large."""
+    with Wire(daemon.socket) as w:
+        w.send_raw(
+            b"".join(msgpack.packb({"op": "ping", "id": i, "pad": "p" * 40000}) for i in range(3))
+        )
+        replies = [w.recv() for _ in range(3)]
+        assert [r and r["event"] for r in replies] == ["pong"] * 3, replies
+        text = "Hello there. " * 1460  # 19 KB
+        w.send_raw(
+            b"".join(
+                msgpack.packb({"op": "phonemes", "id": 10 + i, "text": text}) for i in range(10)
+            )
+        )
+        got = [w.until(10 + i, ("phonemes", "error"))[-1]["event"] for i in range(10)]
+        assert got == ["phonemes"] * 10
+        w.send({"op": "synthesize", "id": 30, "text_stream": True})
+        appends = b"".join(
+            msgpack.packb({"op": "append", "target": 30, "text": "a "}) for _ in range(10000)
+        )
+        w.send_raw(appends + msgpack.packb({"op": "cancel", "id": 31, "target": 30}))
+        evs = w.until(30)
+        assert evs[0]["event"] == "start", evs[0]
+        assert evs[-1]["event"] == "end" and evs[-1]["cancelled"] is True, evs[-1]
+        assert w.until(31, ("cancelled",))[-1]["event"] == "cancelled"
+        assert w.call({"op": "ping", "id": 32})["event"] == "pong"
+
+
+FAULT = "FAULT-INJECTED"
+"""Text with this in it makes the daemon's frontend raise (TTSD_TEST_FRONTEND_FAULT)."""
+
+
+def test_any_exception_on_a_requests_path_ends_it_with_internal(
+    daemon_factory: DaemonFactory,
+) -> None:
+    """Issue 32, item 4: the doors caught only ServiceError; a request whose frontend
+    raised anything else got no event at all, ever (v1 synthesize, speak, phonemes)."""
+    d = daemon_factory({}, env={"TTSD_TEST_FRONTEND_FAULT": FAULT})
+    text = f"Hello {FAULT} there."
+    with Wire(d.socket, timeout=10) as w:
+        w.send({"op": "synthesize", "id": 1, "text": text})
+        w.send({"op": "speak", "id": 2, "text": text})
+        w.send({"op": "phonemes", "id": 3, "text": text})
+        for rid in (1, 2, 3):
+            evs = w.until(rid, ("end", "error", "phonemes"))
+            assert [e["event"] for e in evs] == ["error"], evs
+            assert evs[0]["code"] == "internal" and "refused" not in evs[0]
+        # A text stream whose segment the frontend fails on: start, then its one error.
+        w.send({"op": "synthesize", "id": 4, "text_stream": True, "text": "Fine so far. "})
+        w.send({"op": "append", "target": 4, "text": f"Then {FAULT}. "})
+        w.send({"op": "finish", "target": 4})
+        evs = w.until(4)
+        assert evs[0]["event"] == "start" and evs[-1]["event"] == "error", evs
+        assert evs[-1]["code"] == "internal"
+        assert [e["event"] for e in evs].count("error") == 1
+        # The connection and the daemon go on.
+        w.send({"op": "synthesize", "id": 5, "text": "Still served."})
+        assert w.until(5)[-1]["event"] == "end"
+    assert "Traceback" in d.log()  # the bug is in the log (once), not in the reply

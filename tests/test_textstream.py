@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgpack
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -308,3 +309,65 @@ def test_async_client_text_stream(daemon: Daemon) -> None:
             return len(result.audio)
 
     assert asyncio.run(run()) > 10_000
+
+
+def test_a_first_piece_over_the_limit_ends_at_once_on_every_door(
+    daemon_factory: DaemonFactory,
+) -> None:
+    """Issue 32, item 2: a text stream whose first piece (or the appends in the same
+    write) is over max_text_chars ends with text_too_long at once.  It used to get
+    ``start`` and then nothing, stayed live, and a dozen of them made admission refuse
+    every real-time request on every door (v1 busy, HTTP 429, Wyoming busy)."""
+    import asyncio
+
+    import aiohttp
+    from wyoming.event import Event
+
+    from tests.http.conftest import start_http
+    from tests.wyoming.wyoming_helpers import request, wyoming_uri
+
+    d = start_http(
+        daemon_factory,
+        server={"max_text_chars": 100},
+        wyoming={"uri": "tcp://127.0.0.1:0", "allowed_networks": ["127.0.0.1/32"]},
+    )
+    over = "word " * 30
+    with Wire(d.daemon.socket, timeout=5) as w:
+        for i in range(12):
+            if i % 2:
+                w.send({"op": "synthesize", "id": i, "text_stream": True, "text": over})
+            else:  # the appends in the same write as the request
+                w.send_raw(
+                    msgpack.packb({"op": "synthesize", "id": i, "text_stream": True, "text": "Hi "})
+                    + msgpack.packb({"op": "append", "target": i, "text": over})
+                )
+        for i in range(12):
+            evs = w.until(i)  # (a TimeoutError after 5 s: the old hang)
+            assert [e["event"] for e in evs] == ["start", "error"], evs
+            assert evs[-1]["code"] == "text_too_long"
+        # Nothing of them is left live: every door admits real-time requests.
+        assert w.call({"op": "stats", "id": 99})["streams"] == []
+        w.send({"op": "synthesize", "id": 50, "text": "Still served."})
+        assert w.until(50)[-1]["event"] == "end"
+
+    async def http_speech() -> int:
+        async with aiohttp.ClientSession() as s:
+            body = {"input": "Still served.", "response_format": "pcm"}
+            async with s.post(d.v1 + "/audio/speech", json=body) as r:
+                await r.read()
+                return r.status
+
+    assert asyncio.run(http_speech()) == 200
+    uri = wyoming_uri(d.daemon)
+    streamed = asyncio.run(
+        request(
+            uri,
+            Event("synthesize-start", {}),
+            Event("synthesize-chunk", {"text": over}),
+            Event("synthesize-stop", {}),
+            streaming=True,
+        )
+    )
+    assert streamed.error is not None and streamed.error.code == "text_too_long", streamed.types
+    done = asyncio.run(request(uri, Event("synthesize", {"text": "Still served."})))
+    assert done.error is None and done.types[-1] == "audio-stop", done.types

@@ -53,6 +53,8 @@ def start_http(
     daemon_factory: DaemonFactory,
     http: dict[str, Any] | None = None,
     cli_flag: bool = False,
+    nofile: int | None = None,
+    env: dict[str, str] | None = None,
     **config: Any,
 ) -> HttpDaemon:
     """A daemon listening on a free loopback port, given by ``http.listen`` or, with
@@ -61,7 +63,9 @@ def start_http(
     listen = f"127.0.0.1:{port}"
     cfg: dict[str, Any] = {"http": {**({} if cli_flag else {"listen": listen}), **(http or {})}}
     cfg.update(config)
-    daemon = daemon_factory(cfg, args=["--http", listen] if cli_flag else None)
+    daemon = daemon_factory(
+        cfg, args=["--http", listen] if cli_flag else None, nofile=nofile, env=env
+    )
     base = f"http://127.0.0.1:{port}"
     wait_http(base, daemon)
     return HttpDaemon(daemon, base, (http or {}).get("api_key"))

@@ -4,6 +4,7 @@ on every request but the health check."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +94,30 @@ def test_refuses_to_start_off_loopback_without_a_key(daemon_factory: DaemonFacto
 def test_unreadable_key_file_stops_the_start(daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     cfg = {"http": {"listen": f"0.0.0.0:{free_port()}", "api_key_file": str(tmp_path / "none")}}
     assert "api_key_file" in failed_start(daemon_factory, cfg)
+
+
+@pytest.mark.parametrize(
+    "token", [b"\xff\xfe\xfd", b"caf\xe9", KEY.encode() + b"\xe9", b"\xc3\xa9" * 8]
+)
+def test_a_token_that_is_not_utf8_or_not_ascii_is_401(keyed: HttpDaemon, token: bytes) -> None:
+    """Issue 32, item 6: a non-UTF-8 or Latin-1 bearer token was a 500 (aiohttp's text
+    page); it is a wrong key: 401 with the JSON error."""
+    host, port = keyed.base.removeprefix("http://").rsplit(":", 1)
+
+    async def go() -> bytes:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        body = b'{"input": "Hi."}'
+        writer.write(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer " + token + b"\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
+        data = await asyncio.wait_for(reader.read(65536), 10)
+        writer.close()
+        return data
+
+    data = asyncio.run(go())
+    assert data.startswith(b"HTTP/1.1 401"), data[:200]
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"application/json" in head
+    assert json.loads(body)["error"]["code"] == "unauthorized"

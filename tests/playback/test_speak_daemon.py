@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -117,6 +118,63 @@ def test_ttsctl_say_wait(speaker_daemon: Daemon) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "speaking" in r.stdout and "done" in r.stdout
+
+
+def _results(daemon: Daemon) -> list[str]:
+    """The request log's results for speech (``speak`` goes through protocol v1)."""
+    return re.findall(r"frontend=protocol-v1 .* result=(\S+)", daemon.log())
+
+
+def _wait_result(daemon: Daemon, count: int, timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    while len(got := _results(daemon)) < count:
+        assert time.monotonic() < deadline, got
+        time.sleep(0.1)
+    return got[count - 1]
+
+
+def test_ttsctl_say_is_spoken_after_ttsctl_has_exited(
+    speaker_daemon: Daemon, pulse_server: PulseServer
+) -> None:
+    """Issue 32, item 10: ``ttsctl say TEXT`` (the README's example) prints "queued" and
+    exits; the daemon used to cancel speech whose client had gone (result=cancelled, the
+    sink recorded silence).  Speech on the device outlives its client."""
+    with Wire(speaker_daemon.socket) as w:
+        _wait_health(w, "ok")
+    seen = len(_results(speaker_daemon))
+    with pulse_server.record() as rec:
+        r = subprocess.run(
+            [sys.executable, "-m", "appliance.ctl", "--socket", speaker_daemon.socket, "say", TEXT],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stderr
+        assert "queued" in r.stdout
+        result = _wait_result(speaker_daemon, seen + 1)
+        time.sleep(0.3)
+        recording = rec.samples()
+    assert result == "done", result
+    loud = np.abs(recording) > 0.02
+    assert loud.sum() > 0.5 * pulse_server.rate, "the sink recorded (almost) silence"
+
+
+def test_a_speak_text_stream_left_open_speaks_what_it_has(speaker_daemon: Daemon) -> None:
+    """A client that disconnects without ``finish``: its speak text stream ends with the
+    text it has and is spoken (as on a half-close); its synthesize requests are cancelled
+    (no one is left to take their audio)."""
+    seen = len(_results(speaker_daemon))
+    w = Wire(speaker_daemon.socket)
+    _speak(w, 1, "The kitchen door is open", text_stream=True)
+    w.send({"op": "synthesize", "id": 2, "text": LONG})
+    assert w.until(1, ("queued",))[-1]["event"] == "queued"
+    w.until(2, ("chunk",))
+    w.close()
+    _wait_result(speaker_daemon, seen + 2)
+    results = _results(speaker_daemon)[seen:]
+    assert results.count("done") == 1, results  # the speak
+    # the synthesize: cancelled, or its send failed first (the request log says which)
+    assert any(r == "cancelled" or r.startswith("door:") for r in results), results
 
 
 def test_pulseaudio_killed_mid_utterance(speaker_daemon: Daemon, pulse_server: PulseServer) -> None:

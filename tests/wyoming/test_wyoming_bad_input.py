@@ -4,6 +4,7 @@ without the declared length being read.  Everyone else keeps being served."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -11,7 +12,7 @@ from wyoming.event import Event
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStop, SynthesizeVoice
 
-from tests.conftest import Daemon
+from tests.conftest import Daemon, DaemonFactory
 from tests.scheduling.sched_helpers import stats
 from tests.wyoming.wyoming_helpers import (
     SHORT_TEXT,
@@ -20,6 +21,7 @@ from tests.wyoming.wyoming_helpers import (
     raw_exchange,
     read_response,
     request,
+    wyoming_uri,
 )
 
 HAN = "这是一个完全用中文写的句子，英语声音不会说。"
@@ -159,3 +161,45 @@ async def test_an_event_left_unfinished_is_closed_after_the_frame_timeout(wy_uri
     # A header whose declared data never comes is unfinished too.
     got, closed = await raw_exchange(wy_uri, header({"type": "x", "data_length": 50}), timeout=8)
     assert closed and parse_events(got)[0]["data"]["code"] == "bad_request"
+
+
+FAULT = "FAULT-INJECTED"
+"""Text with this in it makes the daemon's frontend raise (TTSD_TEST_FRONTEND_FAULT)."""
+
+
+@pytest.fixture(scope="module")
+def wy_fault_daemon(daemon_factory: DaemonFactory) -> Daemon:
+    return daemon_factory(
+        {"wyoming": {"uri": "tcp://127.0.0.1:0", "allowed_networks": ["127.0.0.1/32"]}},
+        env={"TTSD_TEST_FRONTEND_FAULT": FAULT},
+    )
+
+
+@pytest.mark.parametrize(
+    ("event", "code"),
+    [
+        # "²".isdigit() is true and int("²") raises; so does int() of 4 301 digits.
+        (Event("synthesize", {"text": "Hi.", "voice": {"speaker": "²"}}), "bad_request"),
+        (Event("synthesize", {"text": "Hi.", "voice": {"speaker": "1" * 4301}}), "bad_request"),
+        (Event("synthesize", {"text": "Hi.", "voice": {"speaker": 10**30}}), "bad_request"),
+        # any other exception on a request's path (a bug's stand-in)
+        (Event("synthesize", {"text": f"Hello {FAULT}."}), "internal"),
+    ],
+    ids=["superscript-two", "4301-digits", "huge-int", "frontend-raises"],
+)
+async def test_a_request_that_raises_is_answered_and_the_worker_goes_on(
+    wy_fault_daemon: Daemon, event: Event, code: str
+) -> None:
+    """Issue 32, item 4: the connection's worker used to die silently: no answer to this
+    request nor to the next on the connection, and nothing logged."""
+    uri = wyoming_uri(wy_fault_daemon)
+    async with asyncio.timeout(20), client_for(uri) as c:
+        await c.write_event(event)
+        r = await read_response(c)
+        assert r.error is not None and r.error.code == code, r.types
+        await c.write_event(Synthesize(text="Still fine.").event())
+        ok = await read_response(c)
+        assert ok.error is None and ok.types[-1] == "audio-stop", ok.types
+    if code == "internal":
+        log = wy_fault_daemon.log()
+        assert "ends with internal" in log and "RuntimeError" in log
