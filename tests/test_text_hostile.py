@@ -94,3 +94,35 @@ def test_hostile_text_is_prepared_while_pings_are_answered(daemon: Daemon) -> No
     # The loop never starved: before, one ping waited 8 s behind the splitter's regex.
     assert len(probe.rtts_ms) > 20
     assert probe.p99() < 250, sorted(probe.rtts_ms)[-5:]
+
+
+OVERFLOWING_SSML = [
+    f'<speak>a<break time="{"9" * 400}ms"/>b</speak>',  # round(inf)
+    '<speak><prosody volume="+6200dB">loud</prosody></speak>',  # 10 ** 310
+    f'<speak><prosody rate="{"9" * 400}%">fast</prosody></speak>',
+    f'<speak><say-as interpret-as="date" format="y">{"9" * 400}</say-as></speak>',  # num2words
+    f'<speak><say-as interpret-as="date" format="dmy">{"9" * 5000} 1 2</say-as></speak>',  # int()
+]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("src", OVERFLOWING_SSML, ids=["break", "volume", "rate", "year", "day"])
+def test_ssml_numbers_that_overflow_are_answered(daemon: Daemon, src: str) -> None:
+    """These requests got no event at all: the exception escaped the request's task."""
+    with Wire(daemon.socket, timeout=60) as w:
+        w.send({"op": "phonemes", "id": 1, "text": src, "text_format": "ssml"})
+        assert w.until(1, ("phonemes", "error"))[-1]["event"] == "phonemes"
+        w.send({"op": "synthesize", "id": 2, "text": src, "text_format": "ssml"})
+        evs = _first_answer(w, 2)
+        assert evs[-1]["event"] in ("chunk", "end"), evs[-1]
+        assert w.call({"op": "ping", "id": 3})["event"] == "pong"
+
+
+def test_a_document_of_breaks_is_refused_before_any_audio(daemon: Daemon) -> None:
+    """300 × <break time="10s"/> (6 KB) gave 52 minutes of audio."""
+    src = "<speak>" + '<break time="10s"/>a ' * 300 + "</speak>"
+    with Wire(daemon.socket, timeout=60) as w:
+        w.send({"op": "synthesize", "id": 1, "text": src, "text_format": "ssml"})
+        (err,) = w.until(1)
+        assert err["event"] == "error" and err["code"] == "bad_request", err
+        assert "60 s" in err["message"]
