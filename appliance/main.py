@@ -10,10 +10,11 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from appliance import __version__, memory
 from appliance.config import LIVE_KEYS, Config, ConfigError, flatten, load_config
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from appliance.service import Door, Service
 
 log = logging.getLogger("ttsd")
+_T = TypeVar("_T")
 
 
 def _configure_logging(level: str) -> None:
@@ -66,9 +68,14 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         # Opened once and kept running, so no device opening stands between a request
         # and its first sound.  Never raises: no device means "off" with a warning.
         runtime.player = await loop.run_in_executor(None, Player.open, cfg.playback)
+    file_reads = _FileReads()
     if cfg.voices.lexicon:
         try:
-            runtime.lexicon = await loop.run_in_executor(None, _load_lexicon, cfg, runtime)
+            runtime.lexicon = await file_reads.run(
+                functools.partial(_load_lexicon, cfg, runtime),
+                cfg.voices.lexicon,
+                cfg.voices.lexicon_timeout_s,
+            )
         except LexiconError as exc:
             log.error("lexicon: %s", exc)
             runtime.close()
@@ -160,23 +167,40 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         # The lexicon file is read again even when its path did not change (that is the
         # point of a reload); new requests use it once it is in, requests in flight keep
         # the one they started with.
+        cfg = state["cfg"]
         try:
-            new = await loop.run_in_executor(None, _load_lexicon, state["cfg"], runtime)
+            new = await file_reads.run(
+                functools.partial(_load_lexicon, cfg, runtime),
+                cfg.voices.lexicon or "lexicon",
+                cfg.voices.lexicon_timeout_s,
+            )
         except LexiconError as exc:
             log.error("lexicon reload refused, keeping the old one: %s", exc)
             return
         runtime.lexicon = new
         log.info("lexicon: %s", f"{len(new)} entries from {new.source}" if new else "none")
 
+    async def reload_files() -> None:
+        try:
+            new = await file_reads.run(
+                functools.partial(load_config, config_path),
+                str(config_path),
+                _CONFIG_READ_TIMEOUT_S,
+                ConfigError,
+            )
+        except ConfigError as exc:
+            log.error("reload refused: %s", exc)
+            return
+        apply_config(new)
+        await reload_lexicon()
+
     async def reload_once() -> None:
         notifier.reloading()
         try:
-            new = await loop.run_in_executor(None, load_config, config_path)
-        except ConfigError as exc:
-            log.error("reload refused: %s", exc)
-        else:
-            apply_config(new)
-            await reload_lexicon()
+            await reload_files()
+        except Exception as exc:  # a bug: one line, and the next SIGHUP still works
+            log.error("reload failed, keeping the old settings: %s", exc)
+            log.debug("reload failure", exc_info=True)
         finally:
             notifier.ready(status=_status_line(runtime))
 
@@ -248,6 +272,74 @@ class _Reloads:
                     return
         finally:
             self.task = None
+
+
+_CONFIG_READ_TIMEOUT_S = 30.0
+"""A reload's read of the config file past this is given up (a hung file system)."""
+
+
+class _FileReads:
+    """Blocking file reads (config, lexicon) in threads of their own, with a deadline.
+
+    Not the loop's executor: a read stuck in the kernel (a hung network file system) can
+    neither be cancelled nor joined, and the executor's threads are joined at exit, so one
+    stuck read kept SIGTERM from stopping the daemon.  A read past its deadline is left
+    behind in a daemon thread; while it is stuck, another read of the same file is refused
+    rather than started beside it."""
+
+    def __init__(self) -> None:
+        self._stuck: set[str] = set()
+
+    async def run(
+        self,
+        fn: Callable[[], _T],
+        name: str,
+        timeout_s: float,
+        error: Callable[[str], Exception] | None = None,
+    ) -> _T:
+        """``fn()``'s result; ``error`` (default LexiconError) of a one-line message on a
+        timeout or while an earlier read of ``name`` is stuck."""
+        from appliance.lexicon import LexiconError
+
+        fail = error or LexiconError
+        if name in self._stuck:
+            raise fail(f"{name}: an earlier read has not returned; not reading it again yet")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[_T] = loop.create_future()
+        thread = threading.Thread(
+            target=_settle_from_thread, args=(loop, fut, fn, self._stuck, name), daemon=True
+        )
+        self._stuck.add(name)
+        thread.start()
+        try:
+            return await asyncio.wait_for(fut, timeout_s)  # cancels fut: the late result is dropped
+        except TimeoutError:
+            raise fail(f"{name}: not read within {timeout_s:g} s") from None
+
+
+def _settle_from_thread(
+    loop: asyncio.AbstractEventLoop,
+    fut: asyncio.Future[_T],
+    fn: Callable[[], _T],
+    stuck: set[str],
+    name: str,
+) -> None:
+    def settle(result: _T | None, exc: BaseException | None) -> None:
+        stuck.discard(name)
+        if not fut.done():
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)  # type: ignore[arg-type]
+
+    try:
+        result, exc = fn(), None
+    except Exception as error:  # handed to the awaiting task, which reports it
+        result, exc = None, error
+    try:
+        loop.call_soon_threadsafe(settle, result, exc)
+    except RuntimeError:
+        pass  # the loop is closed: the daemon stopped while this read was stuck
 
 
 def _inject_stall(runtime: Runtime, seconds: float) -> None:
