@@ -21,6 +21,7 @@ from appliance.config import LIVE_KEYS, Config, ConfigError, flatten, load_confi
 
 if TYPE_CHECKING:
     from appliance.lexicon import Lexicon
+    from appliance.playback import Player
     from appliance.runtime import Runtime
     from appliance.service import Door, Service
 
@@ -58,16 +59,19 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     except ActivationError as exc:
         log.error("socket activation: %s", exc)
         return 1
-    # Loading voices is slow I/O and inference: keep it off the event loop.
-    runtime = await loop.run_in_executor(None, functools.partial(Runtime.load, cfg, notifier))
-    # Cutting a voice on first start leaves ~200 MB of freed heap behind: give it back.
-    await loop.run_in_executor(None, memory.trim)
-    if cfg.playback.enabled:
-        from appliance.playback import Player
-
-        # Opened once and kept running, so no device opening stands between a request
-        # and its first sound.  Never raises: no device means "off" with a warning.
-        runtime.player = await loop.run_in_executor(None, Player.open, cfg.playback)
+    # The speaker is opened beside the voices, not before them: probing a device that is
+    # not there took 2.1 s of a 2.4-4.1 s start, and synthesize never needs it.
+    player, player_started = _start_player(cfg, loop)
+    # Loading voices is slow I/O and inference: keep it off the event loop.  Warming them
+    # up comes after the socket listens (below).
+    load = functools.partial(Runtime.load, cfg, notifier, warm=False)
+    try:
+        runtime = await loop.run_in_executor(None, load)
+    except BaseException:
+        if player is not None:
+            player.close()
+        raise
+    runtime.player = player
     file_reads = _FileReads()
     if cfg.voices.lexicon:
         try:
@@ -83,6 +87,7 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     from appliance.service import Service
 
     service = Service(runtime)
+    service.hold_requests()  # until the voices are warm
     server = Server(service, socket_path, activated)
     doors = _front_ends(cfg, service)
     try:
@@ -131,7 +136,10 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
 
     service.on_request_done.append(on_request_done)
 
+    stop_requested = asyncio.Event()
+
     def stop() -> None:
+        stop_requested.set()
         notifier.stopping()
         for t in list(tasks):
             t.cancel()
@@ -215,13 +223,27 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
     loop.add_signal_handler(signal.SIGHUP, reload)
-    notifier.ready(status=_status_line(runtime))
-    log.info(
-        "ready: backend=%s voices=%s",
-        runtime.backend_status.get("backend", "onnx-cpu"),
-        ",".join(runtime.voices),
-    )
     try:
+        # Ping, info and health are answered from here on, requests once the voices are
+        # warm; READY=1 and "ready" also wait for the speaker to run (or to be found
+        # missing), so a speak after them is as quick as any other.
+        await _until_stopped(loop.run_in_executor(None, _warm, runtime), stop_requested)
+        if not stop_requested.is_set():
+            service.release_requests()
+        await _until_stopped(player_started, stop_requested)
+        if player is not None and not stop_requested.is_set():
+            await _until_stopped(
+                loop.run_in_executor(None, _speaker_running, player), stop_requested
+            )
+        if not stop_requested.is_set():
+            service.release_speech()
+            notifier.ready(status=_status_line(runtime))
+            log.info(
+                "ready: backend=%s voices=%s playback=%s",
+                runtime.backend_status.get("backend", "onnx-cpu"),
+                ",".join(runtime.voices),
+                player.health()["state"] if player is not None else "off",
+            )
         await server.serve()
     finally:
         for door in doors:
@@ -232,6 +254,47 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         runtime.close()
         notifier.close()
     return 0
+
+
+def _warm(runtime: Runtime) -> None:
+    runtime.finish_start()
+    # Cutting a voice on first start leaves ~200 MB of freed heap behind: give it back.
+    memory.trim()
+
+
+def _start_player(
+    cfg: Config, loop: asyncio.AbstractEventLoop
+) -> tuple[Player | None, asyncio.Future[None] | None]:
+    """The speaker, being opened in a worker (``starting`` until it runs), and that work."""
+    if not cfg.playback.enabled:
+        return None, None
+    from appliance.playback import Player
+
+    # Opened once and kept running, so no device opening stands between a request and its
+    # first sound.  Never raises: no device means "off" with a warning.
+    player = Player(cfg.playback)
+    player.starting()
+    return player, loop.run_in_executor(None, player.start)
+
+
+def _speaker_running(player: Player) -> None:
+    """Once the start-up's own work is done: the stream runs now (see Player.wait_running)."""
+    if player.health()["state"] == "ok" and not player.wait_running():
+        log.warning("playback: the output stream is not running steadily yet")
+
+
+async def _until_stopped(work: asyncio.Future[None] | None, stop: asyncio.Event) -> None:
+    """``work`` done (its exception raised), or ``stop`` set (SIGTERM during start-up)."""
+    if work is None:
+        return
+    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    waiting: set[asyncio.Future[Any]] = {work, stopping}
+    try:
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if work.done():
+        work.result()
 
 
 def _front_ends(cfg: Config, service: Service) -> list[Door]:

@@ -57,10 +57,11 @@ class Runtime:
     costliest voice): admission's estimate until real streams have been measured."""
 
     @classmethod
-    def load(cls, cfg: Config, notifier: Notifier | None = None) -> Runtime:
+    def load(cls, cfg: Config, notifier: Notifier | None = None, *, warm: bool = True) -> Runtime:
         """Discover, split, load and warm every voice (slow: run it off the event loop).
 
         ``notifier`` gets EXTEND_TIMEOUT_USEC while long steps (engine builds) run.
+        ``warm=False`` leaves the warm-up and the workers to :meth:`finish_start`.
         """
         cache = Path(cfg.voices.cache_dir) if cfg.voices.cache_dir else default_cache_dir()
         found = discover(cfg.voices.voices_dir)
@@ -105,9 +106,16 @@ class Runtime:
         pins = pinning(cfg, cpu_threads(cfg))
         scheduler = Scheduler(cfg.engine.workers, cpus=pins.workers if pins else None)
         rt = cls(cfg, voices, metas, cfg.voices.default, scheduler, Metrics(), status)
-        rt.stream_cost = rt.warm_up()
-        scheduler.start()
+        if warm:
+            rt.finish_start()
         return rt
+
+    def finish_start(self) -> None:
+        """Warm every voice up, then start the workers (slow: off the event loop).  The
+        daemon does it once it listens, so ping, info and health are answered meanwhile
+        (the warm-up was 0.7 s of a start-up before the first answer)."""
+        self.stream_cost = self.warm_up()
+        self.scheduler.start()
 
     def backend_state(self) -> dict[str, Any]:
         """Start-up status merged with the live failover state of the default voice."""
