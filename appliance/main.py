@@ -49,7 +49,7 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     from appliance.lexicon import LexiconError
     from appliance.logsetup import set_level
     from appliance.notify import Notifier, watchdog_interval_s, watchdog_loop
-    from appliance.runtime import Runtime
+    from appliance.runtime import Runtime, StartError
     from appliance.server import Server
 
     loop = asyncio.get_running_loop()
@@ -67,9 +67,12 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     load = functools.partial(Runtime.load, cfg, notifier, warm=False)
     try:
         runtime = await loop.run_in_executor(None, load)
-    except BaseException:
+    except BaseException as exc:
         if player is not None:
             player.close()
+        if isinstance(exc, StartError):
+            log.error("cannot start: %s", exc)
+            return 1
         raise
     runtime.player = player
     file_reads = _FileReads()
@@ -520,11 +523,17 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from appliance.voices import default_cache_dir, discover, load_voice
 
     cache = Path(cfg.voices.cache_dir) if cfg.voices.cache_dir else default_cache_dir()
+    failed = 0
     for name, path in discover(cfg.voices.voices_dir).items():
-        voice = load_voice(name, path, cache)
+        try:
+            voice = load_voice(name, path, cache)
+        except Exception as exc:  # a foreign file: protobuf, onnxruntime, JSON errors …
+            print(f"{name}: skipped ({path}): {' '.join(str(exc).split())[:300]}", file=sys.stderr)
+            failed += 1
+            continue
         print(f"{name}: {'streaming' if voice.split_ok else 'whole-sentence'} ({voice.split_note})")
         prepare_engines(voice, cfg, functools.partial(_progress, name))
-    return 0
+    return 1 if failed else 0
 
 
 def cmd_tune(argv: list[str]) -> int:
