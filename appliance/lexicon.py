@@ -255,16 +255,19 @@ def load_for_config(path: str | Path, voices_dir: str | None) -> Lexicon:
 def phoneme_report(clauses: Sequence[Clause], phonemizer: Phonemizer) -> list[dict[str, Any]]:
     """Each clause as the voice says it: its text, span, phonemes, and phonemes per word.
 
-    Words are paired with espeak's words when the counts agree (the phonemes in context);
-    otherwise each word is phonemized on its own.  Raises ``bad_request`` for an IPA
-    symbol the voice does not know.
+    Words are paired with espeak's words when every word is a plain one and the counts
+    agree (the phonemes in context); otherwise each word is phonemized on its own.  A symbol
+    is said as any number of words ("→" as two, "•" as none), so counts that agree around
+    one put each word's phonemes under the next.  Raises ``bad_request`` for an IPA symbol
+    the voice does not know.
     """
     out: list[dict[str, Any]] = []
     for c in clauses:
         phonemes = "".join(phonemizer.phonemes_with(c.text, c.phonemes))
         words = [(m.start(), m.end()) for m in re.finditer(r"\S+", c.text)]
         said = phonemes.split()
-        if len(said) != len(words):
+        plain = all(_PLAIN_WORD.fullmatch(c.text[a:b]) for a, b in words)
+        if len(said) != len(words) or not plain:
             said = []
             for a, b in words:
                 inside = [o for o in c.phonemes if a <= o.start and o.end <= b]
@@ -282,6 +285,11 @@ def phoneme_report(clauses: Sequence[Clause], phonemizer: Phonemizer) -> list[di
             }
         )
     return out
+
+
+# A word espeak says as one word: letters, digits and apostrophes, with the punctuation of
+# running text around it.
+_PLAIN_WORD = re.compile(r"[\"'(\[]*[^\W_](?:[\w'’]*[^\W_])?[\"')\].,;:!?]*")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,13 @@ import pytest
 
 from appliance.config import ConfigError, parse_config
 from appliance.frontend import FrontendLimits, prepare
-from appliance.lexicon import Lexicon, LexiconError, load_checked, max_pronunciation_chars
+from appliance.lexicon import (
+    Lexicon,
+    LexiconError,
+    load_checked,
+    max_pronunciation_chars,
+    phoneme_report,
+)
 from appliance.main import main as ttsd_main
 from appliance.phonemize import Phonemizer
 from appliance.voices import VoiceInfo, bundled_voice_path
@@ -262,3 +268,17 @@ def test_check_config_validates_the_lexicon(
         assert ttsd_main(["check-config", str(cfg)]) == rc
     err = capsys.readouterr().err
     assert "'☃'" in err and "missing.yaml: cannot read" in err
+
+
+def test_phoneme_report_keeps_words_and_phonemes_together_around_a_symbol() -> None:
+    """espeak says "→" as two words and "•" as none: the counts agreed, and each word got
+    the phonemes of the one before (right arrow's under "ok")."""
+    phonemizer = Phonemizer(voice())
+    (clause,) = phoneme_report(prepare("… → ok •", "en_US", LIMITS), phonemizer)
+    words = {w["text"]: w["phonemes"] for w in clause["words"]}
+    alone = {w: "".join(phonemizer.phonemes_with(w, ())) for w in ("→", "ok")}
+    assert words == {"→": alone["→"], "ok": alone["ok"], "•": ""}
+    assert len(words["→"].split()) == 2
+    # Plain words are still paired in context.
+    (plain,) = phoneme_report(prepare("Hello, world.", "en_US", LIMITS), phonemizer)
+    assert [w["phonemes"] for w in plain["words"]] == plain["phonemes"].split()
