@@ -70,3 +70,19 @@ def test_huge_years_are_read_digit_by_digit() -> None:
     numbers = EnglishNumbers(american=True)
     assert numbers.year(2027) == "twenty twenty-seven"
     assert numbers.year(10**400).startswith("one zero zero")
+
+
+_NUMBERY = ["9" * 400, "9" * 4400, "0" * 20, "1", "31", "13", "/", "-", ".", ",", " ", "Jan"]
+_NUMBERY += ["pm", ":", "+", "٣" * 20, "st", "%", "$", "x", "½"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sampled_from(_NUMBERY), min_size=1, max_size=6).map("".join),
+    st.sampled_from([*sorted(SAY_AS_KINDS), "unknown"]),
+    st.sampled_from([None, "mdy", "dmy", "ymd", "y", "d", "md", "ym", "dd", ""]),
+)
+def test_say_as_and_normalize_never_raise(text: str, kind: str, fmt: str | None) -> None:
+    for language in ("en_US", "en_GB"):
+        say_as(MappedText.identity(text), kind, fmt, language)
+        normalize(MappedText.identity(text), language)
