@@ -532,13 +532,17 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
-    """At most ``max_bytes + 1`` bytes of ``path``, which must be a regular file.
+    """At most ``max_bytes + 1`` bytes of ``path``, which must be a regular file (or the
+    null device: ``--config /dev/null`` is an empty config).
 
     Opened without blocking and checked before reading: a FIFO (whose open waits for a
     writer) or a device is refused at once instead of hanging a reload.  Raises OSError."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat(os.devnull).st_rdev:
+            return b""
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
         return f.read(max_bytes + 1)
 

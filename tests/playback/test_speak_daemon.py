@@ -192,6 +192,7 @@ def test_requests_are_served_while_the_speaker_is_still_starting(
             {"playback": {"enabled": True, "latency": 0.02, "sample_rate": pulse_server.rate}},
             env=pulse_server.env,
             timeout=30,
+            ready=False,
         )
         with Wire(daemon.socket) as w:
             assert w.call({"op": "ping", "id": 1})["event"] == "pong"
