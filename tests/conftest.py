@@ -102,7 +102,9 @@ def wait_until_started(path: str, proc: subprocess.Popen[bytes], log: Path, time
                     return
         except (ConnectionError, OSError):
             pass  # refused while the probe's slot was still held
-        if proc.poll() is not None or time.monotonic() > deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited with {proc.returncode}:\n{log.read_text()}")
+        if time.monotonic() > deadline:
             raise RuntimeError(f"daemon did not finish starting:\n{log.read_text()}")
         time.sleep(0.05)
 
