@@ -544,24 +544,30 @@ print_next_steps() {
 EOF
 }
 
+# Where speech-dispatcher finds output modules: /usr/lib/speech-dispatcher-modules, the
+# multiarch /usr/lib/TRIPLET/speech-dispatcher-modules of any architecture, or /usr/libexec
+# (Fedora).  A fixed list of three directories missed every other triplet (a Raspberry Pi's
+# arm-linux-gnueabihf, i386, riscv64 ...), and install.sh said speech-dispatcher was not
+# installed when it was.
+speechd_module_dirs() {
+    local d
+    for d in "$ROOT"/usr/lib/speech-dispatcher-modules "$ROOT"/usr/lib/*/speech-dispatcher-modules \
+        "$ROOT"/usr/libexec/speech-dispatcher-modules; do
+        if [[ -d $d ]]; then
+            printf '%s\n' "${d#"$ROOT"}"
+        fi
+    done
+}
+
 # speech-dispatcher output module (sd_ttsd): screen readers such as Orca speak through
 # ttsd.  Only when speech-dispatcher is installed; the module conf is never overwritten.
 # Usage: speechd_module install|uninstall.  See docs/speechd.md.
 speechd_module() {
-    local action=$1 dir="" candidate
+    local action=$1 dir="" candidate dirs=()
     local conf=/etc/speech-dispatcher/modules/ttsd.conf
-    for candidate in /usr/lib/speech-dispatcher-modules \
-        /usr/lib/x86_64-linux-gnu/speech-dispatcher-modules \
-        /usr/lib/aarch64-linux-gnu/speech-dispatcher-modules; do
-        if [[ -d $ROOT$candidate ]]; then
-            dir=$candidate
-            break
-        fi
-    done
+    mapfile -t dirs < <(speechd_module_dirs)
     if [[ $action == uninstall ]]; then
-        for candidate in /usr/lib/speech-dispatcher-modules \
-            /usr/lib/x86_64-linux-gnu/speech-dispatcher-modules \
-            /usr/lib/aarch64-linux-gnu/speech-dispatcher-modules; do
+        for candidate in "${dirs[@]}"; do
             if [[ -L $ROOT$candidate/sd_ttsd && $(readlink "$ROOT$candidate/sd_ttsd") == "$VENV/bin/sd_ttsd" ]]; then
                 remove_path "$ROOT$candidate/sd_ttsd"
             fi
@@ -571,8 +577,14 @@ speechd_module() {
         fi
         return 0
     fi
+    dir=${dirs[0]:-}
     if [[ -z $dir ]]; then
-        note "speech-dispatcher is not installed: no sd_ttsd module (see docs/speechd.md)"
+        if [[ -x $ROOT/usr/bin/speech-dispatcher ]]; then
+            note "speech-dispatcher is installed, but its modules directory is not in" \
+                "/usr/lib, /usr/lib/*/ or /usr/libexec: no sd_ttsd module (see docs/speechd.md)"
+        else
+            note "speech-dispatcher is not installed: no sd_ttsd module (see docs/speechd.md)"
+        fi
         return 0
     fi
     say "speech-dispatcher module sd_ttsd"
@@ -584,8 +596,8 @@ speechd_module() {
         note "installed $ROOT$conf"
     fi
     note "speech-dispatcher finds the module by itself; to make it the default, add to"
-    note "/etc/speech-dispatcher/speechd.conf: DefaultModule ttsd (and run spd-conf or"
-    note "restart speech-dispatcher); users reach the daemon as members of group $USER_NAME"
+    note "/etc/speech-dispatcher/speechd.conf: DefaultModule ttsd (and restart"
+    note "speech-dispatcher); users reach the daemon as members of group $USER_NAME"
 }
 
 do_install() {

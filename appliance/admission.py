@@ -125,6 +125,13 @@ class Admission:
         self.rejected = 0
         self.last: Decision | None = None
 
+    def measured_at_start(self, rtf: float) -> None:
+        """The cost the start-up warm-up measured, when it comes after this was made (the
+        daemon answers before its warm-up ends): it replaces the prior until requests are
+        observed."""
+        if self._observed == 0 and rtf > 0:
+            self._rtf_done = rtf
+
     def observe(self, compute_s: float, audio_s: float) -> None:
         """A finished request's totals (ignored when too short to say anything)."""
         if audio_s < _MIN_AUDIO_FOR_RTF_S or compute_s <= 0:

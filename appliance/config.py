@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import logging
 import math
 import os
 import reprlib
+import stat
 import types
 import typing
 from dataclasses import dataclass, field
@@ -78,6 +80,9 @@ class VoicesConfig:
     """Split models are cached here; None = $XDG_CACHE_HOME/ttsd (or /var/cache/ttsd as root)."""
     lexicon: str | None = None
     """The user's lexicon (YAML, see docs/ssml.md); read at start and on SIGHUP."""
+    lexicon_timeout_s: float = field(default=10.0, metadata=_rng(0.1, 600))
+    """Reading, parsing and checking the lexicon past this is given up (a hung network file
+    system): at start the daemon stops, on SIGHUP the old lexicon is kept."""
 
     def __post_init__(self) -> None:
         if self.lexicon is not None and (not self.lexicon.strip() or "\0" in self.lexicon):
@@ -347,6 +352,7 @@ LIVE_KEYS: frozenset[str] = frozenset(
         "streaming.text_low_water_ms",
         "streaming.text_timeout_s",
         "voices.lexicon",
+        "voices.lexicon_timeout_s",
         "scheduler.watermark_ms",
         "scheduler.admission_backlog_ms",
         "scheduler.admission_window_s",
@@ -538,28 +544,55 @@ class _StructureError(Exception):
 
 def parse_yaml(text: str, source: str = "<config>") -> Any:
     """``text`` as plain data, through the strict loader; :class:`ConfigError` if refused."""
-    loader = _StrictLoader(text)
+    loader = None
     try:
+        loader = _StrictLoader(text)  # reads the text: a NUL is refused here
         return loader.get_single_data()
     except _StructureError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {_bounded(str(exc))}") from None
+        raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(exc)}") from None
     except RecursionError:  # pragma: no cover - the depth cap comes first
         raise ConfigError(f"{source}: nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _bounded(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's complaint on one line, with where (its own text quotes the source over
+    several lines)."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if not isinstance(problem, str) or mark is None:
+        return _bounded(" ".join(str(exc).split()))
+    return _bounded(f"{problem} (line {mark.line + 1}, column {mark.column + 1})")
+
+
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of ``path``, which must be a regular file (or the
+    null device: ``--config /dev/null`` is an empty config).
+
+    Opened without blocking and checked before reading: a FIFO (whose open waits for a
+    writer) or a device is refused at once instead of hanging a reload.  Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat(os.devnull).st_rdev:
+            return b""
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return f.read(max_bytes + 1)
+
+
 def read_config_text(path: str | os.PathLike[str]) -> str:
     """The file's text: at most :data:`MAX_CONFIG_BYTES`, valid UTF-8."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
+        data = read_regular_file(path, MAX_CONFIG_BYTES)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     if len(data) > MAX_CONFIG_BYTES:

@@ -10,8 +10,10 @@ import os
 import sys
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+from appliance.audioformats import make_encoder
 from appliance.client import AsyncClient, AsyncTextStream, Client, Synthesis, TtsdError, collect
 
 
@@ -20,7 +22,46 @@ def _text(arg: str) -> str:
 
 
 def _print(obj: dict[str, Any]) -> None:
-    print(json.dumps({k: v for k, v in obj.items() if k not in ("id",)}, indent=2, default=str))
+    # ensure_ascii=False: IPA and the text as sent stay readable ("tˈɛst", not "t\u02c8...").
+    shown = {k: v for k, v in obj.items() if k not in ("id",)}
+    print(json.dumps(shown, indent=2, default=str, ensure_ascii=False))
+
+
+OUTPUT_FORMATS = {".wav": "wav", ".flac": "flac", ".mp3": "mp3", ".ogg": "opus", ".opus": "opus"}
+"""``ttsctl synth -o`` by the name's extension (no extension: WAV)."""
+
+
+class _Refused(Exception):
+    """A command line ttsctl will not carry out; its message is the one line printed."""
+
+
+def _output_format(path: str) -> str:
+    """The format ``path`` asks for, checked before any synthesis: a name the format or the
+    directory refuses used to cost the whole synthesis, then a traceback."""
+    out = Path(path)
+    suffix = out.suffix.lower()
+    fmt = OUTPUT_FORMATS.get(suffix or ".wav")
+    if fmt is None:
+        known = ", ".join(OUTPUT_FORMATS)
+        raise _Refused(f"{path}: unknown audio extension {suffix!r} (use {known})")
+    parent = out.parent
+    if not parent.is_dir():
+        raise _Refused(f"{path}: no such directory: {parent}")
+    if out.is_dir():
+        raise _Refused(f"{path}: is a directory")
+    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise _Refused(f"{path}: not writable")
+    return fmt
+
+
+def _write_audio(path: str, result: Synthesis, fmt: str) -> None:
+    """WAV as before; FLAC, MP3 and Ogg/Opus through the encoders the HTTP door uses."""
+    if fmt == "wav":
+        result.write_wav(path)
+        return
+    encoder = make_encoder(fmt, result.sample_rate)
+    data = encoder.header() + encoder.encode(result.samples(), last=True) + encoder.finish()
+    Path(path).write_bytes(data)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("synth", help="synthesize TEXT (or - for stdin) to a WAV file")
     p.add_argument("text")
-    p.add_argument("-o", "--output", required=True)
+    p.add_argument(
+        "-o", "--output", required=True, help="FILE.wav (default), .flac, .mp3, .ogg or .opus"
+    )
     p.add_argument("--voice")
     p.add_argument("--speaker")
     p.add_argument("--speed", type=float)
@@ -63,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("info", "stats", "health", "ping", "stop"):
         sub.add_parser(name)
     args = parser.parse_args(argv)
+    try:
+        args.format = _output_format(args.output) if args.cmd == "synth" else None
+    except _Refused as exc:
+        print(f"ttsctl: {exc}", file=sys.stderr)
+        return 2
     if getattr(args, "stream", False):
         if args.text != "-":
             parser.error("--stream reads standard input: give - as TEXT")
@@ -75,8 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         with Client(args.socket) as client:
             if args.cmd == "synth":
                 result = client.synthesize_all(_text(args.text), **_synth_opts(args))
-                _report(args.output, result)
-                return 0
+                return _report(args, result)
             if args.cmd == "say":
                 return _say(client, args)
             if args.cmd == "phonemes":
@@ -85,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
                 ok = client.ping()
                 print("pong" if ok else "no answer")
                 return 0 if ok else 1
+            if args.cmd == "stop":
+                client.request("stop")
+                print("stopped: everything this user had queued or playing")
+                return 0
             _print(client.request(args.cmd))
             return 0
     except TtsdError as exc:
@@ -124,13 +175,22 @@ def _phonemes(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(path: str, result: Synthesis) -> None:
-    result.write_wav(path)
+def _report(args: argparse.Namespace, result: Synthesis) -> int:
+    path = args.output
+    try:
+        _write_audio(path, result, args.format)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: libsndfile's own errors
+        print(
+            f"ttsctl: {path}: cannot write: {getattr(exc, 'strerror', None) or exc}",
+            file=sys.stderr,
+        )
+        return 1
     st = result.stats
     print(
         f"{path}: {st.get('audio_ms')} ms of audio at {result.sample_rate} Hz,"
         f" first packet after {st.get('ttfp_ms')} ms"
     )
+    return 0
 
 
 async def _stream_stdin(args: argparse.Namespace) -> int:
@@ -146,11 +206,10 @@ async def _stream_stdin(args: argparse.Namespace) -> int:
                 opts["voice"] = args.voice
             stream = await client.text_stream(op="speak", **opts)
         events = [ev async for ev in _feed_and_read(stream, loop, utf8)]
-        if args.cmd == "synth":
-            _report(args.output, collect(iter(events)))
-        else:
-            end = events[-1] if events else {}
-            print("cancelled" if end.get("cancelled") else "done")
+    if args.cmd == "synth":
+        return _report(args, collect(iter(events)))
+    end = events[-1] if events else {}
+    print("cancelled" if end.get("cancelled") else "done")
     return 0
 
 

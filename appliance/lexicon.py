@@ -14,8 +14,9 @@ only, taking precedence over the family)::
 Entries match whole words or phrases, case-insensitively, in the text *after*
 normalisation (so an entry for "two" also catches "2"; write entries in words).  IPA
 entries are checked against every loaded voice of their language (a symbol the voice has
-no id for is an error naming it); respellings are plain text.  The daemon loads the file at
-start and again on SIGHUP; ``ttsd check-config`` validates it.
+no id for is an error naming it); respellings are plain text.  A pronunciation is at most
+four times its phrase plus 24 characters (:func:`max_pronunciation_chars`).  The daemon
+loads the file at start and again on SIGHUP; ``ttsd check-config`` validates it.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from appliance.config import ConfigError, parse_yaml, read_regular_file
 from appliance.errors import ServiceError
 from appliance.phonemize import ipa_symbols
 from appliance.textmap import MappedText
@@ -174,22 +174,34 @@ class Lexicon:
 
     @classmethod
     def load(cls, path: str | Path) -> Lexicon:
-        """Read and validate a lexicon file (not the symbols: see :meth:`check_voices`)."""
-        p = Path(path)
+        """Read and validate a lexicon file (not the symbols: see :meth:`check_voices`).
+
+        Through the config's own reader and loader: a regular file only, opened without
+        blocking (a FIFO is refused, not waited on), at most :data:`MAX_FILE_BYTES`, no
+        aliases, no nesting deeper than the config's cap (5 000 levels were a RecursionError).
+        """
         try:
-            with p.open("rb") as f:
-                raw = f.read(MAX_FILE_BYTES + 1)
+            raw = read_regular_file(path, MAX_FILE_BYTES)
         except OSError as exc:
-            raise LexiconError(f"{path}: cannot read: {exc.strerror}") from None
+            raise LexiconError(f"{path}: cannot read: {exc.strerror or exc}") from None
         if len(raw) > MAX_FILE_BYTES:
             raise LexiconError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
         try:
-            data = yaml.safe_load(raw.decode("utf-8"))
+            data = parse_yaml(raw.decode("utf-8"), str(path))
         except UnicodeDecodeError:
             raise LexiconError(f"{path}: not UTF-8") from None
-        except yaml.YAMLError as exc:
-            raise LexiconError(f"{path}: not valid YAML: {exc}") from None
+        except ConfigError as exc:
+            raise LexiconError(str(exc)) from None
         return cls.parse(data, str(path))
+
+
+def max_pronunciation_chars(phrase: str) -> int:
+    """The longest respelling or IPA an entry for ``phrase`` may have.
+
+    Proportional to the phrase, so a lexicon cannot turn a short request into a long one:
+    an entry "a" with a 198-character respelling made "a a a …" (40 characters) cost
+    gigabytes in the encoder.  Generous for real entries ("WWW" → its 29-character IPA)."""
+    return min(MAX_PHRASE_CHARS, 4 * len(phrase) + 24)
 
 
 def _entry(where: str, phrase: Any, value: Any) -> Entry:
@@ -207,8 +219,11 @@ def _entry(where: str, phrase: Any, value: Any) -> Entry:
     ((kind, text),) = value.items()
     if not isinstance(text, str) or not text.strip():
         raise LexiconError(f"{at}: {kind} must be non-empty text")
-    if len(text) > MAX_PHRASE_CHARS:
-        raise LexiconError(f"{at}: {kind} longer than {MAX_PHRASE_CHARS} characters")
+    limit = max_pronunciation_chars(phrase.strip())
+    if len(text.strip()) > limit:
+        raise LexiconError(
+            f"{at}: {kind} longer than {limit} characters (four times the phrase, plus 24)"
+        )
     if kind == "ipa":
         return Entry(phrase.strip(), ipa=text.strip())
     if "<" in text or "[[" in text:
@@ -240,16 +255,19 @@ def load_for_config(path: str | Path, voices_dir: str | None) -> Lexicon:
 def phoneme_report(clauses: Sequence[Clause], phonemizer: Phonemizer) -> list[dict[str, Any]]:
     """Each clause as the voice says it: its text, span, phonemes, and phonemes per word.
 
-    Words are paired with espeak's words when the counts agree (the phonemes in context);
-    otherwise each word is phonemized on its own.  Raises ``bad_request`` for an IPA
-    symbol the voice does not know.
+    Words are paired with espeak's words when every word is a plain one and the counts
+    agree (the phonemes in context); otherwise each word is phonemized on its own.  A symbol
+    is said as any number of words ("→" as two, "•" as none), so counts that agree around
+    one put each word's phonemes under the next.  Raises ``bad_request`` for an IPA symbol
+    the voice does not know.
     """
     out: list[dict[str, Any]] = []
     for c in clauses:
         phonemes = "".join(phonemizer.phonemes_with(c.text, c.phonemes))
         words = [(m.start(), m.end()) for m in re.finditer(r"\S+", c.text)]
         said = phonemes.split()
-        if len(said) != len(words):
+        plain = all(_PLAIN_WORD.fullmatch(c.text[a:b]) for a, b in words)
+        if len(said) != len(words) or not plain:
             said = []
             for a, b in words:
                 inside = [o for o in c.phonemes if a <= o.start and o.end <= b]
@@ -267,6 +285,11 @@ def phoneme_report(clauses: Sequence[Clause], phonemizer: Phonemizer) -> list[di
             }
         )
     return out
+
+
+# A word espeak says as one word: letters, digits and apostrophes, with the punctuation of
+# running text around it.
+_PLAIN_WORD = re.compile(r"[\"'(\[]*[^\W_](?:[\w'’]*[^\W_])?[\"')\].,;:!?]*")
 
 
 @dataclass(frozen=True)

@@ -10,20 +10,23 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from appliance import __version__, memory
 from appliance.config import LIVE_KEYS, Config, ConfigError, flatten, load_config
 
 if TYPE_CHECKING:
     from appliance.lexicon import Lexicon
+    from appliance.playback import Player
     from appliance.runtime import Runtime
     from appliance.service import Door, Service
 
 log = logging.getLogger("ttsd")
+_T = TypeVar("_T")
 
 
 def _configure_logging(level: str) -> None:
@@ -46,7 +49,7 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     from appliance.lexicon import LexiconError
     from appliance.logsetup import set_level
     from appliance.notify import Notifier, watchdog_interval_s, watchdog_loop
-    from appliance.runtime import Runtime
+    from appliance.runtime import Runtime, StartError
     from appliance.server import Server
 
     loop = asyncio.get_running_loop()
@@ -56,19 +59,30 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     except ActivationError as exc:
         log.error("socket activation: %s", exc)
         return 1
-    # Loading voices is slow I/O and inference: keep it off the event loop.
-    runtime = await loop.run_in_executor(None, functools.partial(Runtime.load, cfg, notifier))
-    # Cutting a voice on first start leaves ~200 MB of freed heap behind: give it back.
-    await loop.run_in_executor(None, memory.trim)
-    if cfg.playback.enabled:
-        from appliance.playback import Player
-
-        # Opened once and kept running, so no device opening stands between a request
-        # and its first sound.  Never raises: no device means "off" with a warning.
-        runtime.player = await loop.run_in_executor(None, Player.open, cfg.playback)
+    # The speaker is opened beside the voices, not before them: probing a device that is
+    # not there took 2.1 s of a 2.4-4.1 s start, and synthesize never needs it.
+    player, player_started = _start_player(cfg, loop)
+    # Loading voices is slow I/O and inference: keep it off the event loop.  Warming them
+    # up comes after the socket listens (below).
+    load = functools.partial(Runtime.load, cfg, notifier, warm=False)
+    try:
+        runtime = await loop.run_in_executor(None, load)
+    except BaseException as exc:
+        if player is not None:
+            player.close()
+        if isinstance(exc, StartError):
+            log.error("cannot start: %s", exc)
+            return 1
+        raise
+    runtime.player = player
+    file_reads = _FileReads()
     if cfg.voices.lexicon:
         try:
-            runtime.lexicon = await loop.run_in_executor(None, _load_lexicon, cfg, runtime)
+            runtime.lexicon = await file_reads.run(
+                functools.partial(_load_lexicon, cfg, runtime),
+                cfg.voices.lexicon,
+                cfg.voices.lexicon_timeout_s,
+            )
         except LexiconError as exc:
             log.error("lexicon: %s", exc)
             runtime.close()
@@ -76,6 +90,7 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     from appliance.service import Service
 
     service = Service(runtime)
+    service.hold_requests()  # until the voices are warm
     server = Server(service, socket_path, activated)
     doors = _front_ends(cfg, service)
     try:
@@ -124,7 +139,10 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
 
     service.on_request_done.append(on_request_done)
 
+    stop_requested = asyncio.Event()
+
     def stop() -> None:
+        stop_requested.set()
         notifier.stopping()
         for t in list(tasks):
             t.cancel()
@@ -160,23 +178,40 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         # The lexicon file is read again even when its path did not change (that is the
         # point of a reload); new requests use it once it is in, requests in flight keep
         # the one they started with.
+        cfg = state["cfg"]
         try:
-            new = await loop.run_in_executor(None, _load_lexicon, state["cfg"], runtime)
+            new = await file_reads.run(
+                functools.partial(_load_lexicon, cfg, runtime),
+                cfg.voices.lexicon or "lexicon",
+                cfg.voices.lexicon_timeout_s,
+            )
         except LexiconError as exc:
             log.error("lexicon reload refused, keeping the old one: %s", exc)
             return
         runtime.lexicon = new
         log.info("lexicon: %s", f"{len(new)} entries from {new.source}" if new else "none")
 
+    async def reload_files() -> None:
+        try:
+            new = await file_reads.run(
+                functools.partial(load_config, config_path),
+                str(config_path),
+                _CONFIG_READ_TIMEOUT_S,
+                ConfigError,
+            )
+        except ConfigError as exc:
+            log.error("reload refused: %s", exc)
+            return
+        apply_config(new)
+        await reload_lexicon()
+
     async def reload_once() -> None:
         notifier.reloading()
         try:
-            new = await loop.run_in_executor(None, load_config, config_path)
-        except ConfigError as exc:
-            log.error("reload refused: %s", exc)
-        else:
-            apply_config(new)
-            await reload_lexicon()
+            await reload_files()
+        except Exception as exc:  # a bug: one line, and the next SIGHUP still works
+            log.error("reload failed, keeping the old settings: %s", exc)
+            log.debug("reload failure", exc_info=True)
         finally:
             notifier.ready(status=_status_line(runtime))
 
@@ -191,13 +226,27 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
     loop.add_signal_handler(signal.SIGHUP, reload)
-    notifier.ready(status=_status_line(runtime))
-    log.info(
-        "ready: backend=%s voices=%s",
-        runtime.backend_status.get("backend", "onnx-cpu"),
-        ",".join(runtime.voices),
-    )
     try:
+        # Ping, info and health are answered from here on, requests once the voices are
+        # warm; READY=1 and "ready" also wait for the speaker to run (or to be found
+        # missing), so a speak after them is as quick as any other.
+        await _until_stopped(loop.run_in_executor(None, _warm, runtime), stop_requested)
+        if not stop_requested.is_set():
+            service.release_requests()
+        await _until_stopped(player_started, stop_requested)
+        if player is not None and not stop_requested.is_set():
+            await _until_stopped(
+                loop.run_in_executor(None, _speaker_running, player), stop_requested
+            )
+        if not stop_requested.is_set():
+            service.release_speech()
+            notifier.ready(status=_status_line(runtime))
+            log.info(
+                "ready: backend=%s voices=%s playback=%s",
+                runtime.backend_status.get("backend", "onnx-cpu"),
+                ",".join(runtime.voices),
+                player.health()["state"] if player is not None else "off",
+            )
         await server.serve()
     finally:
         for door in doors:
@@ -208,6 +257,47 @@ async def _serve(cfg: Config, config_path: str | None, socket_path: Path) -> int
         runtime.close()
         notifier.close()
     return 0
+
+
+def _warm(runtime: Runtime) -> None:
+    runtime.finish_start()
+    # Cutting a voice on first start leaves ~200 MB of freed heap behind: give it back.
+    memory.trim()
+
+
+def _start_player(
+    cfg: Config, loop: asyncio.AbstractEventLoop
+) -> tuple[Player | None, asyncio.Future[None] | None]:
+    """The speaker, being opened in a worker (``starting`` until it runs), and that work."""
+    if not cfg.playback.enabled:
+        return None, None
+    from appliance.playback import Player
+
+    # Opened once and kept running, so no device opening stands between a request and its
+    # first sound.  Never raises: no device means "off" with a warning.
+    player = Player(cfg.playback)
+    player.starting()
+    return player, loop.run_in_executor(None, player.start)
+
+
+def _speaker_running(player: Player) -> None:
+    """Once the start-up's own work is done: the stream runs now (see Player.wait_running)."""
+    if player.health()["state"] == "ok" and not player.wait_running():
+        log.warning("playback: the output stream is not running steadily yet")
+
+
+async def _until_stopped(work: asyncio.Future[None] | None, stop: asyncio.Event) -> None:
+    """``work`` done (its exception raised), or ``stop`` set (SIGTERM during start-up)."""
+    if work is None:
+        return
+    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    waiting: set[asyncio.Future[Any]] = {work, stopping}
+    try:
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if work.done():
+        work.result()
 
 
 def _front_ends(cfg: Config, service: Service) -> list[Door]:
@@ -248,6 +338,74 @@ class _Reloads:
                     return
         finally:
             self.task = None
+
+
+_CONFIG_READ_TIMEOUT_S = 30.0
+"""A reload's read of the config file past this is given up (a hung file system)."""
+
+
+class _FileReads:
+    """Blocking file reads (config, lexicon) in threads of their own, with a deadline.
+
+    Not the loop's executor: a read stuck in the kernel (a hung network file system) can
+    neither be cancelled nor joined, and the executor's threads are joined at exit, so one
+    stuck read kept SIGTERM from stopping the daemon.  A read past its deadline is left
+    behind in a daemon thread; while it is stuck, another read of the same file is refused
+    rather than started beside it."""
+
+    def __init__(self) -> None:
+        self._stuck: set[str] = set()
+
+    async def run(
+        self,
+        fn: Callable[[], _T],
+        name: str,
+        timeout_s: float,
+        error: Callable[[str], Exception] | None = None,
+    ) -> _T:
+        """``fn()``'s result; ``error`` (default LexiconError) of a one-line message on a
+        timeout or while an earlier read of ``name`` is stuck."""
+        from appliance.lexicon import LexiconError
+
+        fail = error or LexiconError
+        if name in self._stuck:
+            raise fail(f"{name}: an earlier read has not returned; not reading it again yet")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[_T] = loop.create_future()
+        thread = threading.Thread(
+            target=_settle_from_thread, args=(loop, fut, fn, self._stuck, name), daemon=True
+        )
+        self._stuck.add(name)
+        thread.start()
+        try:
+            return await asyncio.wait_for(fut, timeout_s)  # cancels fut: the late result is dropped
+        except TimeoutError:
+            raise fail(f"{name}: not read within {timeout_s:g} s") from None
+
+
+def _settle_from_thread(
+    loop: asyncio.AbstractEventLoop,
+    fut: asyncio.Future[_T],
+    fn: Callable[[], _T],
+    stuck: set[str],
+    name: str,
+) -> None:
+    def settle(result: _T | None, exc: BaseException | None) -> None:
+        stuck.discard(name)
+        if not fut.done():
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)  # type: ignore[arg-type]
+
+    try:
+        result, exc = fn(), None
+    except Exception as error:  # handed to the awaiting task, which reports it
+        result, exc = None, error
+    try:
+        loop.call_soon_threadsafe(settle, result, exc)
+    except RuntimeError:
+        pass  # the loop is closed: the daemon stopped while this read was stuck
 
 
 def _inject_stall(runtime: Runtime, seconds: float) -> None:
@@ -365,11 +523,17 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from appliance.voices import default_cache_dir, discover, load_voice
 
     cache = Path(cfg.voices.cache_dir) if cfg.voices.cache_dir else default_cache_dir()
+    failed = 0
     for name, path in discover(cfg.voices.voices_dir).items():
-        voice = load_voice(name, path, cache)
+        try:
+            voice = load_voice(name, path, cache)
+        except Exception as exc:  # a foreign file: protobuf, onnxruntime, JSON errors …
+            print(f"{name}: skipped ({path}): {' '.join(str(exc).split())[:300]}", file=sys.stderr)
+            failed += 1
+            continue
         print(f"{name}: {'streaming' if voice.split_ok else 'whole-sentence'} ({voice.split_note})")
         prepare_engines(voice, cfg, functools.partial(_progress, name))
-    return 0
+    return 1 if failed else 0
 
 
 def cmd_tune(argv: list[str]) -> int:

@@ -142,7 +142,7 @@ class _LiveCollector:
             g = GaugeMetricFamily(
                 "ttsd_playback_state", "Speaker state (1 for the current one)", labels=["state"]
             )
-            for state in ("ok", "degraded", "off"):
+            for state in ("ok", "starting", "degraded", "off"):
                 g.add_metric([state], 1 if p.get("state") == state else 0)
             yield g
 

@@ -39,6 +39,49 @@ WARM_UP_LATER = (
 )
 
 
+class StartError(RuntimeError):
+    """The daemon cannot start (no default voice): one line for the log, exit non-zero."""
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _load_one(
+    name: str, path: Path, cache: Path, cfg: Config
+) -> tuple[VoiceRuntime, Voice, dict[str, Any]]:
+    """One voice, cut (or its cached cut) and on its backend."""
+    t0 = time.monotonic()
+    voice = load_voice(name, path, cache)
+    model, status = load_voice_model(voice, cfg)
+    info = voice.info
+    runtime = VoiceRuntime(
+        name=name,
+        language=info.language,
+        sample_rate=info.sample_rate,
+        hop=info.hop_length,
+        phonemizer=Phonemizer(info),
+        model=model,
+        can_stream=voice.split_ok,
+        defaults=Scales(info.noise_scale, info.length_scale, info.noise_w),
+        default_speaker=0 if info.num_speakers > 1 else None,
+        context=voice.context_frames
+        if cfg.engine.context_frames is None
+        else cfg.engine.context_frames,
+    )
+    log.info(
+        "voice %s loaded in %.0f ms (%s, %s)",
+        name,
+        (time.monotonic() - t0) * 1000,
+        status.get("backend", "?"),
+        ("streaming, flow windowed" if voice.flow_split else "streaming")
+        if voice.split_ok
+        else f"whole-sentence: {voice.split_note}",
+    )
+    return runtime, voice, dict(status)
+
+
 @dataclass
 class Runtime:
     config: Config
@@ -57,57 +100,47 @@ class Runtime:
     costliest voice): admission's estimate until real streams have been measured."""
 
     @classmethod
-    def load(cls, cfg: Config, notifier: Notifier | None = None) -> Runtime:
+    def load(cls, cfg: Config, notifier: Notifier | None = None, *, warm: bool = True) -> Runtime:
         """Discover, split, load and warm every voice (slow: run it off the event loop).
 
         ``notifier`` gets EXTEND_TIMEOUT_USEC while long steps (engine builds) run.
+        ``warm=False`` leaves the warm-up and the workers to :meth:`finish_start`.
         """
         cache = Path(cfg.voices.cache_dir) if cfg.voices.cache_dir else default_cache_dir()
         found = discover(cfg.voices.voices_dir)
         if cfg.voices.default not in found:
-            raise ValueError(
-                f"default voice {cfg.voices.default!r} not found (have: {', '.join(sorted(found))})"
+            raise StartError(
+                f"voices.default: voice {cfg.voices.default!r} not found"
+                f" (have: {', '.join(sorted(found))})"
             )
         voices: dict[str, VoiceRuntime] = {}
         metas: dict[str, Voice] = {}
         status: dict[str, Any] = {}
         for name, path in found.items():
-            t0 = time.monotonic()
             if notifier is not None:
                 notifier.extend_timeout(120_000_000)
-            voice = load_voice(name, path, cache)
-            model, status = load_voice_model(voice, cfg)
-            info = voice.info
-            voices[name] = VoiceRuntime(
-                name=name,
-                language=info.language,
-                sample_rate=info.sample_rate,
-                hop=info.hop_length,
-                phonemizer=Phonemizer(info),
-                model=model,
-                can_stream=voice.split_ok,
-                defaults=Scales(info.noise_scale, info.length_scale, info.noise_w),
-                default_speaker=0 if info.num_speakers > 1 else None,
-                context=voice.context_frames
-                if cfg.engine.context_frames is None
-                else cfg.engine.context_frames,
-            )
-            metas[name] = voice
-            log.info(
-                "voice %s loaded in %.0f ms (%s, %s)",
-                name,
-                (time.monotonic() - t0) * 1000,
-                status.get("backend", "?"),
-                ("streaming, flow windowed" if voice.flow_split else "streaming")
-                if voice.split_ok
-                else f"whole-sentence: {voice.split_note}",
-            )
+            try:
+                voices[name], metas[name], status = _load_one(name, path, cache, cfg)
+            except Exception as exc:  # a foreign file: protobuf, onnxruntime, JSON errors …
+                why = _one_line(exc)
+                if name == cfg.voices.default:
+                    raise StartError(
+                        f"default voice {name} ({path}) cannot be loaded: {why}"
+                    ) from None
+                log.error("voice %s (%s) skipped: %s", name, path, why)
         pins = pinning(cfg, cpu_threads(cfg))
         scheduler = Scheduler(cfg.engine.workers, cpus=pins.workers if pins else None)
         rt = cls(cfg, voices, metas, cfg.voices.default, scheduler, Metrics(), status)
-        rt.stream_cost = rt.warm_up()
-        scheduler.start()
+        if warm:
+            rt.finish_start()
         return rt
+
+    def finish_start(self) -> None:
+        """Warm every voice up, then start the workers (slow: off the event loop).  The
+        daemon does it once it listens, so ping, info and health are answered meanwhile
+        (the warm-up was 0.7 s of a start-up before the first answer)."""
+        self.stream_cost = self.warm_up()
+        self.scheduler.start()
 
     def backend_state(self) -> dict[str, Any]:
         """Start-up status merged with the live failover state of the default voice."""

@@ -462,7 +462,28 @@ class Service:
         self._idle = asyncio.Event()
         self._idle.set()
         self._warmup: asyncio.Future[Any] | None = None
+        self._warm = asyncio.Event()
+        self._warm.set()
+        self._speaker = asyncio.Event()
+        self._speaker.set()
         self.runtime.metrics.watch(self.live_numbers)
+
+    def hold_requests(self) -> None:
+        """Requests wait (before admission) until :meth:`release_requests`, ``speak`` also
+        until :meth:`release_speech`: the daemon answers ping, info and health while its
+        voices warm up and its speaker starts."""
+        self._warm.clear()
+        self._speaker.clear()
+
+    def release_requests(self) -> None:
+        """The voices are warm: admit by the cost the warm-up measured, take requests."""
+        if self.runtime.stream_cost is not None:
+            self.admission.measured_at_start(self.runtime.stream_cost)
+        self._warm.set()
+
+    def release_speech(self) -> None:
+        """The speaker runs, or is known to be missing: take ``speak`` requests."""
+        self._speaker.set()
 
     # ------------------------------------------------------------ requests
 
@@ -476,6 +497,10 @@ class Service:
     ) -> Stream:
         """Admit and prepare one request.  Raises ServiceError when it is refused."""
         t0 = time.monotonic()
+        if not self._warm.is_set():
+            await self._warm.wait()  # start-up: the voices are still warming up
+        if speak_key is not None and not self._speaker.is_set():
+            await self._speaker.wait()  # start-up: the speaker is still starting
         cfg = self.runtime.config
         try:
             if self.stopping:
@@ -756,6 +781,9 @@ class Service:
         return {
             "playback": playback,
             "status": status,
+            # Start-up: requests wait while the voices warm up and speak while the speaker
+            # starts (READY=1 comes when this is false).
+            "starting": not (self._warm.is_set() and self._speaker.is_set()),
             "serving": not self.stopping and status != "failing",
             "backend": backend.get("backend", "onnx-cpu"),
             "gpu": backend.get("gpu"),

@@ -9,8 +9,9 @@ here opens a file or a URL: ``<audio src>``, ``<lexicon uri>`` and every other a
 naming one are read as strings and dropped.
 
 Limits: the source (characters, as sent) within ``max_chars`` (``text_too_long``), element
-depth within :data:`MAX_DEPTH` (``bad_request``); malformed XML is ``bad_request`` with the
-line and column expat reports.
+depth within :data:`MAX_DEPTH` and the breaks' total within :data:`MAX_TOTAL_BREAK_MS`
+(``bad_request``); malformed XML is ``bad_request`` with the line and column expat reports.
+Numbers in attributes are read as floats and cut to finite bounds before any arithmetic.
 
 The output, :class:`SsmlDocument`, knows nothing about voices: the spoken text as a
 :class:`~appliance.textmap.MappedText` whose characters point into the SSML source, and
@@ -32,6 +33,16 @@ from appliance.textmap import MappedText
 MAX_DEPTH = 32
 MAX_BREAK_MS = 10_000
 """A longer ``<break time>`` is cut to this (a break is a pause, not a way to hold a stream)."""
+MAX_TOTAL_BREAK_MS = 60_000
+"""The breaks of one document add up to at most this, each after its own cut, or the
+document is ``bad_request``: 300 breaks of 10 s in 6 KB would otherwise hold a stream (and
+the speaker) for 50 minutes of silence."""
+MAX_DB = 120.0
+"""``+NdB`` / ``-NdB`` beyond this is taken as this (10**(6200/20) overflows a float; the
+product is clamped to :data:`VOLUME_RANGE` anyway)."""
+MAX_FACTOR = 1e6
+"""A rate or volume factor beyond this is taken as this, so products of nested prosody
+stay finite (``1e400%`` is inf, and silent × inf is NaN)."""
 MAX_MARK_NAME = 256
 
 # Break strengths in ms (SSML leaves them to the processor; documented in docs/ssml.md).
@@ -182,7 +193,8 @@ def parse_break_time(value: str) -> int:
     if m is None:
         raise _bad(f"<break time={value!r}>: expected a duration such as 250ms or 1.5s")
     ms = float(m.group(1)) * (1000.0 if m.group(2) == "s" else 1.0)
-    return min(MAX_BREAK_MS, round(ms))
+    # Cut before rounding: 400 nines are inf, and round(inf) raises.
+    return round(min(float(MAX_BREAK_MS), ms))
 
 
 def parse_rate(value: str) -> float:
@@ -200,7 +212,7 @@ def parse_rate(value: str) -> float:
         raise _bad(f"<prosody rate={value!r}>: expected x-slow … x-fast, N%, +N% or a number")
     if factor <= 0:
         raise _bad(f"<prosody rate={value!r}>: the rate must be positive")
-    return factor
+    return min(factor, MAX_FACTOR)
 
 
 def parse_volume(value: str) -> float:
@@ -209,14 +221,14 @@ def parse_volume(value: str) -> float:
         return VOLUME_LABELS[v]
     m = _DB.match(v)
     if m is not None:
-        db = float(m.group(2)) * (-1.0 if m.group(1) == "-" else 1.0)
+        db = min(float(m.group(2)), MAX_DB) * (-1.0 if m.group(1) == "-" else 1.0)
         return float(10.0 ** (db / 20.0))
     m = _PERCENT.match(v)
     if m is not None:
         pct = float(m.group(2))
         if m.group(1):
-            return max(0.0, 1.0 + (pct if m.group(1) == "+" else -pct) / 100.0)
-        return pct / 100.0
+            return min(max(0.0, 1.0 + (pct if m.group(1) == "+" else -pct) / 100.0), MAX_FACTOR)
+        return min(pct / 100.0, MAX_FACTOR)
     raise _bad(f"<prosody volume={value!r}>: expected silent … x-loud, +NdB, -NdB or N%")
 
 
@@ -258,6 +270,7 @@ class _Parser:
         self.in_cdata = False
         self.rate = [1.0]
         self.volume = [1.0]
+        self.break_ms = 0
         p = expat.ParserCreate()
         p.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
         p.StartDoctypeDeclHandler = self._refuse_doctype
@@ -322,7 +335,9 @@ class _Parser:
             el.kind = _STRUCTURE[name]
             self.events.append(Boundary(self.length, el.kind))
         elif name == "break":
-            self.events.append(Break(self.length, self._break_ms(attrs), here))
+            ms = self._break_ms(attrs)
+            self._count_break(ms)
+            self.events.append(Break(self.length, ms, here))
         elif name == "mark":
             self.events.append(Mark(self.length, self._mark_name(attrs), here))
         elif name == "prosody":
@@ -388,6 +403,14 @@ class _Parser:
                 f"<break strength={strength!r}>: expected one of {', '.join(BREAK_STRENGTHS)}"
             )
         return BREAK_STRENGTHS[strength]
+
+    def _count_break(self, ms: int) -> None:
+        self.break_ms += ms
+        if self.break_ms > MAX_TOTAL_BREAK_MS:
+            raise _bad(
+                f"SSML: the breaks add up to more than {MAX_TOTAL_BREAK_MS // 1000} s"
+                f" ({self._where()}); that is the limit for one request"
+            )
 
     def _mark_name(self, attrs: dict[str, str]) -> str:
         name = attrs.get("name")

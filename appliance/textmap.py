@@ -70,18 +70,24 @@ class MappedText:
             done += 1
             if count and done >= count:
                 break
+        if not done:
+            return self  # nothing replaced: no copy of the map
         out.copy(self, pos, len(self.text))
         return out.build()
 
     def map_chars(self, fn: Callable[[str], str]) -> MappedText:
         """Apply ``fn`` to each character; its output maps to that character."""
         out = Builder()
+        run = 0  # unchanged characters since ``run`` are copied in one piece
         for k, ch in enumerate(self.text):
             new = fn(ch)
-            if new == ch:
-                out.copy(self, k, k + 1)
-            else:
+            if new != ch:
+                out.copy(self, run, k)
                 out.add(new, self.starts[k], self.ends[k])
+                run = k + 1
+        if run == 0:
+            return self
+        out.copy(self, run, len(self.text))
         return out.build()
 
 

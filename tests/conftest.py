@@ -90,6 +90,26 @@ def wait_for_socket(path: str, proc: subprocess.Popen[bytes], log: Path, timeout
     raise RuntimeError(f"daemon did not listen within {timeout}s:\n{log.read_text()}")
 
 
+def wait_until_started(path: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    """Until ``health`` no longer says ``starting`` (voices warm, speaker running or off)."""
+    from tests.wire import Wire
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:  # a fresh connection each time: a test may allow only one at once
+            with Wire(path, timeout=timeout) as w:
+                health = w.call({"op": "health", "id": 0})
+                if health["event"] == "health" and health.get("starting") is not True:
+                    return
+        except (ConnectionError, OSError):
+            pass  # refused while the probe's slot was still held
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited with {proc.returncode}:\n{log.read_text()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"daemon did not finish starting:\n{log.read_text()}")
+        time.sleep(0.05)
+
+
 DaemonFactory = Callable[..., Daemon]
 
 
@@ -110,6 +130,7 @@ def daemon_factory(
         timeout: float = 120.0,
         args: list[str] | None = None,
         nofile: int | None = None,
+        ready: bool = True,
     ) -> Daemon:
         """``nofile``: the daemon's limit on open files (soft and hard), as a unit's
         ``LimitNOFILE`` sets it."""
@@ -142,6 +163,8 @@ def daemon_factory(
         daemon = Daemon(sock, proc, log_path, cfg_path, full_env)
         started.append(daemon)
         wait_for_socket(sock, proc, log_path, timeout)
+        if ready:  # the socket answers while the voices warm up; tests get a warm daemon
+            wait_until_started(sock, proc, log_path, timeout)
         return daemon
 
     yield start

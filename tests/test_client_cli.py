@@ -89,3 +89,85 @@ def test_async_client_runs_requests_concurrently(daemon: Daemon) -> None:
 
     sizes = asyncio.run(run())
     assert all(s > 0 for s in sizes)
+
+
+_README_PRELUDE = """
+import asyncio, time
+TEXT = "Turn left at the lights. " + "Then keep going straight on for quite a while. " * 4
+finished = [0.0]
+played = []
+
+async def llm_tokens():
+    for word in TEXT.split(" "):
+        yield word + " "
+        await asyncio.sleep(0.04)
+    finished[0] = time.monotonic()
+
+def play(audio):
+    played.append(time.monotonic())
+"""
+
+
+def test_the_readmes_text_stream_example_speaks_while_the_text_comes(daemon: Daemon) -> None:
+    """The README read the audio only after finish(): nothing was heard until the model
+    had written everything."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    (block,) = [b for b in readme.split("```python\n")[1:] if "speak_as_it_is_written" in b]
+    script = (
+        _README_PRELUDE
+        + block.split("```", 1)[0]
+        + "\nasyncio.run(speak_as_it_is_written())\n"
+        + "print(len(played), played[0] < finished[0])\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TTSD_SOCKET": daemon.socket},
+    )
+    assert r.returncode == 0, r.stderr
+    chunks, early = r.stdout.split()
+    assert int(chunks) > 1 and early == "True", r.stdout
+
+
+def test_ttsctl_synth_checks_the_output_before_synthesizing(daemon: Daemon, tmp_path: Path) -> None:
+    """A missing directory was found after the synthesis, as a traceback.  Checked before
+    anything else: here before connecting to a daemon that is not even there."""
+    nowhere = str(tmp_path / "no-daemon.sock")
+    for out, words in (
+        (tmp_path / "missing" / "x.wav", "no such directory"),
+        (tmp_path / "x.xyz", "unknown audio extension '.xyz'"),
+        (tmp_path, "is a directory"),
+    ):
+        r = _ttsctl(daemon, "--socket", nowhere, "synth", "Hello.", "-o", str(out))
+        assert r.returncode == 2, r
+        assert "Traceback" not in r.stderr and r.stdout == ""
+        (line,) = r.stderr.splitlines()
+        assert line.startswith(f"ttsctl: {out}: ") and words in line, line
+
+
+@pytest.mark.parametrize(
+    ("suffix", "container"), [(".mp3", "MP3"), (".flac", "FLAC"), (".ogg", "OGG"), (".wav", "WAV")]
+)
+def test_ttsctl_synth_encodes_by_extension(
+    daemon: Daemon, tmp_path: Path, suffix: str, container: str
+) -> None:
+    """-o x.mp3 wrote WAV bytes into the .mp3."""
+    import soundfile
+
+    out = tmp_path / f"hello{suffix}"
+    r = _ttsctl(daemon, "--socket", daemon.socket, "synth", "Hello there.", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    info = soundfile.info(str(out))
+    assert info.format == container and info.channels == 1
+    assert info.duration > 0.3
+
+
+def test_ttsctl_stop_and_phonemes_speak_plainly(daemon: Daemon) -> None:
+    r = _ttsctl(daemon, "--socket", daemon.socket, "stop")
+    assert r.returncode == 0 and r.stdout.startswith("stopped"), r.stdout  # was raw JSON
+    assert "{" not in r.stdout
+    r = _ttsctl(daemon, "--socket", daemon.socket, "phonemes", "--json", "Hello")
+    assert r.returncode == 0, r.stderr
+    assert "həlˈoʊ" in r.stdout and "\\u" not in r.stdout  # the IPA, not its escapes

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from appliance.frontend import FrontendLimits, clean, prepare, split_clauses, split_sentences
+from appliance.frontend import (
+    _SPACES,
+    FrontendLimits,
+    _char_clean,
+    _strip,
+    clean,
+    prepare,
+    split_clauses,
+    split_sentences,
+)
 from appliance.protocol import ProtocolError
 from appliance.textmap import MappedText
 
@@ -140,3 +151,41 @@ def test_any_text_gives_valid_spans_or_a_protocol_error(text: str) -> None:
     for c in clauses:
         assert 0 <= c.span[0] <= c.span[1] <= len(text)
         assert c.text.strip() == c.text and c.text
+
+
+# --- linear time (issue 32, item 3) -----------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "text",
+    ["." * 19_999 + "a", "!?" * 9_999 + "a", ".)" * 9_999 + "a", "a. " * 6_666, "a.a" * 6_666],
+    ids=["dots", "bangs", "closers", "sentences", "dotted-word"],
+)
+def test_sentence_split_is_linear(text: str) -> None:
+    # "." × 19 999 + "a" took 8 s in one regex call (backtracking through every shorter run),
+    # and each sentence end copied the text before it: 0.9 s for "a. " × 6 666.
+    mt = clean(text)
+    t0 = time.perf_counter()
+    pieces = split_sentences(mt)
+    assert time.perf_counter() - t0 < 0.5
+    assert "".join(p.text for p in pieces).replace(" ", "") == mt.text.replace(" ", "")
+
+
+def test_abbreviation_check_reads_only_the_word_before() -> None:
+    # The bounded look-back gives the answers the whole-text search gave.
+    assert len(split_sentences(MappedText.identity("Call Dr. Smith. Now go."))) == 2
+    assert len(split_sentences(MappedText.identity("See e.g. this. And that."))) == 2
+    assert len(split_sentences(MappedText.identity("A. B. Smith came. He left."))) == 2
+    assert len(split_sentences(MappedText.identity("x" * 100 + ". Then more."))) == 2
+
+
+def _clean_reference(text: str) -> MappedText:
+    """Cleaning as defined: each character through _char_clean, then whitespace runs."""
+    mt = MappedText.identity(text).map_chars(_char_clean).sub(_SPACES, " ")
+    return _strip(mt)
+
+
+@given(st.text(max_size=120))
+def test_clean_is_each_character_cleaned(text: str) -> None:
+    assert clean(text) == _clean_reference(text)

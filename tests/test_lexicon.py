@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from functools import cache
 from pathlib import Path
 
@@ -10,7 +12,13 @@ import pytest
 
 from appliance.config import ConfigError, parse_config
 from appliance.frontend import FrontendLimits, prepare
-from appliance.lexicon import Lexicon, LexiconError, load_checked
+from appliance.lexicon import (
+    Lexicon,
+    LexiconError,
+    load_checked,
+    max_pronunciation_chars,
+    phoneme_report,
+)
 from appliance.main import main as ttsd_main
 from appliance.phonemize import Phonemizer
 from appliance.voices import VoiceInfo, bundled_voice_path
@@ -141,6 +149,10 @@ def test_check_voices_only_checks_the_voices_language() -> None:
         ({"en": {"-a": "b"}}, "start and end with a letter"),
         ({"en": {"a": "<speak>b</speak>"}}, "plain text"),
         ({"en": {"a": "x" * 300}}, "longer than"),
+        # "a" → 198 characters made a 40-character request cost gigabytes in the encoder.
+        ({"en": {"a": "x" * 198}}, "longer than 28 characters"),
+        ({"en": {"a": {"ipa": "ə" * 29}}}, "longer than 28 characters"),
+        ({"en": {"WWW": "x" * 37}}, "longer than 36 characters"),
         ({"en": {f"w{i}": "x" for i in range(10_001)}}, "more than 10000"),
     ],
 )
@@ -174,6 +186,59 @@ def test_load_bad_file(tmp_path: Path, content: bytes, words: str) -> None:
     assert words in str(exc.value)
 
 
+def test_pronunciations_are_bounded_by_their_phrase() -> None:
+    assert max_pronunciation_chars("a") == 28
+    ok = lex({"en": {"a": "x" * 28, "WWW": {"ipa": "dˈʌbəljuː dˈʌbəljuː dˈʌbəljuː"}}})
+    assert len(ok) == 2
+    assert max_pronunciation_chars("x" * 200) == 200
+
+
+def test_load_nested_too_deep_is_one_line(tmp_path: Path) -> None:
+    # 5 000 levels were a RecursionError traceback at start and a lost task on SIGHUP.
+    f = tmp_path / "lex.yaml"
+    f.write_text("en:\n  a:\n    " + "- " * 5000 + "x\n")
+    with pytest.raises(LexiconError) as exc:
+        Lexicon.load(f)
+    message = str(exc.value)
+    assert message.startswith(f"{f}: nested deeper than") and "(line " in message
+    assert "\n" not in message
+    f.write_text("en: {a: " + "[" * 5000 + "]" * 5000 + "}\n")
+    with pytest.raises(LexiconError, match="nested deeper than"):
+        Lexicon.load(f)
+
+
+def test_yaml_errors_are_one_line(tmp_path: Path) -> None:
+    f = tmp_path / "lex.yaml"
+    f.write_text("en:\n  a: b\n    c: d\n")
+    with pytest.raises(LexiconError) as exc:
+        Lexicon.load(f)
+    assert str(exc.value) == f"{f}: not valid YAML: mapping values are not allowed here" + (
+        " (line 3, column 6)"
+    )
+
+
+def test_a_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
+    """Opening a FIFO waits for a writer: a lexicon path that is one wedged reloads."""
+    fifo = tmp_path / "lex.yaml"
+    os.mkfifo(fifo)
+    result: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            Lexicon.load(fifo)
+        except LexiconError as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(timeout=5)
+    if thread.is_alive():  # let the stuck open go before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert result and "not a regular file" in str(result[0])
+    with pytest.raises(LexiconError, match="not a regular file"):
+        Lexicon.load("/dev/zero")
+
+
 def test_load_missing_file(tmp_path: Path) -> None:
     with pytest.raises(LexiconError, match="cannot read"):
         Lexicon.load(tmp_path / "nope.yaml")
@@ -203,3 +268,17 @@ def test_check_config_validates_the_lexicon(
         assert ttsd_main(["check-config", str(cfg)]) == rc
     err = capsys.readouterr().err
     assert "'☃'" in err and "missing.yaml: cannot read" in err
+
+
+def test_phoneme_report_keeps_words_and_phonemes_together_around_a_symbol() -> None:
+    """espeak says "→" as two words and "•" as none: the counts agreed, and each word got
+    the phonemes of the one before (right arrow's under "ok")."""
+    phonemizer = Phonemizer(voice())
+    (clause,) = phoneme_report(prepare("… → ok •", "en_US", LIMITS), phonemizer)
+    words = {w["text"]: w["phonemes"] for w in clause["words"]}
+    alone = {w: "".join(phonemizer.phonemes_with(w, ())) for w in ("→", "ok")}
+    assert words == {"→": alone["→"], "ok": alone["ok"], "•": ""}
+    assert len(words["→"].split()) == 2
+    # Plain words are still paired in context.
+    (plain,) = phoneme_report(prepare("Hello, world.", "en_US", LIMITS), phonemizer)
+    assert [w["phonemes"] for w in plain["words"]] == plain["phonemes"].split()

@@ -177,3 +177,34 @@ def test_raw_socket_garbage_then_service_continues(daemon: Daemon) -> None:
         assert w.call({"op": "ping", "id": 1})["event"] == "pong"
         w.send({"op": "synthesize", "id": 2, "text": "Fine."})
         assert w.until(2)[-1]["event"] == "end"
+
+
+def test_an_unknown_default_voice_stops_start_up_in_one_line(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    with pytest.raises(RuntimeError, match="daemon exited with 1") as exc:
+        daemon_factory({"voices": {"default": "en_XX-nobody"}})
+    log = str(exc.value)
+    assert "cannot start: voices.default: voice 'en_XX-nobody' not found" in log
+    assert "Traceback" not in log  # a ValueError traceback before
+
+
+def test_a_corrupt_voice_in_voices_dir_is_skipped_and_the_rest_served(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    from appliance.voices import bundled_voice_path
+
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    (voices / "broken.onnx").write_bytes(os.urandom(4096))
+    bundled = bundled_voice_path()
+    (voices / "broken.onnx.json").write_bytes(Path(f"{bundled}.json").read_bytes())
+    d = daemon_factory({"voices": {"voices_dir": str(voices)}})
+    with Wire(d.socket) as w:
+        info = w.call({"op": "info", "id": 1})
+        assert [v["name"] for v in info["voices"]] == ["en_US-joe-medium"]
+        w.send({"op": "synthesize", "id": 2, "text": "Still here."})
+        assert w.until(2)[-1]["event"] == "end"
+    log = d.log()
+    assert f"voice broken ({voices / 'broken.onnx'}) skipped: Error parsing message" in log
+    assert "Traceback" not in log  # a DecodeError traceback, and no daemon, before

@@ -120,6 +120,8 @@ BREAKS = [
     ('time=" 20 ms "', 20),
     ('time="0ms"', 0),
     ('time="99s"', ssml.MAX_BREAK_MS),
+    (f'time="{"9" * 400}ms"', ssml.MAX_BREAK_MS),  # inf: round(inf) raised
+    (f'time="{"9" * 5000}.5s"', ssml.MAX_BREAK_MS),
     ('strength="none"', 0),
     ('strength="x-weak"', 100),
     ('strength="weak"', 200),
@@ -155,6 +157,13 @@ PROSODY = [
     ('volume="-6dB"', 1.0, 10 ** (-6 / 20)),
     ('volume="50%"', 1.0, 0.5),
     ('volume="+20dB"', 1.0, 2.0),
+    ('volume="+6200dB"', 1.0, 2.0),  # 10 ** 310 raised OverflowError
+    ('volume="-6200dB"', 1.0, 1e-6),  # taken as -120 dB
+    (f'volume="+{"9" * 400}dB"', 1.0, 2.0),
+    (f'volume="{"9" * 400}%"', 1.0, 2.0),
+    (f'rate="{"9" * 400}"', 2.0, 1.0),
+    (f'rate="+{"9" * 400}%"', 2.0, 1.0),
+    ('rate="0.0000001"', 0.5, 1.0),
     ('rate="slow" volume="loud" pitch="high"', 0.75, 1.4),
 ]
 
@@ -169,6 +178,33 @@ def test_prosody_factors(attrs: str, rate: float, volume: float) -> None:
     assert (span.start, span.end) == (2, 3)
     assert span.rate == pytest.approx(rate)
     assert span.volume == pytest.approx(volume)
+
+
+def test_nested_prosody_stays_finite() -> None:
+    # silent × 1e400 % was 0 × inf = NaN; every factor is finite before the product.
+    doc = parse(
+        f"<speak>a <prosody volume='silent'><prosody volume='{'9' * 400}%' rate='+{'9' * 400}%'>"
+        "b</prosody></prosody></speak>"
+    )
+    inner = next(p for p in doc.prosody if p.start == 2)
+    assert (inner.rate, inner.volume) == (2.0, 0.0)
+
+
+def test_the_breaks_of_a_document_add_up_to_a_minute_at_most() -> None:
+    # 300 × <break time="10s"/> gave 52 minutes of audio.
+    allowed = "<speak>" + "<break time='10s'/>a " * 6 + "</speak>"
+    assert sum(b.ms for b in parse(allowed).breaks) == ssml.MAX_TOTAL_BREAK_MS
+    for src in (
+        "<speak>" + "<break time='10s'/>a " * 300 + "</speak>",
+        "<speak>" + "<break time='10s'/>a " * 6 + "<break time='1ms'/></speak>",
+        "<speak>" + "<break strength='x-strong'/>" * 61 + "a</speak>",
+    ):
+        with pytest.raises(ProtocolError) as exc:
+            parse(src)
+        assert exc.value.code == ErrorCode.BAD_REQUEST
+        assert "60 s" in str(exc.value)
+    # Breaks inside dropped elements are not counted.
+    assert parse("<speak><desc>" + "<break time='10s'/>" * 10 + "</desc>a</speak>").breaks == ()
 
 
 def test_nested_prosody_multiplies() -> None:

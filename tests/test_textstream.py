@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from appliance import textstream
 from appliance.client import AsyncClient, Client
 from appliance.textstream import SegmentRule, release_point
 from tests.asr import recognize, wer
@@ -87,6 +88,71 @@ def test_release_point_idle_flush_and_cap() -> None:
     assert release_point("x" * 300, RULE, first=False) == RULE.max_chars
     commas = "word " * 10 + "and, " + "word " * 50
     assert commas[: release_point(commas, RULE, first=False)].endswith("and,")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "text", ["." * 19_999 + "a", "word " * 4_000, "Dr. " * 5_000, "a. " * 6_666]
+)
+def test_a_long_append_is_released_in_linear_time(text: str) -> None:
+    """A text feed releases one big append piece by piece, asking about what is left each
+    time, on the event loop: the dots took 111 s, the words 0.7 s."""
+    t0 = time.perf_counter()
+    spoken, first = 0, True
+    while spoken < len(text):
+        n = release_point(text[spoken:], RULE, first=first)
+        if n <= 0:
+            break
+        spoken, first = spoken + n, False
+    assert time.perf_counter() - t0 < 0.5
+    assert spoken >= len(text) - RULE.max_chars
+
+
+_PIECES = [
+    "Hello",
+    "there.",
+    "Dr.",
+    "Smith",
+    "e.g.",
+    "3.50",
+    "etc.",
+    "The",
+    "J.",
+    "R.",
+    "Wait...",
+    "what?",
+    "No!",
+    '"Hi."',
+    "(yes.)",
+    "St.",
+    "pm.",
+    "…",
+    "。",
+    "😀",
+    "\n",
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sampled_from(_PIECES), min_size=1, max_size=200).map(" ".join),
+    st.lists(st.integers(1, 400), min_size=1, max_size=30),
+)
+def test_sentence_cuts_do_not_depend_on_what_was_asked_before(text: str, steps: list[int]) -> None:
+    """The cuts of a text are remembered for what is left after a release and for appends;
+    each answer is the one a fresh scan gives."""
+    spoken, first, end = 0, True, 0
+    for step in steps:
+        end = min(len(text), end + step)
+        while spoken < end:
+            pending = text[spoken:end]
+            n = release_point(pending, RULE, first=first)
+            remembered = textstream._sentence_cut(pending)
+            textstream._recent = ()
+            assert remembered == textstream._sentence_cut(pending)
+            if n <= 0:
+                break
+            spoken, first = spoken + n, False
 
 
 # ---------------------------------------------------------------- on the real daemon

@@ -370,6 +370,8 @@ _SPACES = re.compile(r"\s{2,}|^\s+|\s+$|\s+(?=[,.;:!?])")
 _SAY_AS_NUMBER = re.compile(rf"[-−+]?{_NUM}")
 _SAY_AS_ORDINAL = re.compile(rf"(\d{{1,3}}(?:,\d{{3}})+|\d+)(?:{_ORD_SUFFIX}|\.)?", re.IGNORECASE)
 _DATE_FIELD = re.compile(r"\d+|[A-Za-z]+")
+# The most digits a <say-as interpret-as="date"> field may have: a longer one is no date.
+_FIELD_DIGITS = {"d": 2, "m": 2, "y": 9}
 
 
 @dataclass(frozen=True)
@@ -499,6 +501,8 @@ class EnglishNormalizer:
             return None
         month = day = year = None
         for letter, value in zip(order, fields, strict=True):
+            if value.isdigit() and len(value) > _FIELD_DIGITS[letter]:
+                return None  # no such day, month or year (and int() refuses 4 300 digits)
             if letter == "m":
                 month = int(value) if value.isdigit() else _MONTH_INDEX.get(value.title()[:3])
                 month = _MONTH_INDEX.get(value.title(), month)
@@ -512,7 +516,7 @@ class EnglishNormalizer:
         if month is None:
             if year is not None and day is None:
                 return self.num.year(year)
-            if day is not None and year is None:
+            if day is not None and year is None and 1 <= day <= 31:
                 return "the " + self.num.ordinal(str(day))
             return None
         return self._date(month, day, year, day_first=order.find("d") < order.find("m"))

@@ -44,6 +44,8 @@ class EnglishNumbers:
         return self._clean(self._n2w.to_ordinal(int(plain)))
 
     def year(self, n: int) -> str:
+        if abs(n) >= 10**_MAX_CARDINAL_DIGITS:
+            return self.digits(str(n))  # num2words overflows past 10**306
         return self._clean(self._n2w.to_year(n))
 
     @staticmethod

@@ -16,6 +16,10 @@ Threads:
   back marks the player *degraded*; it then reopens the device with back-off while
   :meth:`Player.submit` raises :class:`NoAudioDevice`;
 * callers (the asyncio server) submit, cancel and stop under the player lock.
+
+States: ``starting`` (being opened: the daemon does it beside loading its voices), ``ok``
+(the stream runs: its callbacks come steadily), ``degraded`` (lost, being reopened), ``off``
+(no device, being retried; or disabled).  ``submit`` takes requests only in ``ok``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,15 @@ log = logging.getLogger(__name__)
 # A running stream that has not called back for this long is treated as lost.  Generous:
 # ALSA's pulse plugin can sit ~2 s before its first callbacks after opening.
 STALL_S = 3.0
+# A stream runs once its callbacks have asked for this much audio without a pause (and
+# four times its latency at least): ALSA's pulse plugin calls back five times at start to
+# fill its buffer (25 ms at a 20 ms latency, spread out when the CPU is busy), then sits
+# ~1.9 s before it calls back steadily; a request queued in that pause waited for it
+# (first speak 0.4-1.6 s late).
+STEADY_MIN_S = 0.1
+# A stream that does not run within this long after it was started is given up and
+# reopened in the background.
+START_S = 6.0
 # How often the supervisor looks at the stream when nothing wakes it.
 SUPERVISE_S = 0.1
 
@@ -78,6 +91,10 @@ class Player:
         self._playing: Utterance | None = None
         self._first_call = True
         self._last_callback = 0.0
+        self._run_frames = 0
+        self._steady_frames = 0
+        self._steady_gap_s = STEADY_MIN_S
+        self._steady = threading.Event()
         self._flowing_since: float | None = None
         self._fades: list[F32] = []
         self._events: deque[tuple[str, Utterance | None, Any]] = deque()
@@ -101,36 +118,71 @@ class Player:
 
     @classmethod
     def open(cls, cfg: PlaybackConfig, *, rescan: bool = False) -> Player:
-        """Open the output device and start playing silence.  Never raises for a missing
-        device: the player comes up ``off`` with a warning and keeps retrying.
+        """A player, started (:meth:`start`): blocking, never raises for a missing device.
 
         ``rescan`` re-initialises PortAudio first, so devices and environment changed since
         ``sounddevice`` was imported are seen (tests; a daemon that imported it early).
         It stops every other PortAudio stream of the process: one player per process.
         """
         player = cls(cfg)
-        if not cfg.enabled:
-            player._why = "disabled in the configuration"
-            log.info("playback: off (%s)", player._why)
-            return player
-        try:
-            player._sd = importlib.import_module("sounddevice")
-        except OSError as exc:  # libportaudio2 missing: nothing to retry
-            player._why = f"PortAudio not available: {exc}"
-            log.warning("playback: off (%s)", player._why)
-            return player
-        player._retry = True
-        try:
-            player._open_stream(rescan=rescan)
-        except Exception as exc:  # PortAudio/ALSA raise several kinds
-            player._why = f"no output device: {exc}"
-            player._next_attempt = time.monotonic() + player._backoff
-            log.warning("playback: off (%s); retrying in the background", player._why)
-        player._thread = threading.Thread(
-            target=player._supervise, name="ttsd-playback", daemon=True
-        )
-        player._thread.start()
+        player.start(rescan=rescan)
         return player
+
+    def starting(self) -> None:
+        """Say ``starting`` until :meth:`start` has run (the daemon opens the device beside
+        loading its voices): ``submit`` refuses with "the audio device is starting"."""
+        if self.cfg.enabled and self._state == "off":
+            with self._lock:
+                self._state = "starting"
+                self._why = "the audio device is starting"
+
+    def start(self, *, rescan: bool = False) -> None:
+        """Open the output device, play silence, and return once it runs: its callbacks
+        come steadily, so the first request is as quick as any other.  Never raises for a
+        missing device: the player comes up ``off`` with a warning and keeps retrying."""
+        if not self.cfg.enabled:
+            self._set_state("off", "disabled in the configuration")
+            log.info("playback: off (%s)", self._why)
+            return
+        try:
+            self._sd = importlib.import_module("sounddevice")
+        except OSError as exc:  # libportaudio2 missing: nothing to retry
+            self._set_state("off", f"PortAudio not available: {exc}")
+            log.warning("playback: off (%s)", self._why)
+            return
+        self._retry = True
+        try:
+            self._open_stream(rescan=rescan)
+        except Exception as exc:  # PortAudio/ALSA raise several kinds
+            self._set_state("off", f"no output device: {exc}")
+            self._next_attempt = time.monotonic() + self._backoff
+            log.warning("playback: off (%s); retrying in the background", self._why)
+        if self._closing:
+            return  # closed while it was being opened (the daemon stopped at start-up)
+        self._thread = threading.Thread(target=self._supervise, name="ttsd-playback", daemon=True)
+        self._thread.start()
+
+    def wait_running(self, timeout_s: float = START_S) -> bool:
+        """Until the stream calls back steadily *now*; False when it is not ``ok`` or not
+        steady within ``timeout_s``.  After an underrun (a busy start-up: a voice being
+        cut) ALSA's pulse plugin restarts the stream and sits ~1.9 s again, so the daemon
+        asks this once more just before it says it is ready."""
+        deadline = time.monotonic() + timeout_s
+        while self._state == "ok":
+            if (
+                self._run_frames >= self._steady_frames
+                and time.monotonic() - self._last_callback < self._steady_gap_s
+            ):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return False
+
+    def _set_state(self, state: str, why: str) -> None:
+        with self._lock:
+            self._state = state
+            self._why = why
 
     def _open_stream(self, rescan: bool) -> None:
         sd = self._sd
@@ -177,6 +229,10 @@ class Player:
         self._first_call = True
         self._flowing_since = None
         self._last_callback = time.monotonic()
+        self._run_frames = 0
+        self._steady_frames = round(rate * max(STEADY_MIN_S, 4.0 * float(stream.latency)))
+        self._steady_gap_s = max(STEADY_MIN_S, 2.0 * float(stream.latency))
+        self._steady.clear()
         self._lost = None
         self._info = StreamInfo(
             device=str(dev_info["name"]),
@@ -186,18 +242,30 @@ class Player:
             blocksize=int(stream.blocksize),
         )
         self._stream = stream
+        started = time.monotonic()
         stream.start()
-        with self._lock:
-            self._state = "ok"
-            self._why = ""
+        self._wait_running(started)
+        self._set_state("ok", "")
         log.info(
-            "playback: %s at %d Hz, %d ch, latency %s -> %.1f ms",
+            "playback: %s at %d Hz, %d ch, latency %s -> %.1f ms, running after %.2f s",
             self._info.device,
             rate,
             self._info.channels,
             cfg.latency,
             1000 * self._info.latency_s,
+            time.monotonic() - started,
         )
+
+    def _wait_running(self, started: float) -> None:
+        """Until the callbacks come steadily; the stream is closed and an error raised when
+        it stops or does not run within :data:`START_S`."""
+        while not self._steady.wait(0.02):
+            lost = "closed" if self._closing else self._lost
+            if lost is None and time.monotonic() - started > START_S:
+                lost = f"the output stream did not run within {START_S:g} s"
+            if lost is not None:
+                self._close_stream()
+                raise RuntimeError(lost)
 
     def close(self) -> None:
         """Stop the stream and the supervisor; every pending utterance ends ``closed``."""
@@ -301,6 +369,11 @@ class Player:
 
     def _callback(self, outdata: Any, frames: int, time_info: Any, status: Any) -> None:
         now = time.monotonic()
+        if now - self._last_callback > self._steady_gap_s:
+            self._run_frames = 0  # a pause: the steady run starts again here
+        self._run_frames += frames
+        if self._run_frames >= self._steady_frames and not self._steady.is_set():
+            self._steady.set()
         self._last_callback = now
         self._callbacks += 1
         if self._first_call:
@@ -419,9 +492,7 @@ class Player:
     def _device_lost(self, reason: str) -> None:
         log.warning("playback: audio device lost (%s); reopening in the background", reason)
         self._device_losses += 1
-        with self._lock:
-            self._state = "degraded"
-            self._why = f"audio device lost: {reason}"
+        self._set_state("degraded", f"audio device lost: {reason}")
         self._close_stream()
         self._deliver_events()
         with self._lock:

@@ -118,7 +118,8 @@ class LineReader:
 
 
 class Speech:
-    """One message: ``701 BEGIN``, audio and marks, then exactly one of 702, 703, 704."""
+    """One message: ``701 BEGIN``, audio and marks, then exactly one of 702, 703, 704 —
+    BEGIN always first, however soon the message is stopped."""
 
     def __init__(self, module: Module, text: str, kind: str) -> None:
         self.module = module
@@ -129,9 +130,18 @@ class Speech:
         self.rid: int | None = None
         self.rate = 22050
         self.sent_audio = False
+        self.begun = False
         self.task: asyncio.Task[None] | None = None
 
     # -- writing: nothing gets out once the message has ended
+    def begin(self) -> None:
+        """``701 BEGIN``, once, before anything else of the message.  Sent when the message
+        is taken, not when its task first runs: a STOP or the next SPEAK read before then
+        ended the message without its BEGIN, and speech-dispatcher waits for BEGIN."""
+        if not self.begun:
+            self.begun = True
+            self.module.out.line(wire.BEGIN)
+
     def emit(self, data: bytes) -> None:
         if not self.finished:
             self.module.out.write(data)
@@ -139,6 +149,7 @@ class Speech:
     def finish(self, event: str) -> bool:
         if self.finished:
             return False
+        self.begin()
         self.module.out.line(event)
         self.finished = True
         return True
@@ -155,7 +166,7 @@ class Speech:
 
     # -- the work
     async def run(self) -> None:
-        self.emit(wire.line(wire.BEGIN))
+        self.begin()
         try:
             await self._speak()
         except TtsdError as exc:
@@ -485,6 +496,7 @@ class Module:
             )
             return
         speech = Speech(self, text, kind)
+        speech.begin()
         self.speech = speech
         speech.task = asyncio.create_task(speech.run())
         self._tasks.add(speech.task)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,12 +43,30 @@ def test_make_test_and_ci_run_share_the_step() -> None:
     assert "apt-get" not in ci  # no second list to keep in step
 
 
+@contextlib.contextmanager
+def readable_copy() -> Iterator[Path]:
+    """The script copied where an unprivileged user can read and run it, and enter: a
+    checkout may sit in a directory only its owner can enter (a clone into ``mktemp -d`` or
+    a 0700 home), and `make test` failed there with "permission denied"."""
+    with tempfile.TemporaryDirectory(prefix="ttsd-syspkg-") as d:
+        os.chmod(d, 0o755)
+        copy = Path(d) / SCRIPT.name
+        shutil.copyfile(SCRIPT, copy)
+        copy.chmod(0o755)
+        yield copy
+
+
 def test_all_present_is_a_quick_no_op_without_root() -> None:
     """On this machine (CI installed everything) it needs neither root nor apt-get."""
     start = time.monotonic()
-    proc = subprocess.run(
-        as_unprivileged([str(SCRIPT)]), capture_output=True, text=True, timeout=60
-    )
+    with readable_copy() as script:
+        proc = subprocess.run(
+            as_unprivileged([str(script)]),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=script.parent,  # the checkout may be no directory that user can be in
+        )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout + proc.stderr == ""
     assert time.monotonic() - start < 30  # dpkg queries only; apt-get update takes longer
@@ -53,7 +74,9 @@ def test_all_present_is_a_quick_no_op_without_root() -> None:
 
 def test_missing_package_without_root_or_sudo_fails_with_one_line() -> None:
     argv = script_with_extra_package("ttsd-no-such-package")
-    proc = subprocess.run(as_unprivileged(argv), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        as_unprivileged(argv), capture_output=True, text=True, timeout=60, cwd="/"
+    )
     assert proc.returncode == 1
     assert proc.stdout == ""
     (line,) = proc.stderr.splitlines()

@@ -119,6 +119,28 @@ def test_stop_before_the_first_audio(module: ModulePipe) -> None:
     assert module.quiet(1.0) == []
 
 
+def test_every_message_begins_before_it_ends(module: ModulePipe) -> None:
+    """150 × SPEAK, STOP in one write: the STOP (or the next SPEAK) came before each
+    message's task had started, and the module sent 150 endings and no 701 BEGIN."""
+    module.set()
+    for i in range(150):
+        module.speak_cmd(f"Message number {i} goes on for a while.")
+        module.send("STOP\n")
+    got: list[int] = []
+    while got.count(703) + got.count(702) < 150:
+        got.append(module.reply(timeout=60).code)
+    assert got.count(701) == 150, got[:20]
+    begun = False
+    for code in got:
+        if code == 701:
+            assert not begun, got[:40]
+            begun = True
+        elif code in ENDINGS:
+            assert begun, got[:40]  # speech-dispatcher waits for BEGIN before the end
+            begun = False
+    assert module.quiet(1.0) == []
+
+
 def test_stop_when_idle_says_nothing(module: ModulePipe) -> None:
     module.send("STOP\n")
     module.send("PAUSE\n")

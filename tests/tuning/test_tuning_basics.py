@@ -1,7 +1,12 @@
-"""CPU lists, bus ids, clock choice and daemon detection."""
+"""CPU lists, bus ids, clock choice and daemon detection; the documented --root tree."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from hypothesis import given
@@ -48,3 +53,39 @@ def test_services_from_proc_comm(tmp_path: Path) -> None:
 def test_services_none_running(tmp_path: Path) -> None:
     root = build_tree(tmp_path, processes=("systemd", "irqbalanced-not", "tuned-adm"))
     assert running_services(SysRoot(root)) == frozenset()
+
+
+def _root_tree_example() -> str:
+    doc = (Path(__file__).resolve().parents[2] / "docs/tuning.md").read_text()
+    section = doc.split("## The `--root` tree", 1)[1]
+    return section.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_root_tree_of_the_docs_is_a_machine(tmp_path: Path) -> None:
+    """docs/tuning.md did not say what a --root tree holds; its example is one that works."""
+    bin_dir = str(Path(sys.executable).parent)  # where ttsd is installed
+    script = _root_tree_example() + 'printf "%s\\n" "$R" > "$OUT"\n'
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "r")}
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"cpu governor\s+cpu0-1\s+powersave → performance .* will change", proc.stdout)
+    root = Path((tmp_path / "r").read_text().strip())
+    governor = root / "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor"
+    if os.geteuid() == 0:  # apply and revert as the docs say
+        for step, value in (("apply", "performance"), ("revert", "powersave")):
+            run = subprocess.run(
+                [sys.executable, "-m", "tuning", step, "--root", str(root)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert run.returncode == 0, run.stdout + run.stderr
+            assert governor.read_text().strip() == value
+        assert not (root / "run/ttsd-tuning/tuning.json").exists()
+    shutil.rmtree(root)

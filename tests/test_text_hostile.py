@@ -1,0 +1,128 @@
+"""Hostile text through the real daemon (issue 32, items 3, 4 and 9): punctuation runs and
+many short sentences are prepared in linear time while everyone else keeps being answered,
+and SSML numbers that overflow get their documented answer instead of silence."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from tests.conftest import Daemon
+from tests.wire import Wire
+
+DOTS = "." * 19_999 + "a"  # within max_text_chars (20 000): 8 s in one regex call before
+SENTENCES = "a. " * 6_666
+NUMBERS = "1% " * 6_666
+
+
+class PingProbe:
+    """Pings the daemon every 10 ms on its own connection and keeps the round trips."""
+
+    def __init__(self, socket_path: str) -> None:
+        self._wire = Wire(socket_path, timeout=60)
+        self._stop = threading.Event()
+        self.rtts_ms: list[float] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        rid = 0
+        while not self._stop.is_set():
+            rid += 1
+            t0 = time.perf_counter()
+            assert self._wire.call({"op": "ping", "id": rid})["event"] == "pong"
+            self.rtts_ms.append((time.perf_counter() - t0) * 1000.0)
+            time.sleep(0.01)
+
+    def __enter__(self) -> PingProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self._wire.close()
+
+    def p99(self) -> float:
+        ordered = sorted(self.rtts_ms)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def _first_answer(w: Wire, rid: int) -> list[dict[str, Any]]:
+    """Events of ``rid`` up to its first chunk or its end; the rest is cancelled."""
+    got: list[dict[str, Any]] = []
+    while True:
+        ev = w.recv(timeout=60)
+        assert ev is not None
+        if ev.get("id") != rid:
+            continue
+        got.append(ev)
+        if ev["event"] == "chunk":
+            w.send({"op": "cancel", "id": rid + 1000, "target": rid})
+            w.until(rid)
+            return got
+        if ev["event"] in ("end", "error", "phonemes"):
+            return got
+
+
+@pytest.mark.timeout(240)
+def test_hostile_text_is_prepared_while_pings_are_answered(daemon: Daemon) -> None:
+    requests: list[dict[str, Any]] = [
+        {"op": "synthesize", "text": DOTS},
+        {"op": "synthesize", "text": SENTENCES},
+        {"op": "synthesize", "text": NUMBERS},
+        {"op": "phonemes", "text": DOTS},
+        {"op": "synthesize", "text_format": "ssml", "text": f"<speak>{DOTS[-19_900:]}</speak>"},
+        {"op": "synthesize", "text_stream": True, "text": DOTS},
+    ]
+    with Wire(daemon.socket, timeout=60) as w, PingProbe(daemon.socket) as probe:
+        time.sleep(0.2)
+        for rid, req in enumerate(requests, 1):
+            t0 = time.perf_counter()
+            w.send({**req, "id": rid})
+            if req.get("text_stream"):
+                w.send({"op": "finish", "target": rid})
+            evs = _first_answer(w, rid)
+            took = time.perf_counter() - t0
+            assert evs[-1]["event"] in ("chunk", "end", "phonemes", "error"), evs[-1]
+            if evs[-1]["event"] == "error":
+                assert evs[-1]["code"] == "empty_text", evs[-1]
+            assert took < 20, (req["text"][:20], took)
+        time.sleep(0.2)
+    # The loop never starved: before, one ping waited 8 s behind the splitter's regex.
+    assert len(probe.rtts_ms) > 20
+    assert probe.p99() < 250, sorted(probe.rtts_ms)[-5:]
+
+
+OVERFLOWING_SSML = [
+    f'<speak>a<break time="{"9" * 400}ms"/>b</speak>',  # round(inf)
+    '<speak><prosody volume="+6200dB">loud</prosody></speak>',  # 10 ** 310
+    f'<speak><prosody rate="{"9" * 400}%">fast</prosody></speak>',
+    f'<speak><say-as interpret-as="date" format="y">{"9" * 400}</say-as></speak>',  # num2words
+    f'<speak><say-as interpret-as="date" format="dmy">{"9" * 5000} 1 2</say-as></speak>',  # int()
+]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("src", OVERFLOWING_SSML, ids=["break", "volume", "rate", "year", "day"])
+def test_ssml_numbers_that_overflow_are_answered(daemon: Daemon, src: str) -> None:
+    """These requests got no event at all: the exception escaped the request's task."""
+    with Wire(daemon.socket, timeout=60) as w:
+        w.send({"op": "phonemes", "id": 1, "text": src, "text_format": "ssml"})
+        assert w.until(1, ("phonemes", "error"))[-1]["event"] == "phonemes"
+        w.send({"op": "synthesize", "id": 2, "text": src, "text_format": "ssml"})
+        evs = _first_answer(w, 2)
+        assert evs[-1]["event"] in ("chunk", "end"), evs[-1]
+        assert w.call({"op": "ping", "id": 3})["event"] == "pong"
+
+
+def test_a_document_of_breaks_is_refused_before_any_audio(daemon: Daemon) -> None:
+    """300 × <break time="10s"/> (6 KB) gave 52 minutes of audio."""
+    src = "<speak>" + '<break time="10s"/>a ' * 300 + "</speak>"
+    with Wire(daemon.socket, timeout=60) as w:
+        w.send({"op": "synthesize", "id": 1, "text": src, "text_format": "ssml"})
+        (err,) = w.until(1)
+        assert err["event"] == "error" and err["code"] == "bad_request", err
+        assert "60 s" in err["message"]
