@@ -343,16 +343,22 @@ def split_clauses(sentence: MappedText, max_chars: int, first_max: int = 0) -> l
     packet waits for, but the cut is heard as a pause and an intonation reset.
     """
     pieces: list[MappedText] = []
-    rest = sentence
+    text = sentence.text
+    a = 0
     limit = first_max if 0 < first_max < max_chars else max_chars
     quick = limit != max_chars
-    while len(rest) > limit:
-        cut = _latency_cut(rest.text, limit) if quick else long_sentence_cut(rest.text, limit)
-        pieces.append(_strip(rest.slice(0, cut)))
-        rest = _strip(rest.slice(cut, len(rest)))
+    # Cuts are found in a window of the text, and each piece is sliced once: slicing what
+    # is left after every cut was quadratic in a long sentence.
+    while len(text) - a > limit:
+        window = text[a : a + limit + 1]
+        cut = _latency_cut(window, limit) if quick else long_sentence_cut(window, limit)
+        pieces.append(_strip(sentence.slice(a, a + cut)))
+        a += cut
+        while a < len(text) and text[a] == " ":
+            a += 1
         limit, quick = max_chars, False
-    if rest.text:
-        pieces.append(rest)
+    if a < len(text):
+        pieces.append(sentence.slice(a, len(text)))
     return [p for p in pieces if p.text]
 
 

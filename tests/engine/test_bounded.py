@@ -61,17 +61,17 @@ def test_a_long_clause_is_encoded_in_bounded_pieces_and_joined() -> None:
 def test_one_request_cannot_take_gigabytes_in_the_encoder(
     daemon_factory: DaemonFactory, tmp_path: Path
 ) -> None:
-    """A lexicon respelling is applied after the sentence is cut: 30 × "zork" respelled to
-    62 characters is one clause of ~3 800 phoneme ids, and one encoder call on it held
+    """A lexicon respelling is applied after the sentence is cut: 30 × "zorkzorkzork"
+    respelled to 62 characters (within the lexicon's own bound on a respelling) is one clause of ~3 800 phoneme ids, and one encoder call on it held
     ~0.7 GB more (4 000 ids: 2.4 GB).  In pieces of engine.max_phonemes: ~0.1 GB."""
     lexicon = tmp_path / "lexicon.yaml"
     respelling = " ".join(["supercalifragilistic"] * 3)
-    lexicon.write_text(f'en:\n  zork: {{say: "{respelling}"}}\n', encoding="utf-8")
+    lexicon.write_text(f'en:\n  zorkzorkzork: {{say: "{respelling}"}}\n', encoding="utf-8")
     d = daemon_factory({"voices": {"lexicon": str(lexicon)}})
     with Wire(d.socket) as w:
         assert w.call({"op": "ping", "id": 1})["event"] == "pong"
         base = psutil.Process(d.proc.pid).memory_info().rss / 1e6
-        w.send({"op": "synthesize", "id": 2, "text": " ".join(["zork"] * 30) + "."})
+        w.send({"op": "synthesize", "id": 2, "text": " ".join(["zorkzorkzork"] * 30) + "."})
         evs = w.until(2)
     assert evs[-1]["event"] == "end", evs[-1]
     assert evs[-1]["stats"]["audio_ms"] > 30 * 2000  # all of it said
