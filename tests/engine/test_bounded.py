@@ -62,8 +62,9 @@ def test_one_request_cannot_take_gigabytes_in_the_encoder(
     daemon_factory: DaemonFactory, tmp_path: Path
 ) -> None:
     """A lexicon respelling is applied after the sentence is cut: 30 × "zorkzorkzork"
-    respelled to 62 characters (within the lexicon's own bound on a respelling) is one clause of ~3 800 phoneme ids, and one encoder call on it held
-    ~0.7 GB more (4 000 ids: 2.4 GB).  In pieces of engine.max_phonemes: ~0.1 GB."""
+    respelled to 62 characters (within the lexicon's own bound on respellings) is one
+    clause of ~3 800 phoneme ids, and one encoder call on it held ~0.7 GB more (4 000
+    ids: 2.4 GB).  In pieces of engine.max_phonemes: ~0.1 GB."""
     lexicon = tmp_path / "lexicon.yaml"
     respelling = " ".join(["supercalifragilistic"] * 3)
     lexicon.write_text(f'en:\n  zorkzorkzork: {{say: "{respelling}"}}\n', encoding="utf-8")
