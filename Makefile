@@ -25,7 +25,7 @@ $(STAMP_RUN): pyproject.toml
 	@touch $(STAMP_RUN)
 
 run: $(STAMP_RUN)
-	$(BIN)/python -m appliance.demo
+	$(BIN)/python -m appliance.clients.demo
 
 test: system-packages venv lint typecheck pytest
 

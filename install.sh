@@ -640,7 +640,7 @@ tuning_state_files() {
     if [[ -e $ROOT$CONFIG && -x $ROOT$VENV/bin/python ]]; then
         configured=$("$ROOT$VENV/bin/python" -c '
 import sys
-from appliance.config import load_config
+from appliance.ops.config import load_config
 print(load_config(sys.argv[1]).tuning.state_file)' "$ROOT$CONFIG" 2>/dev/null) || configured=""
     fi
     printf '%s\n' ${configured:+"$configured"} "${TUNING_STATE_DEFAULTS[@]}"

@@ -16,6 +16,8 @@ import numpy.typing as npt
 from appliance.errors import ErrorCode, ServiceError
 
 FloatArray = npt.NDArray[np.float32]
+IntArray = npt.NDArray[np.int64]
+"""Sample and phoneme-id arrays: the shapes every layer passes around."""
 
 MODES = ("dialog", "reading", "sentence")
 PRIORITIES = ("important", "message", "text", "notification", "progress")

@@ -1,6 +1,6 @@
 """What a voice is, as data: its config, the names and paths of its cut, the loadable voice.
 
-Shared by ``appliance.voices`` (which finds, cuts and verifies voices), the
+Shared by ``appliance.model.voices`` (which finds, cuts and verifies voices), the
 engine (which loads the parts) and the phonemizer (which reads the phoneme
 map); kept apart from all three so that none of them imports another for a type.
 """
@@ -112,11 +112,12 @@ class Voice:
     split_note: str = ""
     flow_split: FlowSplit | None = None
     lean_decoder_path: Path | None = None
-    """The decoder with 2-D convolutions (:mod:`appliance.conv2d`), when it passed the check."""
+    """The decoder with 2-D convolutions (:mod:`appliance.model.conv2d`), when it passed the
+    check."""
     context_frames: int = 16
     """Decoder frames of context on each side of a window: the fewest that passed the check."""
     margin_decoder_path: Path | None = None
-    """The decoder that leaves out its windows' margins (:mod:`appliance.margins`), when it
+    """The decoder that leaves out its windows' margins (:mod:`appliance.model.margins`), when it
     passed the check; the CPU runs it instead of ``decoder_path``."""
     extra: dict[str, Any] = field(default_factory=dict)
 

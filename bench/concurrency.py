@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from appliance.client import decoder, encode
+from appliance.clients.client import decoder, encode
 
 TEXTS = (
     "The morning train was late again, so Anna walked along the river instead. "

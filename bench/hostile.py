@@ -30,22 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from appliance.client import Client
+from appliance.clients.client import Client
+from bench.rig import free_port, rss_mb
 
 Result = dict[str, Any]
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Box:

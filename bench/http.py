@@ -48,14 +48,14 @@ def http_first_byte(conn: http.client.HTTPConnection, text: str) -> float:
 
 
 def v1_first_chunk(client: Any, rid: int, text: str) -> float:
-    from bench.__main__ import v1_request
+    from bench.rig import v1_request
 
     return v1_request(client, rid, text)[0]
 
 
 def bench_http(out: Path, runs: int, texts: dict[str, str]) -> dict[str, Any]:
-    from appliance.client import Client
-    from bench.__main__ import start_daemon
+    from appliance.clients.client import Client
+    from bench.rig import start_daemon
 
     port = _free_port()
     proc, sock = start_daemon(out, {"http": {"listen": f"127.0.0.1:{port}"}})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from appliance.normalize import normalize
-from appliance.textmap import MappedText
+from appliance.text.normalize import normalize
+from appliance.text.textmap import MappedText
 
 TYPICAL_SENTENCES: tuple[str, ...] = (
     "Turn left in 300 m, then continue for 2.5 km.",

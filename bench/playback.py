@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from appliance.config import PlaybackConfig
+from appliance.ops.config import PlaybackConfig
 from appliance.playback.player import Player
 from bench.pulsesink import PulseServer, first_loud, last_loud
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.client import Client
+from appliance.clients.client import Client
 
 PROSODY_TEXTS = (
     "The old lighthouse keeper climbed the spiral stairs every evening to light the lamp "
@@ -146,7 +146,7 @@ def _worst(diffs: Iterable[float]) -> float:
 
 
 def bench_prosody_table(out: Path, piper: Any, rate: int) -> list[dict[str, Any]]:
-    from bench.__main__ import start_daemon
+    from bench.rig import start_daemon
 
     references = [piper_rendering(piper, t) for t in PROSODY_TEXTS]
     rows: list[dict[str, Any]] = []
@@ -230,7 +230,7 @@ def svits_first_audio(out: Path, runs: int, threads: int = 2) -> dict[str, list[
 
 
 def bench_latency_table(out: Path, piper: Any, runs: int) -> dict[str, Any]:
-    from bench.__main__ import start_daemon
+    from bench.rig import start_daemon
     from bench.speed import piper_ttfa_ms, ttfp_ms
 
     proc, sock = start_daemon(out)

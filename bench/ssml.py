@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 from xml.sax.saxutils import escape
 
-from appliance import ssml
-from appliance.frontend import FrontendLimits, prepare
+from appliance.text import ssml
+from appliance.text.frontend import FrontendLimits, prepare
 from bench.normalize import TYPICAL_SENTENCES
 
 LIMITS = FrontendLimits(max_chars=20000, sentence_chars=400)

@@ -4,7 +4,7 @@ For each bench text, split into 3–5-character tokens (seeded), the feed append
 every 1/rate s on one text-stream request and reads chunks as they come.  Reported:
 
 - **release → first chunk**: from the append that completes the first segment (by the
-  documented rule, :func:`appliance.textstream.release_point`) to the first chunk read,
+  documented rule, :func:`appliance.core.textstream.release_point`) to the first chunk read,
   beside the plain TTFP of that same segment sent as an ordinary request (same daemon,
   same run) after the daemon sat idle as long as the feed kept it waiting for the
   release: the streaming overhead is the difference.  (A request after ~1 s of idleness
@@ -25,8 +25,8 @@ import statistics
 import time
 from typing import Any
 
-from appliance.client import AsyncClient
-from appliance.textstream import SegmentRule, release_point
+from appliance.clients.client import AsyncClient
+from appliance.core.textstream import SegmentRule, release_point
 
 TEXTS = {
     "assistant": (

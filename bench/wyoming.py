@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bench.rig import free_port, wait_port
 
 SHORT = "Turn on the kitchen lights, please."
 LONG = (
@@ -43,25 +44,6 @@ PIPER_SPEC = "wyoming-piper==2.5.*"
 
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def piper_python(out: Path) -> Path:
@@ -211,7 +193,7 @@ async def measure(port: int, runs: int) -> dict[str, Any]:
 
 
 def bench_wyoming(out: Path, quick: bool = False) -> dict[str, Any]:
-    from bench.__main__ import start_daemon
+    from bench.rig import start_daemon
 
     runs = 8 if quick else 20
     ours_port, piper_port = free_port(), free_port()

@@ -131,9 +131,11 @@ def daemon_factory(
         args: list[str] | None = None,
         nofile: int | None = None,
         ready: bool = True,
+        seams: list[str] | None = None,
     ) -> Daemon:
         """``nofile``: the daemon's limit on open files (soft and hard), as a unit's
-        ``LimitNOFILE`` sets it."""
+        ``LimitNOFILE`` sets it.  ``seams``: the options of tests/fakes/daemon.py (a
+        stalled worker, a frontend that raises); the daemon is then run through it."""
         d = tmp_path_factory.mktemp("daemon")
         cfg: dict[str, Any] = {"voices": {"cache_dir": str(voice_cache)}, "logging": {}}
         for key, value in (config or {}).items():
@@ -148,7 +150,12 @@ def daemon_factory(
         sock = str(d / "ttsd.sock")
         log_path = d / "daemon.log"
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        cmd = [sys.executable, "-m", "appliance.main", "serve", "--socket", sock]
+        entry = ["tests.fakes.daemon", *seams] if seams is not None else ["appliance.main"]
+        if seams is not None:  # the tests package, from any working directory
+            full_env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(REPO), full_env.get("PYTHONPATH", "")) if p
+            )
+        cmd = [sys.executable, "-m", *entry, "serve", "--socket", sock]
         cmd += ["--config", str(cfg_path), *(args or [])]
         limit = None
         if nofile is not None:

@@ -6,7 +6,7 @@ import socket
 import time
 from typing import Any
 
-from appliance.client import decoder, encode
+from appliance.clients.client import decoder, encode
 
 
 class Wire:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from appliance import nvml as nvml_seam
-from appliance.config import DEFAULT_CONFIG_PATH, ConfigError, TuningConfig, load_config
+from appliance.ops import nvml as nvml_seam
+from appliance.ops.config import DEFAULT_CONFIG_PATH, ConfigError, TuningConfig, load_config
 from tuning import ops, services
 from tuning import state as statefile
 from tuning.plan import (

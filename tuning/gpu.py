@@ -1,6 +1,6 @@
 """The GPU through NVML: finding it in sysfs, its settings and its PCIe link.
 
-NVML is reached only through the object ``appliance.nvml.load()`` returns (the
+NVML is reached only through the object ``appliance.ops.nvml.load()`` returns (the
 ``pynvml`` module in production, a fake in tests).  The deprecated
 applications-clocks calls are not used: clocks are locked with
 ``nvmlDeviceSetGpuLockedClocks`` and released with ``...ResetGpuLockedClocks``.

@@ -20,7 +20,7 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.config import TuningConfig
+from appliance.ops.config import TuningConfig
 from tuning.gpu import GpuInfo, GpuUnavailable, find_gpu
 from tuning.sysfs import SysRoot, format_cpulist
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.config import TuningConfig
+from appliance.ops.config import TuningConfig
 from tuning import services
 from tuning.gpu import (
     GpuInfo,

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.config import PlaybackConfig
+from appliance.ops.config import PlaybackConfig
 from appliance.playback.queue import Priority, SpeechQueue
 from appliance.playback.rt import apply_audio_thread_priority
 from appliance.playback.utterance import F32, Utterance

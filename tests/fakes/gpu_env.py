@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from appliance.config import Config, parse_config
-from appliance.engine.base import FloatArray, VoiceModel
-from appliance.engine.gpu_select import load_gpu_pool
-from appliance.engine.trt_seam import TrtRuntime
+from appliance.model.engine.base import VoiceModel
+from appliance.model.engine.gpu_select import load_gpu_pool
+from appliance.model.engine.trt_seam import TrtRuntime
+from appliance.ops.config import Config, parse_config
+from appliance.speech import FloatArray
 from tests.fakes.cudart import FakeCudart
 from tests.fakes.gpu_nvml import FakeNvml
 from tests.fakes.tensorrt import FakeTensorRT

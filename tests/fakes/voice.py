@@ -8,9 +8,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from appliance.engine.base import Encoded, FloatArray, IntArray, Scales, VoiceModel
-from appliance.engine.onnx import OnnxVoiceModel
-from appliance.voices import Voice, bundled_voice_path, load_voice
+from appliance.model.engine.base import Encoded, Scales, VoiceModel
+from appliance.model.engine.onnx import OnnxVoiceModel
+from appliance.model.voices import Voice, bundled_voice_path, load_voice
+from appliance.speech import FloatArray, IntArray
 
 
 @functools.lru_cache(maxsize=1)

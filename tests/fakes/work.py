@@ -8,9 +8,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from appliance.engine import interrupt
-from appliance.engine.interrupt import Interrupted
-from appliance.scheduler import Scheduler, WorkTiming
+from appliance.core.scheduler import Scheduler, WorkTiming
+from appliance.model.engine import interrupt
+from appliance.model.engine.interrupt import Interrupted
 
 
 @contextmanager

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from appliance.config import PlaybackConfig
+from appliance.ops.config import PlaybackConfig
 from appliance.playback import Player
 
 

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from appliance.config import PlaybackConfig
+from appliance.ops.config import PlaybackConfig
 from bench.playback import bench_playback
 from tests.playback.audio import tone
 

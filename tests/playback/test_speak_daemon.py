@@ -19,6 +19,7 @@ from tests.conftest import Daemon, DaemonFactory
 from tests.playback.audio import best_alignment, windowed_match
 from tests.wire import Wire
 
+CTL = [sys.executable, "-m", "appliance.clients.ctl"]
 TEXT = "The kitchen door is open. Please close it."
 LONG = "This announcement keeps going for quite a while so that it can be interrupted. " * 4
 
@@ -107,7 +108,7 @@ def test_ttsctl_say_wait(speaker_daemon: Daemon) -> None:
         [
             sys.executable,
             "-m",
-            "appliance.ctl",
+            "appliance.clients.ctl",
             "--socket",
             speaker_daemon.socket,
             "say",
@@ -146,7 +147,7 @@ def test_ttsctl_say_is_spoken_after_ttsctl_has_exited(
     seen = len(_results(speaker_daemon))
     with pulse_server.record() as rec:
         r = subprocess.run(
-            [sys.executable, "-m", "appliance.ctl", "--socket", speaker_daemon.socket, "say", TEXT],
+            [*CTL, "--socket", speaker_daemon.socket, "say", TEXT],
             capture_output=True,
             text=True,
             timeout=120,

@@ -12,7 +12,7 @@ from typing import Any
 
 from tuning_fakes import FakeNvml, build_tree, snapshot
 
-from appliance.config import TuningConfig
+from appliance.ops.config import TuningConfig
 from tuning.numa import bind_self
 
 HERE = Path(__file__).resolve().parent

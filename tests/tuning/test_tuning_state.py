@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tuning_fakes import RunCli, snapshot
 
-from appliance.config import TuningConfig
+from appliance.ops.config import TuningConfig
 from tuning import state as statefile
 
 STATE_REL = "/run/ttsd-tuning/tuning.json"

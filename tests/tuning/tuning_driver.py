@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tuning_fakes import FakeNvml, FaultyRoot
 
-from appliance.config import TuningConfig
+from appliance.ops.config import TuningConfig
 from tuning.cli import Seams, main
 from tuning.numa import bind_self, get_mempolicy
 

@@ -1,6 +1,6 @@
 """Stands in for the ``pynvml`` module in a daemon subprocess (put this folder on PYTHONPATH).
 
-``appliance.nvml.load()`` imports ``pynvml`` and calls ``nvmlInit()``; every other
+``appliance.ops.nvml.load()`` imports ``pynvml`` and calls ``nvmlInit()``; every other
 name is served by the file-backed fake GPU at ``$TUNING_FAKE_NVML``.
 """
 

@@ -1,0 +1,1 @@
+"""The service core: scheduling, admission, streaming, text streams, the runtime."""

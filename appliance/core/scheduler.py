@@ -1,0 +1,439 @@
+"""Earliest-deadline-first queue of inference work, run by worker threads.
+
+Work items are "encode clause" and "decode window".  Each carries a deadline
+(monotonic seconds): a stream's next window is due when its client will have
+played what it already has, minus a safety watermark; a new request's first
+work is due now, so it jumps ahead of streams that are comfortably ahead.
+
+A worker picks, in this order:
+
+1. the real-time item with the earliest deadline, if that deadline has passed
+   (the item is *due*: its client's buffer is down to the watermark);
+2. otherwise a ``realtime=False`` item (files, batch): they run only when
+   nothing real-time is due;
+3. otherwise the earliest real-time item that is not due yet: decoding ahead
+   only ever uses time nobody else is waiting for.
+
+With more than one worker, work that is not due (2 and 3) never takes the
+last free worker: one always stays for due work, so a new request never waits
+behind somebody else's decode-ahead.  Nor does it share the CPU with it: a
+request's first item is *urgent*, and while one is queued or running, work that
+is not due is stopped (:mod:`appliance.model.engine.interrupt`) and put back in the
+queue, and none starts.  The stopped run's partial work is lost; it was only
+ever using time nobody else was waiting for.  Due work is never stopped for a
+newcomer, so a newcomer may still wait for due windows a worker is running.
+
+A queued newcomer also goes ahead of due work that can wait: work whose listener
+still has audio in hand for longer than a first item takes (``slack_until``, from
+the stream; the scheduler keeps a running mean of first items' run times).  The
+watermark makes a stream's next window due long before its listener runs dry:
+in a burst of eight requests at once, EDF alone served the first two streams'
+second and third windows before the last newcomers' first sound (P95 ~360 ms).
+
+An item wakes the idle worker that comes first (worker 0 before worker 1), so a lone
+stream's items all run on one thread, whose CPU and caches stay warm; with
+``engine.pin_threads`` each worker has a CPU of its own (``cpus``).
+
+Inference never runs on the event loop: the loop submits and awaits an
+``asyncio.Future`` that a worker resolves; cancelling an owner removes its
+queued items, stops its running one and cancels their futures, so nothing
+waits on work that will never run and no core works for a request that is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from appliance.model.engine.interrupt import Interrupted, StopToken, stoppable
+
+log = logging.getLogger(__name__)
+
+FIRST_ITEM_PRIOR_S = 0.05
+"""What a first item is assumed to take before one has run (~35 ms measured on a slow core)."""
+_FIRST_ITEM_SMOOTHING = 0.2
+
+T = TypeVar("T")
+
+
+@dataclass(order=True)
+class _Item(Generic[T]):
+    deadline: float
+    seq: int
+    fn: Callable[[], T] = field(compare=False)
+    future: asyncio.Future[T] = field(compare=False)
+    loop: asyncio.AbstractEventLoop = field(compare=False)
+    owner: object = field(compare=False)
+    kind: str = field(compare=False)
+    submitted: float = field(compare=False)
+    realtime: bool = field(default=True, compare=False)
+    urgent: bool = field(default=False, compare=False)
+    slack_until: float | None = field(default=None, compare=False)
+    """Latest start that still serves its listener in time; None: no audio in hand."""
+    cancelled: bool = field(default=False, compare=False)
+    # Set while a worker runs the item:
+    optional: bool = field(default=False, compare=False)
+    token: StopToken | None = field(default=None, compare=False)
+
+
+@dataclass
+class WorkTiming:
+    """How long an item waited and ran; handed back with its result."""
+
+    queue_s: float
+    run_s: float
+    finished: float
+    late: bool
+
+
+class Scheduler:
+    """EDF queue (real-time heap + batch heap) + N worker threads."""
+
+    def __init__(
+        self, workers: int, name: str = "infer", cpus: Sequence[int] | None = None
+    ) -> None:
+        """``cpus``: worker k runs on ``cpus[k]`` (``appliance.model.engine.threads.pinning``)."""
+        self._n = max(1, workers)
+        self._name = name
+        self._rt: list[_Item[Any]] = []
+        self._batch: list[_Item[Any]] = []
+        self._lock = threading.Lock()
+        self._idle: dict[int, threading.Condition] = {}
+        """Idle workers' wake-ups, by worker number (see _wake_one_locked)."""
+        self._cpus = tuple(cpus) if cpus is not None and len(cpus) >= self._n else None
+        self._seq = itertools.count()
+        self._threads: list[threading.Thread] = []
+        self._stopping = False
+        self._by_owner: dict[int, set[int]] = {}
+        self._live: dict[int, _Item[Any]] = {}
+        self._running: dict[int, _Item[Any]] = {}
+        """Items the workers run now, by sequence number."""
+        self._current = threading.local()
+        """The item this worker thread runs (``item``), for :meth:`crowded`."""
+        self.completed = 0
+        self.late = 0
+        self.cancelled = 0
+        self.ahead_runs = 0
+        """Items run before they were due (decode ahead on otherwise idle workers)."""
+        self.stopped_ahead = 0
+        """Items run ahead of time that were stopped for a newcomer and queued again."""
+        self.busy_s = 0.0
+        """Worker-seconds spent running items (for utilisation)."""
+        self._optional_limit = max(1, self._n - 1)
+        # (finished, seconds past deadline) of recent real-time items, for admission.
+        self._lateness: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)
+        self.heartbeat = time.monotonic()
+        """Last time a worker was seen alive (idle wait or finished item)."""
+        self.busy_since: float | None = None
+        self.first_item_s = FIRST_ITEM_PRIOR_S
+        """Running mean of how long a request's first (urgent) item runs."""
+        self.newcomers_ahead = 0
+        """Urgent items started ahead of due work that could wait for them."""
+
+    def start(self) -> None:
+        for k in range(self._n):
+            t = threading.Thread(
+                target=self._work, args=(k,), name=f"{self._name}-{k}", daemon=True
+            )
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            self._wake_all_locked()
+        for t in self._threads:
+            t.join(timeout=5)
+
+    @property
+    def workers(self) -> int:
+        return self._n
+
+    def depth(self) -> int:
+        """Items queued or running: 0 once every stream has finished or been cancelled."""
+        with self._lock:
+            return len(self._live)
+
+    def overdue_s(self) -> float:
+        """How long the most urgent queued real-time item is past its deadline (0 if none)."""
+        with self._lock:
+            if not self._rt:
+                return 0.0
+            return max(0.0, time.monotonic() - self._rt[0].deadline)
+
+    def mean_lateness_s(self, window_s: float) -> float:
+        """Mean of how far real-time items finished past their deadlines (early counts as 0)
+        over the last ``window_s`` seconds; 0 when none finished."""
+        since = time.monotonic() - window_s
+        with self._lock:
+            recent = [late for t, late in self._lateness if t >= since]
+        return sum(recent) / len(recent) if recent else 0.0
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "queue_depth": len(self._live),
+                "queued_realtime": len(self._rt),
+                "queued_batch": len(self._batch),
+                "running": len(self._running),
+                "workers": self._n,
+                "completed": self.completed,
+                "late_windows": self.late,
+                "ahead_runs": self.ahead_runs,
+                "stopped_ahead": self.stopped_ahead,
+                "newcomers_ahead": self.newcomers_ahead,
+                "cancelled_items": self.cancelled,
+                "busy_s": round(self.busy_s, 3),
+            }
+
+    def heartbeat_age(self) -> float:
+        """Seconds since a worker last proved it is alive; 0 while idle-waiting."""
+        with self._lock:
+            if not self._running:
+                return 0.0
+            return time.monotonic() - self.heartbeat
+
+    def submit(
+        self,
+        fn: Callable[[], T],
+        *,
+        deadline: float,
+        realtime: bool,
+        owner: object,
+        kind: str,
+        urgent: bool = False,
+        slack_until: float | None = None,
+    ) -> asyncio.Future[tuple[T, WorkTiming]]:
+        """Queue ``fn``; ``urgent`` marks a real-time request's first item, ``slack_until``
+        is the latest start that still serves a due item's listener in time (see above)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[tuple[T, WorkTiming]] = loop.create_future()
+        item: _Item[Any] = _Item(
+            deadline=deadline,
+            seq=next(self._seq),
+            fn=fn,
+            future=fut,
+            loop=loop,
+            owner=owner,
+            kind=kind,
+            submitted=time.monotonic(),
+            realtime=realtime,
+            urgent=urgent and realtime,
+            slack_until=slack_until,
+        )
+        with self._lock:
+            if self._stopping:
+                raise RuntimeError("scheduler stopped")
+            heapq.heappush(self._rt if realtime else self._batch, item)
+            self._live[item.seq] = item
+            self._by_owner.setdefault(id(owner), set()).add(item.seq)
+            if item.urgent:
+                self._stop_optional_locked()
+            self._wake_one_locked()
+        return fut
+
+    def _wake_one_locked(self) -> None:
+        """Wake the idle worker that comes first: a lone stream's items then all run on
+        worker 0, whose thread, CPU (``cpus``) and caches are the warm ones.  A plain
+        condition wakes the worker idle longest, so the items went round the workers."""
+        if self._idle:
+            self._idle.pop(min(self._idle)).notify()
+
+    def _wake_all_locked(self) -> None:
+        for wake in self._idle.values():
+            wake.notify()
+        self._idle.clear()
+
+    def _stop_optional_locked(self) -> None:
+        for running in self._running.values():
+            if running.optional and running.token is not None:
+                running.token.stop()
+
+    def cancel_owner(self, owner: object) -> int:
+        """Drop every queued item of ``owner`` at once and cancel its futures.
+
+        Returns how many were dropped.  An item already running finishes; its
+        result is discarded by the cancelled future.
+        """
+        dropped: list[_Item[Any]] = []
+        with self._lock:
+            seqs = self._by_owner.pop(id(owner), set())
+            for s in seqs:
+                item = self._live.pop(s, None)
+                if item is not None:
+                    item.cancelled = True
+                    dropped.append(item)
+                    if item.token is not None:  # running: stop it, its result is unwanted
+                        item.token.stop()
+            if dropped:
+                # Rebuild rather than leave tombstones: the queue depth must be true.
+                self._rt = [i for i in self._rt if not i.cancelled]
+                self._batch = [i for i in self._batch if not i.cancelled]
+                heapq.heapify(self._rt)
+                heapq.heapify(self._batch)
+                self.cancelled += len(dropped)
+        for item in dropped:
+            # A task awaiting this future (a prefetched encode) must not wait forever.
+            try:
+                item.loop.call_soon_threadsafe(_cancel, item.future)
+            except RuntimeError:
+                log.debug("event loop closed before %s was cancelled", item.kind)
+        return len(dropped)
+
+    def _forget(self, item: _Item[Any]) -> None:
+        self._live.pop(item.seq, None)
+        owned = self._by_owner.get(id(item.owner))
+        if owned is not None:
+            owned.discard(item.seq)
+            if not owned:
+                del self._by_owner[id(item.owner)]
+
+    def crowded(self) -> bool:
+        """Another worker runs due work or due work waits: the item that asks (on a
+        worker) should keep to one core and do no more than it must."""
+        mine = getattr(self._current, "item", None)
+        with self._lock:
+            now = time.monotonic()
+            others = sum(not i.optional and i is not mine for i in self._running.values())
+            return others > 0 or bool(self._rt and self._rt[0].deadline <= now)
+
+    def _newcomer(self, now: float) -> _Item[Any] | None:
+        """A queued first item, if every due item can wait for it (see the module)."""
+        first: _Item[Any] | None = None
+        for item in self._rt:
+            if item.urgent:
+                if first is None or item < first:
+                    first = item
+            elif item.deadline <= now and (
+                item.slack_until is None or item.slack_until < now + self.first_item_s
+            ):
+                return None
+        return first
+
+    def _pick(self, now: float) -> tuple[_Item[Any] | None, bool]:
+        """Due real-time work, else batch work, else real-time work ahead of time.
+
+        Returns (item, optional); (None, False) when the only work left is not due and
+        the workers it may use are busy.
+        """
+        if self._rt and self._rt[0].deadline <= now:
+            if not self._rt[0].urgent and (first := self._newcomer(now)) is not None:
+                self._rt.remove(first)
+                heapq.heapify(self._rt)
+                self.newcomers_ahead += 1
+                return first, False
+            return heapq.heappop(self._rt), False
+        running = self._running.values()
+        ahead = sum(i.optional for i in running)
+        if ahead >= self._optional_limit or any(i.urgent for i in running):
+            return None, False
+        if self._batch:
+            return heapq.heappop(self._batch), True
+        if self._rt:
+            self.ahead_runs += 1
+            return heapq.heappop(self._rt), True
+        return None, False
+
+    def _wait_s(self, now: float) -> float:
+        # Wake up when the earliest not-yet-due real-time item becomes due.
+        if self._rt:
+            return min(1.0, max(0.001, self._rt[0].deadline - now))
+        return 1.0
+
+    def _work(self, k: int) -> None:
+        if self._cpus is not None:
+            # Pin before the first run: ONNX Runtime's pool threads are on the other CPUs.
+            try:
+                os.sched_setaffinity(0, {self._cpus[k]})
+            except OSError as exc:  # a CPU taken away since start: run unpinned
+                log.warning("worker %d stays unpinned: %s", k, exc)
+        wake = threading.Condition(self._lock)
+        while True:
+            with self._lock:
+                while True:
+                    if self._stopping and not self._rt and not self._batch:
+                        return
+                    now = time.monotonic()
+                    item, optional = self._pick(now)
+                    if item is not None:
+                        break
+                    if not self._running:
+                        # Only an idle pool vouches for itself; a stuck worker must show.
+                        self.heartbeat = now
+                    self._idle[k] = wake
+                    wake.wait(timeout=self._wait_s(now))
+                    self._idle.pop(k, None)  # timed out: nobody woke it
+                if item.cancelled:
+                    continue
+                item.optional, item.token = optional, StopToken()
+                self._running[item.seq] = item
+                self.heartbeat = time.monotonic()
+                if self._rt or self._batch:  # more work: another worker may take some
+                    self._wake_one_locked()
+            started = time.monotonic()
+            result: Any = None
+            error: BaseException | None = None
+            stopped = False
+            self._current.item = item
+            try:
+                with stoppable(item.token):
+                    result = item.fn()
+            except Interrupted:
+                stopped = True
+            except Exception as exc:  # delivered to the awaiting stream, never lost
+                error = exc
+            finally:
+                self._current.item = None
+            finished = time.monotonic()
+            late = item.realtime and finished > item.deadline
+            timing = WorkTiming(started - item.submitted, finished - started, finished, late)
+            with self._lock:
+                del self._running[item.seq]
+                item.token = None
+                self.busy_s += finished - started
+                if stopped:
+                    if item.cancelled:
+                        self._forget(item)
+                    else:  # stopped for a newcomer: back in the queue, where it was
+                        self.stopped_ahead += 1
+                        heapq.heappush(self._rt if item.realtime else self._batch, item)
+                    continue
+                self.completed += 1
+                self.late += late
+                if item.urgent:
+                    self.first_item_s += _FIRST_ITEM_SMOOTHING * (
+                        finished - started - self.first_item_s
+                    )
+                if item.realtime:
+                    self._lateness.append((finished, max(0.0, finished - item.deadline)))
+                self.heartbeat = finished
+                self._forget(item)
+            try:
+                item.loop.call_soon_threadsafe(_resolve, item.future, result, error, timing)
+            except RuntimeError:
+                log.debug("event loop closed before %s result was delivered", item.kind)
+
+
+def _cancel(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.cancel()
+
+
+def _resolve(
+    fut: asyncio.Future[Any], result: Any, error: BaseException | None, timing: WorkTiming
+) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result((result, timing))

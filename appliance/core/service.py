@@ -1,0 +1,812 @@
+"""The service core every front end calls: one request path, one registry of live streams.
+
+A front end (protocol v1, Wyoming, HTTP, …) turns its wire messages into a
+:class:`~appliance.speech.SpeechRequest`, then::
+
+    stream = await service.open_stream(req, frontend="wyoming")   # ServiceError if refused
+    result = await stream.run(emit)        # emit(chunk) for every Chunk; ServiceError on failure
+
+``open_stream`` does everything a request needs before its first work item: the
+daemon-wide cap, admission (``busy``), voice and speaker, the frontend (in the
+service's own bounded executor).  ``run`` produces the chunks on the shared
+scheduler; ``emit`` applies the front end's back-pressure by taking its time.
+``cancel`` (a client's cancel, a disconnect) ends ``run`` at once with
+``result.cancelled``; the daemon's shutdown ends it with ``shutting_down``.
+Text that streams in: ``SpeechRequest(text_stream=True)``, then
+``stream.append(text)`` / ``stream.finish()`` while ``run`` is going.
+
+Every live stream, whatever door it came through, is in :attr:`Service.streams`:
+admission, ``stats``, ``health`` and graceful shutdown all read that one registry.
+Nothing here imports a wire format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from appliance.core.admission import RTF_PRIOR, Admission, CpuShare, Decision, StreamLoad
+from appliance.core.runtime import Runtime
+from appliance.core.streaming import ClauseQueue, JobSettings, JobStats, SynthesisJob, VoiceRuntime
+from appliance.core.textstream import SegmentRule, TextFeed
+from appliance.errors import ErrorCode, ServiceError
+from appliance.model.engine.base import Scales
+from appliance.ops.metrics import LiveNumbers
+from appliance.playback import NoAudioDevice, Utterance
+from appliance.speech import Chunk, Mark, SpeechRequest
+from appliance.text.frontend import Clause, FrontendLimits, prepare
+
+log = logging.getLogger(__name__)
+reqlog = logging.getLogger("ttsd.request")
+
+Emit = Callable[[Chunk], Awaitable[None]]
+
+_MARK_POLL_S = 0.005
+"""How often ``speak`` checks the device's progress for SSML marks (well under a word)."""
+
+_FRONTEND_THREADS = 2
+"""Text normalisation is a few ms of pure Python per request: two threads keep one long
+text from holding up everyone else's, without competing with the inference workers."""
+
+
+class Door(Protocol):
+    """A front end beyond protocol v1 (Wyoming, HTTP …), run by ``ttsd serve``.
+
+    Shutdown order: every door's ``close_listener``, then the core drains in-flight
+    streams (ending the rest with ``shutting_down``), then every door's ``close``."""
+
+    name: str
+
+    async def start(self) -> None:
+        """Bind and start serving (raise OSError / ValueError when it cannot)."""
+
+    def close_listener(self) -> None:
+        """Stop accepting connections; streams in flight go on."""
+
+    async def close(self) -> None:
+        """Close what is left (connections, the listener)."""
+
+
+@dataclass
+class StreamResult:
+    stats: dict[str, Any]
+    cancelled: bool
+    interrupted: bool | None = None
+    """``speak`` only: cut off by a newer utterance."""
+    reason: str = "end"
+
+
+@dataclass
+class _DoorStats:
+    name: str
+    connections: Callable[[], int]
+
+
+class Stream:
+    """One live request.  Created by :meth:`Service.open_stream`; ``run`` it exactly once."""
+
+    def __init__(
+        self,
+        service: Service,
+        req: SpeechRequest,
+        frontend: str,
+        voice: VoiceRuntime,
+        speaker: int | None,
+        t_request: float,
+        label: dict[str, Any] | None = None,
+    ) -> None:
+        self.service = service
+        self.request = req
+        self.frontend = frontend
+        self.voice = voice
+        self.speaker = speaker
+        self.label = label
+        """The front end's name for it (connection and id), for ``stats``."""
+        self.number = next(service._numbers)
+        self.t_request = t_request
+        self.job: SynthesisJob | None = None
+        self.feed: TextFeed | None = None
+        self.cancel_reason: str | None = None
+        self._failure: ServiceError | None = None
+        self._run_task: asyncio.Task[Any] | None = None
+        self._job_task: asyncio.Task[None] | None = None
+        self.utterance: Utterance | None = None
+        self._done = False
+
+    # -- what the front end reads
+
+    @property
+    def sample_rate(self) -> int:
+        return self.voice.sample_rate
+
+    @property
+    def voice_name(self) -> str:
+        return self.voice.name
+
+    @property
+    def realtime(self) -> bool:
+        return self.request.realtime
+
+    def buffer_s(self) -> float:
+        """Audio the client holds but has not played yet (if it plays in real time)."""
+        return self.job.buffer_s() if self.job is not None else 0.0
+
+    def audio_left_s(self) -> float | None:
+        """Like :meth:`buffer_s`, None before the first chunk."""
+        if self.job is None or self.job.stats.t_first is None:
+            return None
+        return self.job.buffer_s()
+
+    # -- control
+
+    def append(self, text: str, flush: bool = False) -> None:
+        """More text for a ``text_stream`` request (ServiceError when it is not open)."""
+        if self.feed is None:
+            raise ServiceError(ErrorCode.BAD_REQUEST, "this request does not take more text")
+        self.feed.append(text, flush=flush)
+
+    def finish(self) -> None:
+        """No more text comes; the request ends after its last audio."""
+        if self.feed is None:
+            raise ServiceError(ErrorCode.BAD_REQUEST, "this request does not take more text")
+        self.feed.finish()
+
+    @property
+    def takes_text(self) -> bool:
+        return self.feed is not None and not (self.feed.finished or self.feed.failed)
+
+    def cancel(self, reason: str = "cancel") -> None:
+        """Stop at once: queued work is dropped, running work stopped, ``run`` returns."""
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        if self._job_task is not None and not self._job_task.done():
+            self._job_task.cancel()
+        if self.utterance is not None:
+            self.utterance.cancel()
+        if self.job is not None:
+            self.job.cancel_pending()
+
+    def fail(self, exc: ServiceError) -> None:
+        """End the request with ``exc`` (its text went wrong while it was speaking)."""
+        if self._failure is None and self.cancel_reason is None:
+            self._failure = exc
+            if self._job_task is not None and not self._job_task.done():
+                self._job_task.cancel()
+            if self.utterance is not None:
+                self.utterance.cancel()
+
+    # -- views
+
+    def load(self) -> StreamLoad:
+        producing = self._job_task is None or not self._job_task.done()
+        if self.job is None:
+            return StreamLoad(self.realtime, producing)
+        st = self.job.stats
+        return StreamLoad(
+            self.realtime, producing, st.compute_s, st.audio_s, self.job.remaining_audio_s()
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"stream": self.number, "frontend": self.frontend}
+        if self.label:
+            d.update(self.label)
+        job = self.job
+        d.update(
+            buffer_ms=round(job.buffer_s() * 1000, 1) if job else 0.0,
+            audio_ms=round(job.stats.audio_s * 1000, 1) if job else 0.0,
+            stalls=job.stats.stalls if job else 0,
+        )
+        d["realtime"] = self.realtime
+        return d
+
+    # -- running
+
+    async def run(self, emit: Emit) -> StreamResult:
+        """Produce every chunk through ``emit``.  Raises ServiceError (``shutting_down``,
+        ``text_too_long``, ``internal`` …); exceptions ``emit`` raises pass through as they are."""
+        assert self.job is not None, "speak streams run through run_speech"
+        job = self.job
+        door_exc: list[BaseException] = []
+
+        async def guarded(chunk: Chunk) -> None:
+            try:
+                await emit(chunk)
+            except BaseException as exc:
+                door_exc.append(exc)
+                raise
+
+        outcome = "error"
+        stats: dict[str, Any] = {}
+        try:
+            if self._failure is not None:
+                # Failed before it ran (its first text was over the limit): end now; its
+                # job would wait for clauses that never come.
+                raise self._failure
+            self._job_task = asyncio.create_task(job.run(guarded))
+            if self.cancel_reason is not None:
+                self._job_task.cancel()  # cancelled before it started
+            try:
+                await self._job_task
+            except asyncio.CancelledError:
+                if self.cancel_reason is None and self._failure is None:
+                    raise  # the front end's own task was cancelled
+            self._raise_if_ended()
+            stats = job.stats.to_dict()
+            if self.realtime and self.cancel_reason is None:
+                self.service.admission.observe(job.stats.compute_s, job.stats.audio_s)
+            cancelled = self.cancel_reason is not None
+            outcome = "cancelled" if cancelled else "end"
+            self.service.runtime.metrics.request_done(stats, cancelled, self.frontend)
+            return StreamResult(stats, cancelled, reason=outcome)
+        except ServiceError as exc:
+            outcome = exc.code
+            raise
+        except Exception as exc:
+            if door_exc and exc is door_exc[0]:
+                # The door's own failure (its client went away or stopped reading): the
+                # door reports it; here it only names the outcome in the request log.
+                outcome = "door:" + str(getattr(exc, "code", type(exc).__name__))
+                raise
+            # A bug or a backend failure must end this request, not the daemon.
+            log.exception("stream %d failed", self.number)
+            outcome = ErrorCode.INTERNAL
+            raise ServiceError(ErrorCode.INTERNAL, type(exc).__name__) from exc
+        finally:
+            self._end(outcome, stats)
+
+    def _raise_if_ended(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if self.cancel_reason == "shutdown":
+            raise ServiceError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
+
+    def _end(self, outcome: str, stats: dict[str, Any]) -> None:
+        if self._done:
+            return
+        self._done = True
+        if self.job is not None:
+            self.job.cancel_pending()
+            if not stats:
+                stats = self.job.stats.to_dict()
+        if self.feed is not None:
+            self.feed.close()
+        if outcome not in ("end", "cancelled") and not outcome.startswith("door:"):
+            self.service.record_error(outcome)
+        self.service._unregister(self)
+        reqlog.info(
+            "stream=%d frontend=%s label=%s chars=%d result=%s ttfp_ms=%s audio_ms=%s rtf=%s",
+            self.number,
+            self.frontend,
+            self.label,
+            len(self.feed.text) if self.feed is not None else len(self.request.text),
+            outcome,
+            stats.get("ttfp_ms"),
+            stats.get("audio_ms"),
+            stats.get("rtf"),
+        )
+
+    def close(self) -> None:
+        """Release a stream that will not be run (the front end failed before ``run``)."""
+        if self._done:
+            return
+        self.cancel("closed")
+        self._end("cancelled", {})
+
+    # -- speech on the device
+
+    async def run_speech(
+        self,
+        on_queued: Callable[[int], Awaitable[None]],
+        on_started: Callable[[float], None],
+        on_mark: Callable[[str], None] | None = None,
+    ) -> StreamResult:
+        """``speak``: synthesize into the player; ``on_queued(position)``, then
+        ``on_started(latency_ms)`` when the first sample reaches the device, and
+        ``on_mark(name)`` for each SSML mark when the device is handed its sample."""
+        rt = self.service.runtime
+        player = rt.player
+        job = self.job
+        assert job is not None
+        outcome = "error"
+        stats: dict[str, Any] = {}
+        started_task: asyncio.Task[None] | None = None
+        marks_task: asyncio.Task[None] | None = None
+        try:
+            if self._failure is not None:
+                raise self._failure  # failed before it ran (see run)
+            if player is None:
+                raise ServiceError(ErrorCode.NO_AUDIO_DEVICE, "playback is off in this daemon")
+            req = self.request
+            try:
+                utt = player.submit(
+                    req.priority, req.volume, self.voice.sample_rate, self.service_key
+                )
+            except NoAudioDevice as exc:
+                raise ServiceError(
+                    ErrorCode.NO_AUDIO_DEVICE, str(exc) or "no audio device"
+                ) from exc
+            except ValueError as exc:
+                raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from exc
+            self.utterance = utt
+            await on_queued(utt.position)
+            if self.cancel_reason is not None:
+                utt.cancel()
+
+            marks: collections.deque[Mark] = collections.deque()
+            marks_changed = asyncio.Event()
+
+            async def emit(chunk: Chunk) -> None:
+                if not utt.push(chunk.samples):
+                    # Cut, dropped or stopped: no one will hear the rest, so stop making it.
+                    raise asyncio.CancelledError()
+                if chunk.marks and on_mark is not None:
+                    marks.extend(chunk.marks)
+                    marks_changed.set()
+
+            async def relay_marks() -> None:
+                # The player counts the frames it hands to the device; a mark is reported
+                # once its sample is among them (polled: the audio thread must not call
+                # into the loop for every callback).
+                assert on_mark is not None and started_task is not None
+                await asyncio.shield(started_task)  # 'started' goes out first
+                if utt.latency_ms is None and utt.end_info is not None:
+                    return  # never started: nothing was heard
+                while True:
+                    while not marks:
+                        marks_changed.clear()
+                        await marks_changed.wait()
+                    mark = marks[0]
+                    # (2 ms early: the resampler may hand over a few frames fewer at the end)
+                    target = max(0.0, mark.offset_ms - 2.0) * utt.out_rate / 1000.0
+                    while utt.frames_played < target:
+                        if utt.end_info is not None:
+                            return  # ended before that sample was played: not heard
+                        await asyncio.sleep(_MARK_POLL_S)
+                    marks.popleft()
+                    on_mark(mark.name)
+
+            async def produce() -> None:
+                try:
+                    await job.run(emit)
+                finally:
+                    utt.finish()
+
+            async def relay_started() -> None:
+                latency = await utt.wait_started()
+                if latency is not None:
+                    # The player counts from its submit; the request arrived before the frontend.
+                    on_started(latency + (utt.created - self.t_request) * 1000.0)
+
+            self._job_task = asyncio.create_task(produce())
+            started_task = asyncio.create_task(relay_started())
+            if on_mark is not None:
+                marks_task = asyncio.create_task(relay_marks())
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._job_task
+            info = await utt.wait_ended()
+            if marks_task is not None:
+                # Marks on the last samples: the device has them now.
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(marks_task), timeout=0.2)
+            # Let 'started' go out first when it happened.
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(started_task), timeout=0.5)
+            self._raise_if_ended()
+            stats = job.stats.to_dict()
+            stats.update(info.stats)
+            stats["reason"] = info.reason
+            if info.reason == "device_lost":
+                raise ServiceError(ErrorCode.NO_AUDIO_DEVICE, "the audio device was lost")
+            cancelled = info.cancelled or self.cancel_reason is not None
+            outcome = "cancelled" if cancelled else info.reason
+            rt.metrics.request_done(stats, cancelled, self.frontend)
+            return StreamResult(stats, cancelled, info.interrupted, outcome)
+        except ServiceError as exc:
+            outcome = exc.code
+            raise
+        except Exception as exc:
+            log.exception("speech %d failed", self.number)
+            outcome = ErrorCode.INTERNAL
+            raise ServiceError(ErrorCode.INTERNAL, type(exc).__name__) from exc
+        finally:
+            if started_task is not None:
+                started_task.cancel()
+            if marks_task is not None:
+                marks_task.cancel()
+            self._end(outcome, stats)
+
+    service_key: Hashable = None
+    """Whose speech a ``stop`` silences (set by the front end: the peer's uid)."""
+
+
+@dataclass
+class Service:
+    """The transport-neutral core: requests in, chunks out; one registry for every door."""
+
+    runtime: Runtime
+    admission: Admission = field(init=False)
+    streams: set[Stream] = field(default_factory=set)
+    stopping: bool = False
+    doors: list[_DoorStats] = field(default_factory=list)
+    on_request_done: list[Callable[[], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        sched = self.runtime.scheduler
+        # Each stream's cost in CPU time, not in worker wall time that contention inflates.
+        self.admission = Admission(
+            sched.workers,
+            rtf_prior=self.runtime.stream_cost or RTF_PRIOR,
+            cpu_share=CpuShare(lambda: sched.busy_s),
+        )
+        self._numbers = itertools.count(1)
+        self._frontend_pool = ThreadPoolExecutor(_FRONTEND_THREADS, "frontend")
+        self.frontend: Callable[..., list[Clause]] = prepare
+        """The text frontend (a test's daemon may put another in: appliance.daemon.Seams)."""
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._warmup: asyncio.Future[Any] | None = None
+        self._warm = asyncio.Event()
+        self._warm.set()
+        self._speaker = asyncio.Event()
+        self._speaker.set()
+        self.runtime.metrics.watch(self.live_numbers)
+
+    def hold_requests(self) -> None:
+        """Requests wait (before admission) until :meth:`release_requests`, ``speak`` also
+        until :meth:`release_speech`: the daemon answers ping, info and health while its
+        voices warm up and its speaker starts."""
+        self._warm.clear()
+        self._speaker.clear()
+
+    def release_requests(self) -> None:
+        """The voices are warm: admit by the cost the warm-up measured, take requests."""
+        if self.runtime.stream_cost is not None:
+            self.admission.measured_at_start(self.runtime.stream_cost)
+        self._warm.set()
+
+    def release_speech(self) -> None:
+        """The speaker runs, or is known to be missing: take ``speak`` requests."""
+        self._speaker.set()
+
+    # ------------------------------------------------------------ requests
+
+    async def open_stream(
+        self,
+        req: SpeechRequest,
+        *,
+        frontend: str,
+        label: dict[str, Any] | None = None,
+        speak_key: Hashable = None,
+    ) -> Stream:
+        """Admit and prepare one request.  Raises ServiceError when it is refused."""
+        t0 = time.monotonic()
+        if not self._warm.is_set():
+            await self._warm.wait()  # start-up: the voices are still warming up
+        if speak_key is not None and not self._speaker.is_set():
+            await self._speaker.wait()  # start-up: the speaker is still starting
+        cfg = self.runtime.config
+        try:
+            if self.stopping:
+                raise ServiceError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
+            req.validate()
+            if len(self.streams) >= cfg.server.max_streams:
+                raise ServiceError(
+                    ErrorCode.TOO_MANY_REQUESTS,
+                    f"the daemon has {cfg.server.max_streams} requests in flight",
+                )
+            if req.text_format == "ssml" and req.text_stream:
+                # An SSML document is parsed whole; a stream of text has no end to wait for.
+                raise ServiceError(
+                    ErrorCode.BAD_REQUEST, "text_format 'ssml' cannot be used with text_stream"
+                )
+            voice, sid = self.resolve_voice(req.voice, req.speaker, req.language)
+            if req.realtime:
+                # Batch requests are always taken: they only use time no stream needs.
+                decision = self.admit()
+                if not decision.admit:
+                    raise ServiceError(
+                        ErrorCode.BUSY,
+                        f"busy: {decision.reason}",
+                        retry_after_ms=decision.retry_after_ms,
+                    )
+        except ServiceError as exc:
+            self.record_error(exc.code)
+            raise
+        stream = Stream(self, req, frontend, voice, sid, t0, label)
+        stream.service_key = speak_key
+        self._register(stream)
+        try:
+            queue = await self._clauses(stream, req)
+        except BaseException as exc:
+            stream.close()
+            if isinstance(exc, ServiceError):
+                self.record_error(exc.code)
+            raise
+        t_frontend = time.monotonic()
+        d = voice.defaults
+        settings = JobSettings(
+            scales=Scales(
+                d.noise_scale if req.noise_scale is None else req.noise_scale,
+                d.length_scale / req.speed if req.speed else d.length_scale,
+                d.noise_w if req.noise_w is None else req.noise_w,
+            ),
+            speaker=sid,
+            mode=req.mode or cfg.streaming.default_mode,
+            realtime=req.realtime,
+            context=voice.context,
+            watermark_s=cfg.scheduler.watermark_ms / 1000.0,
+            join_fade_ms=cfg.streaming.join_fade_ms,
+            # The player applies the volume of speech on the device itself.
+            volume=1.0 if speak_key is not None else req.volume,
+            quick_start=cfg.streaming.quick_start,
+            max_phonemes=cfg.engine.max_phonemes,
+        )
+        jstats = JobStats(t_request=t0, frontend_ms=(t_frontend - t0) * 1000)
+        stream.job = SynthesisJob(voice, queue, settings, self.runtime.scheduler, jstats)
+        return stream
+
+    async def _clauses(self, stream: Stream, req: SpeechRequest) -> ClauseQueue:
+        limits = self.frontend_limits()
+        language = stream.voice.language
+        if not req.text_stream:
+            clauses = await self.prepare_text(req.text, language, limits, req.text_format)
+            # <phoneme> and lexicon IPA against this voice's symbols, before any audio.
+            ph = stream.voice.phonemizer
+            for c in clauses:
+                for o in c.phonemes:
+                    ph.ipa(o.ipa)
+            return ClauseQueue(clauses, closed=True)
+        queue = ClauseQueue(closed=False)
+        later = FrontendLimits(limits.max_chars, limits.sentence_chars)
+
+        async def prepare_segment(text: str, first: bool) -> list[Clause]:
+            return await self.prepare_text(text, language, limits if first else later)
+
+        s = self.runtime.config.streaming
+        stream.feed = TextFeed(
+            queue,
+            prepare_segment,
+            SegmentRule(
+                s.text_first_chars,
+                s.text_max_chars,
+                s.text_idle_ms,
+                s.text_low_water_ms,
+            ),
+            limits.max_chars,
+            s.text_timeout_s,
+            stream.fail,
+            audio_left=stream.audio_left_s,
+        )
+        if req.text:
+            stream.feed.append(req.text)
+        return queue
+
+    async def prepare_text(
+        self, text: str, language: str, limits: FrontendLimits, text_format: str = "text"
+    ) -> list[Clause]:
+        loop = asyncio.get_running_loop()
+        work: Callable[[], list[Clause]] = functools.partial(
+            self.frontend,
+            text,
+            language,
+            limits,
+            text_format=text_format,
+            lexicon=self.runtime.lexicon,
+        )
+        return await loop.run_in_executor(self._frontend_pool, work)
+
+    async def phonemes(
+        self, text: str, voice_name: str | None, text_format: str = "text"
+    ) -> dict[str, Any]:
+        """What ``voice_name`` says for ``text``, word by word (see appliance.text.report)."""
+        from appliance.text.report import phoneme_report
+
+        try:
+            voice, _ = self.resolve_voice(voice_name, None)
+            clauses = await self.prepare_text(
+                text, voice.language, self.frontend_limits(), text_format
+            )
+            loop = asyncio.get_running_loop()
+            report = await loop.run_in_executor(
+                self._frontend_pool, phoneme_report, clauses, voice.phonemizer
+            )
+        except ServiceError as exc:
+            self.record_error(exc.code)
+            raise
+        return {"voice": voice.name, "clauses": report}
+
+    def resolve_voice(
+        self, name: str | None, speaker: str | int | None, language: str | None = None
+    ) -> tuple[VoiceRuntime, int | None]:
+        rt = self.runtime
+        if name is None and language:
+            name = next(
+                (
+                    v.name
+                    for v in rt.voices.values()
+                    if v.language.lower().replace("-", "_") == language.lower().replace("-", "_")
+                    or v.language.split("_")[0].lower() == language.lower()
+                ),
+                None,
+            )
+            if name is None:
+                raise ServiceError(
+                    ErrorCode.UNKNOWN_VOICE, f"no voice for language {language[:32]!r}"
+                )
+        name = name or rt.default_voice
+        voice = rt.voices.get(name)
+        if voice is None:
+            raise ServiceError(ErrorCode.UNKNOWN_VOICE, f"no voice named {name[:64]!r}")
+        try:
+            sid = rt.voice_meta[name].info.speaker_id(speaker)
+        except KeyError:
+            raise ServiceError(
+                ErrorCode.BAD_REQUEST, f"voice {name} has no speaker {str(speaker)[:64]!r}"
+            ) from None
+        return voice, sid
+
+    def frontend_limits(self) -> FrontendLimits:
+        return self.runtime.frontend_limits()
+
+    def admit(self) -> Decision:
+        """Admission decision for one new real-time request."""
+        cfg = self.runtime.config.scheduler
+        sched = self.runtime.scheduler
+        return self.admission.decide(
+            cfg,
+            self.stream_loads(),
+            sched.mean_lateness_s(cfg.admission_window_s),
+            sched.overdue_s(),
+        )
+
+    def stream_loads(self) -> list[StreamLoad]:
+        return [s.load() for s in self.streams]
+
+    def record_error(self, code: str) -> None:
+        self.runtime.metrics.error(code)
+
+    async def warmup(self) -> None:
+        """Run every voice once, as batch work on the scheduler (never ahead of a stream).
+
+        Concurrent calls share one run, so a burst of them costs one warm-up."""
+        if self._warmup is None or self._warmup.done():
+            self._warmup = self.runtime.scheduler.submit(
+                self.runtime.warm_up,
+                deadline=time.monotonic() + 3600.0,
+                realtime=False,
+                owner=self,
+                kind="warmup",
+            )
+        await asyncio.shield(self._warmup)
+
+    def stop_speech(self, key: Hashable) -> None:
+        if self.runtime.player is not None:
+            self.runtime.player.stop(key)
+
+    # ------------------------------------------------------------ registry
+
+    def _register(self, stream: Stream) -> None:
+        self.streams.add(stream)
+        self._idle.clear()
+
+    def _unregister(self, stream: Stream) -> None:
+        self.streams.discard(stream)
+        if not self.streams:
+            self._idle.set()
+        for cb in self.on_request_done:
+            cb()
+
+    def add_door(self, name: str, connections: Callable[[], int]) -> None:
+        """A front end reports its open connections to ``stats``."""
+        self.doors.append(_DoorStats(name, connections))
+
+    # ------------------------------------------------------------ views
+
+    def info(self) -> dict[str, Any]:
+        return self.runtime.info()
+
+    def stats(self) -> dict[str, Any]:
+        rt = self.runtime
+        snap = rt.metrics.snapshot()
+        streams = [s.snapshot() for s in self.streams]
+        snap["queue_depth"] = rt.scheduler.depth()
+        snap["workers"] = rt.scheduler.workers
+        snap["connections"] = sum(d.connections() for d in self.doors)
+        snap["frontends"] = {d.name: {"connections": d.connections()} for d in self.doors}
+        snap["streams"] = streams
+        snap["scheduler"] = rt.scheduler.snapshot()
+        snap["admission"] = self.admission.snapshot(self.stream_loads())
+        snap["busy_rejections"] = rt.metrics.errors.get(ErrorCode.BUSY, 0)
+        # Client underruns: finished requests plus the streams still live.
+        snap["stalls"] = rt.metrics.counters.get("stalls", 0) + sum(
+            int(s.get("stalls", 0)) for s in streams
+        )
+        snap["backend"] = rt.backend_state()
+        if rt.player is not None:
+            snap["playback"] = rt.player.stats()
+        return snap
+
+    def live_numbers(self) -> LiveNumbers:
+        """The gauges ``/metrics`` reads at each scrape (counters live in the registry)."""
+        rt = self.runtime
+        streams: dict[str, int] = {}
+        for s in self.streams:
+            streams[s.frontend] = streams.get(s.frontend, 0) + 1
+        health = self.health()
+        playback = None
+        if rt.player is not None:
+            playback = {**rt.player.stats(), "state": health["playback"].get("state")}
+        return LiveNumbers(
+            queue_depth=rt.scheduler.depth(),
+            streams=streams,
+            live_stalls=sum(s.job.stats.stalls for s in self.streams if s.job is not None),
+            connections={d.name: d.connections() for d in self.doors},
+            backend=rt.backend_state(),
+            playback=playback,
+            health=str(health["status"]),
+            serving=bool(health["serving"]),
+        )
+
+    def health(self) -> dict[str, Any]:
+        """Whether requests can be served.  The speaker has its own field: a box without
+        one that synthesizes fine is ``ok``."""
+        rt = self.runtime
+        age = rt.scheduler.heartbeat_age()
+        backend = rt.backend_state()
+        status = "ok"
+        if backend.get("status") == "degraded":
+            status = "degraded"
+        playback = rt.player.health() if rt.player is not None else {"state": "off"}
+        if playback.get("state") == "degraded":
+            # A speaker that worked was lost: ``speak`` cannot be served until it is back.
+            # A box that never had one ("off") serves everything it offers.
+            status = "degraded"
+        if age > 10.0:
+            status = "failing"
+        return {
+            "playback": playback,
+            "status": status,
+            # Start-up: requests wait while the voices warm up and speak while the speaker
+            # starts (READY=1 comes when this is false).
+            "starting": not (self._warm.is_set() and self._speaker.is_set()),
+            "serving": not self.stopping and status != "failing",
+            "backend": backend.get("backend", "onnx-cpu"),
+            "gpu": backend.get("gpu"),
+            "failovers": backend.get("failovers", 0),
+            "last_alarm": backend.get("last_alarm"),
+            "queue_depth": rt.scheduler.depth(),
+            "streams": len(self.streams),
+            "uptime_s": round(rt.metrics.uptime_s(), 1),
+            "worker_heartbeat_age_s": round(age, 2),
+        }
+
+    # ------------------------------------------------------------ shutdown
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """Refuse new requests, let live ones finish up to ``timeout_s``, end the rest
+        with ``shutting_down``.  Front ends close their listeners first."""
+        self.stopping = True
+        if self.streams:
+            log.info("waiting up to %.1f s for %d streams", timeout_s, len(self.streams))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._idle.wait()
+        if self.streams:
+            log.warning("ending %d streams that did not finish in time", len(self.streams))
+            for s in list(self.streams):
+                s.cancel("shutdown")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2.0):
+                    await self._idle.wait()
+
+    def close(self) -> None:
+        self._frontend_pool.shutdown(wait=False, cancel_futures=True)

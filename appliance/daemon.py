@@ -1,0 +1,505 @@
+"""``ttsd serve``: the daemon as one object with named phases.
+
+- **start** — adopt an activated socket (``LISTEN_FDS``), open the speaker in a worker
+  beside the voices (a missing device must not hold up ``synthesize``), load the voices
+  and the lexicon off the loop, build the service core and start every door (protocol v1
+  first, then HTTP and Wyoming when configured), install the signal handlers.  Ping, info
+  and health are answered from here on.
+- **serve** — warm the voices up, let requests in, wait for the speaker to run, say
+  ``READY=1``; then serve until SIGTERM or SIGINT.
+- **reload** — SIGHUP: the config and the lexicon are read again in threads of their own
+  (a hung file must neither stall the loop nor keep SIGTERM waiting), the live keys
+  applied; one reload at a time, a SIGHUP during one asks for one more after it.
+- **stop** — every door closes its listener, then the core drains what is in flight up
+  to ``server.shutdown_timeout_s`` and ends the rest with ``shutting_down``.
+- **close** — the doors (their connections, socket files), the core, the voices.
+
+State lives in attributes; tests reach in only through :class:`Seams`, passed in by the
+program that builds the daemon (``tests/fakes/daemon.py``), never through the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from appliance.core.runtime import Runtime, StartError
+from appliance.core.service import Door, Service
+from appliance.ops import memory
+from appliance.ops.activation import ActivationError, activated_unix_listener, listen_fds
+from appliance.ops.config import LIVE_KEYS, Config, ConfigError, flatten, load_config
+from appliance.ops.logsetup import set_level
+from appliance.ops.notify import Notifier, watchdog_interval_s, watchdog_loop
+from appliance.text.lexicon import LexiconError, load_checked
+
+if TYPE_CHECKING:
+    from appliance.playback import Player
+    from appliance.text.lexicon import Lexicon
+
+log = logging.getLogger("ttsd")
+_T = TypeVar("_T")
+
+CONFIG_READ_TIMEOUT_S = 30.0
+"""A reload's read of the config file past this is given up (a hung file system)."""
+
+
+@dataclass
+class Seams:
+    """What a test puts into the daemon it runs; a real daemon has none.  Each is called
+    once, with the object as start built it, before any door listens."""
+
+    runtime: Callable[[Runtime], None] | None = None
+    service: Callable[[Service], None] | None = None
+
+
+class Daemon:
+    """One ``ttsd serve``: :meth:`run` is start, serve, stop and close (see the module)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        config_path: str | None,
+        socket_path: Path,
+        seams: Seams | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.config_path = config_path
+        self.socket_path = socket_path
+        self.seams = seams or Seams()
+        self.notifier = Notifier.from_env()
+        self.runtime: Runtime | None = None
+        self.service: Service | None = None
+        self.player: Player | None = None
+        self.doors: list[Door] = []
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.file_reads = FileReads()
+        self.reloads = Reloads()
+        self._stop = asyncio.Event()
+        self._player_started: asyncio.Future[None] | None = None
+        self._last_status = 0.0
+        self._last_trim = time.monotonic()
+
+    # ------------------------------------------------------------ the whole life
+
+    async def run(self) -> int:
+        """The daemon's life; its exit status."""
+        try:
+            if not await self.start():
+                return 1
+            await self.serve()
+            await self.stop()
+            return 0
+        finally:
+            await self.close()
+
+    # ------------------------------------------------------------ start
+
+    async def start(self) -> bool:
+        """Everything before serving; False (said in one line) when the daemon cannot."""
+        try:
+            activated = activated_unix_listener(listen_fds())
+        except ActivationError as exc:
+            log.error("socket activation: %s", exc)
+            return False
+        self._start_player()
+        if not await self._load_runtime() or not await self._load_lexicon():
+            return False
+        assert self.runtime is not None
+        self.service = Service(self.runtime)
+        self.service.hold_requests()  # until the voices are warm
+        if self.seams.runtime is not None:
+            self.seams.runtime(self.runtime)
+        if self.seams.service is not None:
+            self.seams.service(self.service)
+        self.doors = self._doors(activated)
+        if not await self._start_doors():
+            return False
+        self._install_signals()
+        self._start_watchdog()
+        self.service.on_request_done.append(self._on_request_done)
+        return True
+
+    def _start_player(self) -> None:
+        """The speaker, opened in a worker beside the voices (``starting`` until it runs):
+        probing a device that is not there took 2.1 s of a 2.4–4.1 s start."""
+        if not self.cfg.playback.enabled:
+            return
+        from appliance.playback import Player
+
+        # Opened once and kept running, so no device opening stands between a request and
+        # its first sound.  Never raises: no device means "off" with a warning.
+        self.player = Player(self.cfg.playback)
+        self.player.starting()
+        self._player_started = asyncio.get_running_loop().run_in_executor(None, self.player.start)
+
+    async def _load_runtime(self) -> bool:
+        # Loading voices is slow I/O and inference: off the loop.  The warm-up comes after
+        # the doors listen (serve).
+        load = functools.partial(Runtime.load, self.cfg, self.notifier, warm=False)
+        try:
+            self.runtime = await asyncio.get_running_loop().run_in_executor(None, load)
+        except StartError as exc:
+            log.error("cannot start: %s", exc)
+            return False
+        self.runtime.player = self.player
+        return True
+
+    async def _load_lexicon(self) -> bool:
+        if not self.cfg.voices.lexicon:
+            return True
+        try:
+            lexicon = await self._read_lexicon(self.cfg)
+        except LexiconError as exc:
+            log.error("lexicon: %s", exc)
+            return False
+        assert self.runtime is not None
+        self.runtime.lexicon = lexicon
+        return True
+
+    def _doors(self, activated: socket.socket | None) -> list[Door]:
+        """Protocol v1, then the doors the config turns on (each on the same core)."""
+        from appliance.doors.v1.server import Server
+
+        assert self.service is not None
+        doors: list[Door] = [Server(self.service, self.socket_path, activated)]
+        if self.cfg.http.listen:
+            from appliance.doors.http import HttpDoor
+
+            doors.append(HttpDoor(self.service, self.cfg.http))
+        if self.cfg.wyoming.uri:
+            from appliance.doors.wyoming import WyomingDoor
+
+            doors.append(WyomingDoor(self.service, self.cfg.wyoming.uri))
+        return doors
+
+    async def _start_doors(self) -> bool:
+        try:
+            for door in self.doors:
+                await door.start()
+        except (OSError, ValueError) as exc:
+            log.error("cannot listen: %s", exc)
+            return False
+        return True
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    def _start_watchdog(self) -> None:
+        interval = watchdog_interval_s()
+        if interval is None:
+            return
+        runtime = self.runtime
+        assert runtime is not None
+        # The worker heartbeat goes stale when an inference call hangs; then the pings
+        # stop and systemd restarts us.
+        limit = 2.0 * interval
+
+        def alive() -> bool:
+            return runtime.scheduler.heartbeat_age() < limit
+
+        self._keep(
+            asyncio.get_running_loop().create_task(watchdog_loop(self.notifier, interval, alive))
+        )
+
+    def _keep(self, task: asyncio.Task[Any]) -> None:
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _on_request_done(self) -> None:
+        now = time.monotonic()
+        runtime = self.runtime
+        assert runtime is not None
+        if self.notifier.enabled and now - self._last_status > 2.0:
+            self._last_status = now
+            self.notifier.status(status_line(runtime))
+        if now - self._last_trim > 10.0 and runtime.scheduler.depth() == 0:
+            # Quiet moment: hand freed heap back so RSS stays flat over long runs.
+            self._last_trim = now
+            asyncio.get_running_loop().run_in_executor(None, memory.trim)
+
+    # ------------------------------------------------------------ serve
+
+    async def serve(self) -> None:
+        """Warm up, let requests in, wait for the speaker, READY=1; then until stopped."""
+        runtime, service = self.runtime, self.service
+        assert runtime is not None and service is not None
+        loop = asyncio.get_running_loop()
+        # Requests wait for the warm-up; READY=1 and "ready" also wait for the speaker to
+        # run (or to be found missing), so a speak after them is as quick as any other.
+        await self._until_stopped(loop.run_in_executor(None, _warm, runtime))
+        if not self._stop.is_set():
+            service.release_requests()
+        await self._until_stopped(self._player_started)
+        if self.player is not None and not self._stop.is_set():
+            await self._until_stopped(loop.run_in_executor(None, _speaker_running, self.player))
+        if not self._stop.is_set():
+            service.release_speech()
+            self.notifier.ready(status=status_line(runtime))
+            log.info(
+                "ready: backend=%s voices=%s playback=%s",
+                runtime.backend_status.get("backend", "onnx-cpu"),
+                ",".join(runtime.voices),
+                self.player.health()["state"] if self.player is not None else "off",
+            )
+        await self._stop.wait()
+
+    async def _until_stopped(self, work: asyncio.Future[None] | None) -> None:
+        """``work`` done (its exception raised), or a stop asked for meanwhile."""
+        if work is None:
+            return
+        stopping: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if work.done():
+            work.result()
+
+    # ------------------------------------------------------------ stop
+
+    def request_stop(self) -> None:
+        """SIGTERM, SIGINT: every door stops taking connections at once; :meth:`stop`
+        drains what is in flight."""
+        self.notifier.stopping()
+        for t in list(self.tasks):
+            t.cancel()
+        for door in self.doors:
+            door.close_listener()
+        self._stop.set()
+
+    async def stop(self) -> None:
+        """Let the core drain what is in flight, whatever door it came through, up to
+        ``server.shutdown_timeout_s``; the rest ends with ``shutting_down``."""
+        for door in self.doors:
+            door.close_listener()
+        if self.service is not None and self.runtime is not None:
+            log.info("shutting down")
+            await self.service.shutdown(self.runtime.config.server.shutdown_timeout_s)
+            log.info("shutdown complete")
+
+    async def close(self) -> None:
+        """Whatever start made, closed (also after a start that failed part-way: a
+        socket bound before a later door failed is not left behind)."""
+        for door in self.doors:
+            await door.close()
+        for t in list(self.tasks):
+            t.cancel()
+        if self.service is not None:
+            self.service.close()
+        if self.runtime is not None:
+            self.runtime.close()
+        elif self.player is not None:
+            self.player.close()
+        self.notifier.close()
+
+    # ------------------------------------------------------------ reload
+
+    def reload(self) -> None:
+        """SIGHUP (see the module)."""
+        task = self.reloads.request(self._reload_once)
+        if task is None:
+            log.info("reload: already reloading; the file is read again after this one")
+            return
+        self._keep(task)
+
+    async def _reload_once(self) -> None:
+        self.notifier.reloading()
+        try:
+            await self._reload_files()
+        except Exception as exc:  # a bug: one line, and the next SIGHUP still works
+            log.error("reload failed, keeping the old settings: %s", exc)
+            log.debug("reload failure", exc_info=True)
+        finally:
+            if self.runtime is not None:
+                self.notifier.ready(status=status_line(self.runtime))
+
+    async def _reload_files(self) -> None:
+        try:
+            new = await self.file_reads.run(
+                functools.partial(load_config, self.config_path),
+                str(self.config_path),
+                CONFIG_READ_TIMEOUT_S,
+                ConfigError,
+            )
+        except ConfigError as exc:
+            log.error("reload refused: %s", exc)
+            return
+        self._apply_config(new)
+        await self._reload_lexicon()
+
+    def _apply_config(self, new: Config) -> None:
+        assert self.runtime is not None
+        old = self.runtime.config
+        old_flat, new_flat = flatten(old), flatten(new)
+        changed = [k for k in new_flat if new_flat[k] != old_flat.get(k)]
+        for k in changed:
+            if k not in LIVE_KEYS:
+                log.warning("config %s changed: needs a restart to take effect", k)
+        live = {k for k in changed if k in LIVE_KEYS}
+        if not live:
+            log.info("reload: nothing to change live")
+            return
+        merged = merge_live(old, new, live)
+        self.runtime.config = merged
+        set_level(merged.logging.level)
+        log.info("reloaded: %s", ", ".join(sorted(live)))
+
+    async def _reload_lexicon(self) -> None:
+        """The lexicon file is read again even when its path did not change (that is the
+        point of a reload); new requests use it once it is in, requests in flight keep the
+        one they started with."""
+        assert self.runtime is not None
+        try:
+            new = await self._read_lexicon(self.runtime.config)
+        except LexiconError as exc:
+            log.error("lexicon reload refused, keeping the old one: %s", exc)
+            return
+        self.runtime.lexicon = new
+        log.info("lexicon: %s", f"{len(new)} entries from {new.source}" if new else "none")
+
+    async def _read_lexicon(self, cfg: Config) -> Lexicon | None:
+        runtime = self.runtime
+        assert runtime is not None
+        if not cfg.voices.lexicon:
+            return None
+        infos = [v.phonemizer.info for v in runtime.voices.values()]
+        return await self.file_reads.run(
+            functools.partial(load_checked, cfg.voices.lexicon, infos),
+            cfg.voices.lexicon,
+            cfg.voices.lexicon_timeout_s,
+        )
+
+
+def status_line(runtime: Runtime) -> str:
+    c = runtime.metrics.counters
+    served = c["requests_completed"] + c["requests_cancelled"]
+    return (
+        f"backend={runtime.backend_status.get('backend', 'onnx-cpu')} "
+        f"voices={','.join(runtime.voices)} served={served}"
+    )
+
+
+def _warm(runtime: Runtime) -> None:
+    runtime.finish_start()
+    # Cutting a voice on first start leaves ~200 MB of freed heap behind: give it back.
+    memory.trim()
+
+
+def _speaker_running(player: Player) -> None:
+    """Once the start-up's own work is done: the stream runs now (see Player.wait_running)."""
+    if player.health()["state"] == "ok" and not player.wait_running():
+        log.warning("playback: the output stream is not running steadily yet")
+
+
+def merge_live(old: Config, new: Config, live: set[str]) -> Config:
+    """``old`` with the ``live`` keys (``section.key``) taken from ``new``."""
+    sections = {}
+    for f in dataclasses.fields(old):
+        sec_old, sec_new = getattr(old, f.name), getattr(new, f.name)
+        changes = {
+            k.split(".", 1)[1]: getattr(sec_new, k.split(".", 1)[1])
+            for k in live
+            if k.startswith(f.name + ".")
+        }
+        sections[f.name] = dataclasses.replace(sec_old, **changes) if changes else sec_old
+    return dataclasses.replace(old, **sections)
+
+
+class Reloads:
+    """At most one reload running; requests during it fold into one more run after it."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+        self.again = False
+
+    def request(self, reload_once: Callable[[], Awaitable[None]]) -> asyncio.Task[None] | None:
+        """The task started for this request; None when it joined the running one."""
+        if self.task is not None:
+            self.again = True
+            return None
+        self.task = asyncio.get_running_loop().create_task(self._run(reload_once))
+        return self.task
+
+    async def _run(self, reload_once: Callable[[], Awaitable[None]]) -> None:
+        try:
+            while True:
+                self.again = False
+                await reload_once()
+                if not self.again:
+                    return
+        finally:
+            self.task = None
+
+
+class FileReads:
+    """Blocking file reads (config, lexicon) in threads of their own, with a deadline.
+
+    Not the loop's executor: a read stuck in the kernel (a hung network file system) can
+    neither be cancelled nor joined, and the executor's threads are joined at exit, so one
+    stuck read kept SIGTERM from stopping the daemon.  A read past its deadline is left
+    behind in a daemon thread; while it is stuck, another read of the same file is refused
+    rather than started beside it."""
+
+    def __init__(self) -> None:
+        self._stuck: set[str] = set()
+
+    async def run(
+        self,
+        fn: Callable[[], _T],
+        name: str,
+        timeout_s: float,
+        error: Callable[[str], Exception] = LexiconError,
+    ) -> _T:
+        """``fn()``'s result; ``error`` of a one-line message on a timeout or while an
+        earlier read of ``name`` is stuck."""
+        if name in self._stuck:
+            raise error(f"{name}: an earlier read has not returned; not reading it again yet")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[_T] = loop.create_future()
+        thread = threading.Thread(
+            target=_settle_from_thread, args=(loop, fut, fn, self._stuck, name), daemon=True
+        )
+        self._stuck.add(name)
+        thread.start()
+        try:
+            return await asyncio.wait_for(fut, timeout_s)  # cancels fut: the late result is dropped
+        except TimeoutError:
+            raise error(f"{name}: not read within {timeout_s:g} s") from None
+
+
+def _settle_from_thread(
+    loop: asyncio.AbstractEventLoop,
+    fut: asyncio.Future[_T],
+    fn: Callable[[], _T],
+    stuck: set[str],
+    name: str,
+) -> None:
+    def settle(result: _T | None, exc: BaseException | None) -> None:
+        stuck.discard(name)
+        if not fut.done():
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)  # type: ignore[arg-type]
+
+    try:
+        result, exc = fn(), None
+    except Exception as error:  # handed to the awaiting task, which reports it
+        result, exc = None, error
+    try:
+        loop.call_soon_threadsafe(settle, result, exc)
+    except RuntimeError:
+        pass  # the loop is closed: the daemon stopped while this read was stuck

@@ -1,0 +1,240 @@
+"""Audio container and codec encoders that stream: bytes out chunk by chunk, never at the end.
+
+Used by the HTTP front end (``response_format``).  ``wav`` and ``pcm`` are written
+here (a WAV header with "unknown length" sizes, then s16le samples as they come);
+``flac``, ``mp3`` and ``opus`` (Ogg) go through libsndfile (the ``soundfile`` wheel
+carries it with libFLAC, LAME/mpg123 and libopus), writing into an in-memory sink
+whose new bytes are taken after every chunk.  No ffmpeg subprocess.
+
+A streamed file cannot be rewritten: where libsndfile seeks back at the end to fill
+in lengths (the FLAC STREAMINFO total and MD5, the MP3 Info tag), the bytes already
+sent stay as they were — their "unknown" values, which decoders accept.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+from typing import Any, Protocol
+
+import numpy as np
+import soundfile
+
+from appliance.doors.pcm import PcmEncoder
+from appliance.speech import FloatArray
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("mp3", "opus", "flac", "wav", "pcm")
+
+CONTENT_TYPES = {
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",
+    "flac": "audio/flac",
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",
+}
+
+_OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
+_SFC_SET_OGG_PAGE_LATENCY_MS = 0x1302
+"""libsndfile ≥ 1.2: how much audio an Ogg page may hold before it is written (default
+1000 ms).  soundfile has no wrapper for it."""
+_OGG_PAGE_LATENCY_MS = 50.0
+_MP3_LEVEL = 0.6
+"""LAME compression level in soundfile's 0–1 scale: ~64 kbit/s constant bit rate, plenty
+for 22 kHz mono speech.  Constant, not variable: a VBR stream needs its Xing header
+rewritten at the end, and without it mpg123 stops early."""
+
+
+class Encoder(Protocol):
+    content_type: str
+    sample_rate: int
+    """Of the encoded audio (Opus may resample)."""
+
+    def header(self) -> bytes:
+        """What goes out before the first samples."""
+
+    def encode(self, samples: FloatArray, last: bool = False) -> bytes:
+        """Encode one chunk; returns the bytes ready now (possibly none)."""
+
+    def finish(self) -> bytes:
+        """Flush what is left; the encoder cannot be used afterwards."""
+
+
+class PcmOut:
+    """Raw s16le mono at the voice's rate."""
+
+    content_type = CONTENT_TYPES["pcm"]
+
+    def __init__(self, sample_rate: int) -> None:
+        self.sample_rate = sample_rate
+        self._pcm = PcmEncoder(sample_rate, sample_rate, "s16le")
+
+    def header(self) -> bytes:
+        return b""
+
+    def encode(self, samples: FloatArray, last: bool = False) -> bytes:
+        return self._pcm(samples, last)
+
+    def finish(self) -> bytes:
+        return b""
+
+
+class WavOut(PcmOut):
+    """RIFF/WAVE, 16-bit mono; the RIFF and data sizes say "unknown" (0xFFFFFFFF), as
+    every streaming server does: the length is not known when the header leaves."""
+
+    content_type = CONTENT_TYPES["wav"]
+
+    def header(self) -> bytes:
+        rate = self.sample_rate
+        unknown = 0xFFFFFFFF
+        fmt = struct.pack("<HHIIHH", 1, 1, rate, rate * 2, 2, 16)
+        return (
+            b"RIFF"
+            + struct.pack("<I", unknown)
+            + b"WAVEfmt "
+            + struct.pack("<I", len(fmt))
+            + fmt
+            + b"data"
+            + struct.pack("<I", unknown)
+        )
+
+
+class _Sink:
+    """A file object for libsndfile: bytes are kept until taken; a write before what was
+    already taken (a header rewrite at close) cannot reach the client and is dropped."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._base = 0  # file offset of _buf[0]
+        self._pos = 0
+        self._size = 0
+
+    def write(self, data: Any) -> int:
+        b = bytes(data)
+        n = len(b)
+        start = self._pos - self._base
+        if start < 0:
+            b = b[-start:] if -start < n else b""
+            start = 0
+        if b:
+            end = start + len(b)
+            if end > len(self._buf):
+                self._buf.extend(b"\0" * (end - len(self._buf)))
+            self._buf[start:end] = b
+        self._pos += n
+        self._size = max(self._size, self._pos)
+        return n
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == 0:
+            self._pos = offset
+        elif whence == 1:
+            self._pos += offset
+        else:
+            self._pos = self._size + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        return b""  # write-only
+
+    def take(self) -> bytes:
+        out = bytes(self._buf)
+        self._base += len(out)
+        self._buf.clear()
+        return out
+
+
+class SoundfileOut:
+    """FLAC, MP3 or Ogg/Opus through libsndfile, bytes taken after every chunk."""
+
+    def __init__(self, fmt: str, sample_rate: int) -> None:
+        self.content_type = CONTENT_TYPES[fmt]
+        rate = sample_rate
+        kwargs: dict[str, Any] = {}
+        if fmt == "flac":
+            container, subtype = "FLAC", "PCM_16"
+        elif fmt == "mp3":
+            container, subtype = "MP3", "MPEG_LAYER_III"
+            kwargs = {"bitrate_mode": "CONSTANT", "compression_level": _MP3_LEVEL}
+        elif fmt == "opus":
+            container, subtype = "OGG", "OPUS"
+            if rate not in _OPUS_RATES:
+                # Opus takes only these rates: the next one up keeps the whole band.
+                rate = next((r for r in _OPUS_RATES if r >= sample_rate), 48000)
+        else:
+            raise ValueError(f"no soundfile encoder for {fmt!r}")
+        self.sample_rate = rate
+        # 16-bit samples made exactly as protocol v1 makes them (FLAC is then bit-exact
+        # with v1's s16le), resampled on the way when Opus needs it.
+        self._pcm = PcmEncoder(sample_rate, rate, "s16le")
+        self._sink = _Sink()
+        self._lock = threading.Lock()
+        """One call at a time: encode runs in worker threads, close may come from the loop."""
+        self._file = soundfile.SoundFile(
+            self._sink,
+            "w",
+            samplerate=rate,
+            channels=1,
+            format=container,
+            subtype=subtype,
+            **kwargs,
+        )
+        if fmt == "opus":
+            self._short_pages()
+
+    def _short_pages(self) -> None:
+        """Ogg pages of ~50 ms instead of 1 s, so audio leaves with each chunk."""
+        try:
+            ffi, snd = soundfile._ffi, soundfile._snd
+            value = ffi.new("double*", _OGG_PAGE_LATENCY_MS)
+            snd.sf_command(
+                self._file._file, _SFC_SET_OGG_PAGE_LATENCY_MS, value, ffi.sizeof("double")
+            )
+        except (AttributeError, TypeError) as exc:  # a soundfile without these internals
+            log.warning(
+                "opus: cannot shorten Ogg pages (%s): audio leaves about once a second", exc
+            )
+
+    def header(self) -> bytes:
+        return self._sink.take()
+
+    def encode(self, samples: FloatArray, last: bool = False) -> bytes:
+        with self._lock:
+            if self._file.closed:
+                return b""
+            # A resampler's tail is flushed once, by finish().
+            self._write(self._pcm(samples, False))
+            return self._sink.take()
+
+    def finish(self) -> bytes:
+        with self._lock:
+            if self._file.closed:
+                return b""
+            self._write(self._pcm(np.zeros(0, np.float32), True))
+            self._file.close()
+            return self._sink.take()
+
+    def _write(self, pcm: bytes) -> None:
+        if pcm:
+            self._file.write(np.frombuffer(pcm, dtype="<i2"))
+
+    def close(self) -> None:
+        """Release the encoder without finishing (the client went away).  Waits for an
+        encode still running in a worker thread: libsndfile must not be closed under it."""
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()
+
+
+def make_encoder(fmt: str, sample_rate: int) -> Encoder:
+    if fmt == "pcm":
+        return PcmOut(sample_rate)
+    if fmt == "wav":
+        return WavOut(sample_rate)
+    return SoundfileOut(fmt, sample_rate)

@@ -1,0 +1,1 @@
+"""Protocol v1: msgpack over a Unix socket (the native door)."""

@@ -1,0 +1,570 @@
+"""Protocol v1: message types, validation and the msgpack codec.
+
+The wire is a stream of msgpack maps.  Client → server: ``{"op", "id", ...}``;
+server → client: ``{"id", "event", ...}``.  One small dataclass per message,
+each with ``from_dict`` (requests: all validation lives there) and
+``to_dict``.  Audio stays a msgpack ``bin`` field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import msgpack
+
+from appliance.doors.pcm import PCM_FORMATS
+from appliance.errors import ErrorCode, ServiceError
+from appliance.speech import MODES, PRIORITIES, TEXT_FORMATS, Chunk, Mark, SpeechRequest
+
+PROTOCOL_VERSION = 1
+
+
+ProtocolError = ServiceError
+"""The name protocol v1 code uses for a :class:`ServiceError` (the same class)."""
+
+
+FORMATS = PCM_FORMATS
+
+
+# ---------------------------------------------------------------- field checks
+
+
+def _req_id(d: dict[str, Any]) -> int:
+    rid = d.get("id")
+    if isinstance(rid, bool) or not isinstance(rid, int):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "'id' must be an integer")
+    if not -(2**63) <= rid < 2**64:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "'id' out of range")
+    return rid
+
+
+def _opt_str(d: dict[str, Any], key: str, max_len: int = 256) -> str | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be a string")
+    if len(v) > max_len:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' is too long")
+    return v
+
+
+def _opt_num(d: dict[str, Any], key: str, lo: float, hi: float) -> float | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be a number")
+    f = float(v)
+    if not math.isfinite(f) or not lo <= f <= hi:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be between {lo} and {hi}")
+    return f
+
+
+def _opt_int(d: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be an integer")
+    if not lo <= v <= hi:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be between {lo} and {hi}")
+    return v
+
+
+def _opt_choice(d: dict[str, Any], key: str, choices: tuple[str, ...]) -> str | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if v not in choices:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be one of {', '.join(choices)}")
+    assert isinstance(v, str)
+    return v
+
+
+def _opt_bool(d: dict[str, Any], key: str) -> bool | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, bool):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be true or false")
+    return v
+
+
+# ---------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class SimpleRequest:
+    """``info``, ``stats``, ``health``, ``warmup``, ``ping``, ``stop``: just an op and an id."""
+
+    op: str
+    id: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "id": self.id}
+
+
+@dataclass(frozen=True)
+class SynthesizeRequest:
+    OP: ClassVar[str] = "synthesize"
+
+    id: int
+    text: str
+    voice: str | None = None
+    speaker: str | int | None = None
+    format: str = "s16le"
+    sample_rate: int | None = None
+    speed: float | None = None
+    noise_scale: float | None = None
+    noise_w: float | None = None
+    volume: float = 1.0
+    mode: str | None = None
+    realtime: bool = True
+    text_stream: bool = False
+    text_format: str = "text"
+    # speak only
+    priority: str = "message"
+    op: str = "synthesize"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], op: str = "synthesize") -> SynthesizeRequest:
+        rid = _req_id(d)
+        text_stream = bool(_opt_bool(d, "text_stream"))
+        text = d.get("text", "" if text_stream else None)
+        if not isinstance(text, str):
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "'text' is required and must be a string")
+        speaker = d.get("speaker")
+        if speaker is not None:
+            if isinstance(speaker, bool) or not isinstance(speaker, str | int):
+                raise ProtocolError(ErrorCode.BAD_REQUEST, "'speaker' must be a name or a number")
+            if isinstance(speaker, str) and len(speaker) > 256:
+                raise ProtocolError(ErrorCode.BAD_REQUEST, "'speaker' is too long")
+        fmt = _opt_choice(d, "format", FORMATS) if op == "synthesize" else None
+        if op == "speak" and "format" in d:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "'format' is not a field of speak")
+        return cls(
+            id=rid,
+            text=text,
+            voice=_opt_str(d, "voice"),
+            speaker=speaker,
+            format=fmt or "s16le",
+            sample_rate=_opt_int(d, "sample_rate", 8000, 192000),
+            speed=_opt_num(d, "speed", 0.5, 2.0),
+            noise_scale=_opt_num(d, "noise_scale", 0.0, 2.0),
+            noise_w=_opt_num(d, "noise_w", 0.0, 2.0),
+            volume=v if (v := _opt_num(d, "volume", 0.0, 2.0)) is not None else 1.0,
+            mode=_opt_choice(d, "mode", MODES),
+            realtime=r if (r := _opt_bool(d, "realtime")) is not None else True,
+            text_stream=text_stream,
+            text_format=_opt_choice(d, "text_format", TEXT_FORMATS) or "text",
+            priority=(_opt_choice(d, "priority", PRIORITIES) or "message")
+            if op == "speak"
+            else "message",
+            op=op,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"op": self.op, "id": self.id, "text": self.text}
+        for key in ("voice", "speaker", "sample_rate", "speed", "noise_scale", "noise_w", "mode"):
+            value = getattr(self, key)
+            if value is not None:
+                d[key] = value
+        if self.op == "synthesize":
+            d["format"] = self.format
+        else:
+            d["priority"] = self.priority
+        if self.volume != 1.0:
+            d["volume"] = self.volume
+        if not self.realtime:
+            d["realtime"] = False
+        if self.text_stream:
+            d["text_stream"] = True
+        if self.text_format != "text":
+            d["text_format"] = self.text_format
+        return d
+
+    def speech(self) -> SpeechRequest:
+        """The neutral request the service core takes."""
+        return SpeechRequest(
+            text=self.text,
+            text_stream=self.text_stream,
+            text_format=self.text_format,
+            voice=self.voice,
+            speaker=self.speaker,
+            speed=self.speed,
+            noise_scale=self.noise_scale,
+            noise_w=self.noise_w,
+            volume=self.volume,
+            mode=self.mode,
+            realtime=self.realtime,
+            priority=self.priority,
+        )
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    OP: ClassVar[str] = "cancel"
+
+    id: int
+    target: int
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CancelRequest:
+        rid = _req_id(d)
+        target = d.get("target")
+        if isinstance(target, bool) or not isinstance(target, int):
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "'target' must be an integer id")
+        return cls(id=rid, target=target)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": "cancel", "id": self.id, "target": self.target}
+
+
+@dataclass(frozen=True)
+class AppendRequest:
+    """More text for an open ``text_stream`` request; no id, no reply on success."""
+
+    OP: ClassVar[str] = "append"
+
+    target: int
+    text: str
+    flush: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AppendRequest:
+        target = _target(d)
+        text = d.get("text")
+        if not isinstance(text, str):
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "'text' is required and must be a string")
+        return cls(target=target, text=text, flush=bool(_opt_bool(d, "flush")))
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"op": "append", "target": self.target, "text": self.text}
+        if self.flush:
+            d["flush"] = True
+        return d
+
+
+@dataclass(frozen=True)
+class FinishRequest:
+    """No more text for an open ``text_stream`` request; no id, no reply on success."""
+
+    OP: ClassVar[str] = "finish"
+
+    target: int
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FinishRequest:
+        return cls(target=_target(d))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": "finish", "target": self.target}
+
+
+def _target(d: dict[str, Any]) -> int:
+    target = d.get("target")
+    if isinstance(target, bool) or not isinstance(target, int):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "'target' must be an integer id")
+    return target
+
+
+@dataclass(frozen=True)
+class PhonemesRequest:
+    """What a voice says for a text, word by word (``ttsctl phonemes``, lexicon writing).
+
+    Answered by ``phonemes {voice, clauses: [{text, span, phonemes, words: [{text,
+    phonemes}]}]}``: the text after normalisation and the lexicon, as the voice's espeak IPA.
+    """
+
+    OP: ClassVar[str] = "phonemes"
+
+    id: int
+    text: str
+    voice: str | None = None
+    text_format: str = "text"
+    op: str = "phonemes"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PhonemesRequest:
+        rid = _req_id(d)
+        text = d.get("text")
+        if not isinstance(text, str):
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "'text' is required and must be a string")
+        return cls(
+            id=rid,
+            text=text,
+            voice=_opt_str(d, "voice"),
+            text_format=_opt_choice(d, "text_format", TEXT_FORMATS) or "text",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"op": self.op, "id": self.id, "text": self.text}
+        if self.voice is not None:
+            d["voice"] = self.voice
+        if self.text_format != "text":
+            d["text_format"] = self.text_format
+        return d
+
+
+Request = (
+    SimpleRequest
+    | SynthesizeRequest
+    | CancelRequest
+    | AppendRequest
+    | FinishRequest
+    | PhonemesRequest
+)
+
+SIMPLE_OPS = frozenset({"info", "stats", "health", "warmup", "ping", "stop"})
+
+
+def parse_request(msg: Any) -> Request:
+    """Validate one decoded client message.  Raises :class:`ProtocolError`."""
+    if not isinstance(msg, dict):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "a message must be a map")
+    op = msg.get("op")
+    if not isinstance(op, str):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "'op' is required and must be a string")
+    if op in ("synthesize", "speak"):
+        return SynthesizeRequest.from_dict(msg, op)
+    if op == "cancel":
+        return CancelRequest.from_dict(msg)
+    if op == "append":
+        return AppendRequest.from_dict(msg)
+    if op == "finish":
+        return FinishRequest.from_dict(msg)
+    if op == "phonemes":
+        return PhonemesRequest.from_dict(msg)
+    if op in SIMPLE_OPS:
+        return SimpleRequest(op=op, id=_req_id(msg))
+    # Validate the id first so the error can carry it back.
+    _req_id(msg)
+    raise ProtocolError(ErrorCode.UNKNOWN_OP, f"unknown op {op[:64]!r}")
+
+
+def request_id_of(msg: Any) -> int | None:
+    """The id of a (possibly invalid) message, if it has a usable one."""
+    if isinstance(msg, dict):
+        rid = msg.get("id")
+        if isinstance(rid, int) and not isinstance(rid, bool) and -(2**63) <= rid < 2**64:
+            return rid
+    return None
+
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class StartEvent:
+    id: int
+    sample_rate: int
+    format: str
+    voice: str
+    channels: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "event": "start",
+            "sample_rate": self.sample_rate,
+            "format": self.format,
+            "channels": self.channels,
+            "voice": self.voice,
+        }
+
+
+@dataclass(frozen=True)
+class ChunkEvent:
+    id: int
+    seq: int
+    audio: bytes
+    offset_ms: float
+    duration_ms: float
+    text_span: tuple[int, int]
+    sentence_end: bool
+
+    marks: tuple[Mark, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "id": self.id,
+            "event": "chunk",
+            "seq": self.seq,
+            "audio": self.audio,
+            "offset_ms": round(self.offset_ms, 3),
+            "duration_ms": round(self.duration_ms, 3),
+            "text_span": list(self.text_span),
+            "sentence_end": self.sentence_end,
+        }
+        if self.marks:
+            d["marks"] = [{"name": m.name, "offset_ms": round(m.offset_ms, 3)} for m in self.marks]
+        return d
+
+    @classmethod
+    def from_chunk(cls, rid: int, chunk: Chunk, audio: bytes) -> ChunkEvent:
+        return cls(
+            id=rid,
+            seq=chunk.seq,
+            audio=audio,
+            offset_ms=chunk.offset_ms,
+            duration_ms=chunk.duration_ms,
+            text_span=chunk.text_span,
+            sentence_end=chunk.sentence_end,
+            marks=chunk.marks,
+        )
+
+
+@dataclass(frozen=True)
+class EndEvent:
+    id: int
+    cancelled: bool
+    stats: dict[str, Any] = field(default_factory=dict)
+    interrupted: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "id": self.id,
+            "event": "end",
+            "cancelled": self.cancelled,
+            "stats": self.stats,
+        }
+        if self.interrupted is not None:
+            d["interrupted"] = self.interrupted
+        return d
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    id: int | None
+    code: str
+    message: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "id": self.id,
+            "event": "error",
+            "code": self.code,
+            "message": self.message,
+        }
+        d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_exc(cls, rid: int | None, exc: ProtocolError) -> ErrorEvent:
+        return cls(rid, exc.code, exc.message, dict(exc.extra))
+
+
+@dataclass(frozen=True)
+class SimpleEvent:
+    """``ok``, ``pong``, ``cancelled``, ``queued``, ``started``, ``info``, ``stats``, ``health``."""
+
+    id: int | None
+    event: str
+    body: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.id, "event": self.event}
+        d.update(self.body)
+        return d
+
+
+Event = StartEvent | ChunkEvent | EndEvent | ErrorEvent | SimpleEvent
+
+
+# ---------------------------------------------------------------- codec
+
+
+def pack(message: dict[str, Any]) -> bytes:
+    out: bytes = msgpack.packb(message, use_bin_type=True)
+    return out
+
+
+class BadMap:
+    """A decoded map whose keys Python cannot hold in a dict (an array or a map as a
+    key): the message is refused with ``bad_request``, the stream stays in step."""
+
+
+def _map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any] | BadMap:
+    try:
+        return dict(pairs)
+    except TypeError:
+        return BadMap()
+
+
+def make_unpacker(max_message_bytes: int) -> msgpack.Unpacker:
+    """A streaming decoder that refuses single objects over the cap.
+
+    ``max_buffer_size`` bounds what one message may occupy.  Invalid UTF-8 in a
+    string decodes to lone surrogates instead of raising: a strict decoder
+    would lose its place in the stream, while this way the request is refused
+    with ``bad_request`` and the connection goes on.  So is a map with an
+    unhashable key (see :class:`BadMap`).
+    """
+    return msgpack.Unpacker(
+        raw=False,
+        unicode_errors="surrogateescape",
+        max_buffer_size=max_message_bytes,
+        strict_map_key=False,
+        use_list=True,
+        object_pairs_hook=_map,
+    )
+
+
+class FrameReader:
+    """Messages out of a byte stream, each at most ``max_message_bytes``, however many
+    arrive in one read.
+
+    The decoder's buffer holds twice the cap: what is left of a message begun in an
+    earlier read (never more than the cap, or it is refused) plus one read of at most
+    :attr:`read_size` bytes, so messages sent back to back never overflow it however
+    they are batched, and the memory one connection holds stays bounded.  Each message's
+    own size is checked from the decoder's offsets (``tell``)."""
+
+    def __init__(self, max_message_bytes: int) -> None:
+        self.limit = max_message_bytes
+        self._unpacker = make_unpacker(2 * max_message_bytes)
+        self._fed = 0
+
+    @property
+    def read_size(self) -> int:
+        """The most one :meth:`feed` may add."""
+        return self.limit
+
+    @property
+    def partial(self) -> bool:
+        """Bytes of a message have arrived but not the whole message."""
+        consumed: int = self._unpacker.tell()
+        return self._fed > consumed
+
+    def feed(self, data: bytes) -> None:
+        if len(data) > self.limit:
+            raise ValueError(f"feed at most {self.limit} bytes at a time")
+        self._unpacker.feed(data)
+        self._fed += len(data)
+
+    def next_message(self) -> tuple[bool, Any]:
+        """``(True, message)``, or ``(False, None)`` when no whole message is buffered.
+
+        Raises ServiceError ``frame_too_large`` for a message over the cap (whole or
+        still arriving), and msgpack's own errors for bytes that are not msgpack."""
+        start = self._unpacker.tell()
+        try:
+            msg = next(self._unpacker)
+        except StopIteration:
+            if self._fed - self._unpacker.tell() > self.limit:
+                raise self._too_large() from None
+            return False, None
+        except msgpack.BufferFull:  # a declared length past the buffer: over the cap
+            raise self._too_large() from None
+        if self._unpacker.tell() - start > self.limit:
+            raise self._too_large()
+        return True, msg
+
+    def _too_large(self) -> ServiceError:
+        return ServiceError(
+            ErrorCode.FRAME_TOO_LARGE, f"a message may be at most {self.limit} bytes"
+        )

@@ -1,0 +1,1 @@
+"""The voice model: finding and cutting voices, graph rewrites, inference engines."""

@@ -1,0 +1,150 @@
+"""The backend interface every inference engine implements.
+
+A voice is run as two halves (see ``appliance.model.voices``): the *encoder* turns
+phoneme ids into the latent ``z`` [1, 192, T] and the frames per phoneme id
+(durations); the *decoder* (HiFi-GAN) turns a window of ``z`` into 256
+samples per frame.  Streaming decodes ``z`` window by window, so a backend only
+has to be good at these two calls.  A backend may also run the encoder as
+prior + flow (``encode_prior`` and ``flow``), so that the flow, too, runs
+window by window on a request's first clause.  ``fused`` runs the whole model in one go;
+it is the fallback for voices whose cut failed verification and the reference
+for tests.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from appliance.speech import FloatArray, IntArray
+
+
+class BackendError(RuntimeError):
+    """An inference call failed on this backend (the pool may retry elsewhere)."""
+
+
+@dataclass(frozen=True)
+class Scales:
+    """Per-call synthesis scales, already resolved against the voice's defaults."""
+
+    noise_scale: float
+    length_scale: float
+    noise_w: float
+
+    def as_array(self) -> FloatArray:
+        return np.array([self.noise_scale, self.length_scale, self.noise_w], dtype=np.float32)
+
+
+@dataclass
+class Encoded:
+    """Host-side result of the encoder: everything the decoder needs, kept in RAM.
+
+    Because ``z`` lives on the host, a window can be re-decoded on another
+    backend after a failure without re-running the encoder.
+    """
+
+    z: FloatArray
+    """Latent, shape [1, C, T] (C = 192 for Piper VITS); valid on frames [0, ready)."""
+    durations: FloatArray
+    """Frames per phoneme id, shape [N]."""
+    g: FloatArray | None = None
+    """Speaker conditioning for multi-speaker voices (decoder input), else None."""
+    z_p: FloatArray | None = None
+    """The flow's input, kept while ``z`` is not complete (see ``encode_prior``)."""
+    ready: int = -1
+    """Frames of ``z`` computed so far; -1 (the default) means all of them."""
+    ahead: FloatArray | None = None
+    """Audio decoded ahead of what was asked for (see ``appliance.model.engine.windows``)."""
+    ahead_from: int = 0
+    """The frame ``ahead`` starts at."""
+
+    def __post_init__(self) -> None:
+        if self.ready < 0:
+            self.ready = self.frames
+
+    @property
+    def frames(self) -> int:
+        return int(self.z.shape[2])
+
+
+class VoiceModel(ABC):
+    """One voice loaded on one backend.
+
+    Every member is abstract, with no fallback here: a wrapper (the failover pool)
+    that forgot to pass one on could otherwise silently lose a capability of the
+    backend it wraps (the windowed flow once went missing exactly that way).
+    A backend without a separate flow says so itself: ``flow_context`` 0,
+    ``encode_prior`` = ``encode``, ``flow`` raising :class:`BackendError`.
+    """
+
+    backend_name: str = "abstract"
+
+    @abstractmethod
+    def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        """Phoneme ids [N] → latent and durations."""
+
+    @property
+    @abstractmethod
+    def flow_context(self) -> int:
+        """Frames of context a window of ``flow`` needs on each side; 0: no separate flow."""
+
+    @abstractmethod
+    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        """Like ``encode``, but ``z`` may be left for ``flow`` to fill (``ready`` < frames).
+
+        Backends without a separate flow return the complete result of ``encode``.
+        """
+
+    @abstractmethod
+    def flow(
+        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
+    ) -> FloatArray:
+        """A window of ``z_p`` [1, C, W] → ``z`` [1, C, W - left - right], exact inside
+        ``flow_context``; ``margins`` (left, right) as in :meth:`decode`."""
+
+    @abstractmethod
+    def decode(
+        self,
+        z: FloatArray,
+        g: FloatArray | None,
+        urgent: bool = False,
+        margins: tuple[int, int] = (0, 0),
+    ) -> FloatArray:
+        """A window of latent [1, C, W] → float32 samples [(W - left - right) * hop].
+
+        ``urgent``: a listener is waiting for this very window (a request's first chunk),
+        so the backend may spend more CPU to have it sooner; otherwise the window is
+        decoded ahead of need and the cheapest way is the right one.
+        ``margins``: (left, right), the window's first and last frames that are context
+        only; their samples are not returned, so a backend need not compute them (see
+        :mod:`appliance.model.margins`).
+        """
+
+    @abstractmethod
+    def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
+        """The whole model in one call: phoneme ids → float32 samples."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release device resources."""
+
+
+def drop_margins(samples: FloatArray, frames: int, margins: tuple[int, int]) -> FloatArray:
+    """The samples of a window's frames without its ``margins`` (left, right).
+
+    ``samples`` covers ``frames`` frames; :class:`BackendError` when it cannot (a
+    decoder whose output is not a whole number of samples per frame)."""
+    left, right = margins
+    if frames <= 0 or samples.shape[0] % frames:
+        raise BackendError(f"{samples.shape[0]} samples do not cover {frames} frames")
+    hop = samples.shape[0] // frames
+    return samples[left * hop : (frames - right) * hop]
+
+
+def check_margins(frames: int, margins: tuple[int, int]) -> None:
+    """A window's margins leave at least one of its frames (ValueError otherwise)."""
+    left, right = margins
+    if left < 0 or right < 0 or left + right >= frames:
+        raise ValueError(f"margins {margins} leave nothing of a window of {frames} frames")

@@ -1,0 +1,290 @@
+"""ONNX Runtime CPU backend: always loaded, always warm, the failover target."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import onnxruntime as ort
+
+from appliance.model.engine import interrupt
+from appliance.model.engine.base import (
+    BackendError,
+    Encoded,
+    Scales,
+    VoiceModel,
+    check_margins,
+    drop_margins,
+)
+from appliance.model.margins import MarginCrops, read_crops
+from appliance.speech import FloatArray, IntArray
+from appliance.voicetypes import CutNames, FlowSplit
+
+
+def _session(
+    path: Path, threads: int, spin: bool = False, pool_cpus: Sequence[int] = ()
+) -> ort.InferenceSession:
+    """``pool_cpus``: where the session's ``threads - 1`` pool threads run (see
+    ``appliance.model.engine.threads.pinning``); empty: wherever the kernel puts them."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, threads)
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # A memory pattern is cached per distinct input shape, for ever: with the
+    # phoneme count and the window width changing every request, the daemon grew
+    # by ~2.5 MB per 1 000 requests.  Off, runs are as fast here (the arena still
+    # reuses buffers) and memory stays where warm-up left it.
+    opts.enable_mem_pattern = False
+    # Spin-waiting between the graph's many small ops cuts a short encode by a third
+    # (22 vs 27 ms here), but spinning threads steal cores: only when the threads of
+    # all workers together do not oversubscribe the CPUs.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    if threads > 1 and len(pool_cpus) == threads - 1:
+        affinities = ";".join(str(cpu + 1) for cpu in pool_cpus)  # ONNX Runtime counts from 1
+        opts.add_session_config_entry("session.intra_op_thread_affinities", affinities)
+    return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def _run(
+    session: ort.InferenceSession, feeds: dict[str, np.ndarray], what: str
+) -> list[np.ndarray]:
+    """One session run; stoppable when the scheduler gave this thread a token."""
+    token = interrupt.current()
+    try:
+        if token is None:
+            outs: list[np.ndarray] = session.run(None, feeds)
+            return outs
+        opts = ort.RunOptions()
+        # ONNX Runtime checks the flag between nodes: the run ends within a node's time.
+        with token.hooked(lambda: setattr(opts, "terminate", True)):
+            outs = session.run(None, feeds, opts)
+            return outs
+    except interrupt.Interrupted:
+        raise
+    except Exception as exc:  # onnxruntime raises its own, unexported exception types
+        if token is not None and token.stopped:
+            raise interrupt.Interrupted(what) from exc
+        raise BackendError(f"{what} failed: {exc}") from exc
+
+
+def _add_crops(
+    crops: MarginCrops | None,
+    feeds: dict[str, np.ndarray],
+    frames: int,
+    margins: tuple[int, int],
+) -> tuple[int, tuple[int, int]]:
+    """Feed a part that crops its margins (:mod:`appliance.model.margins`): what no later layer
+    needs is left out inside the graph.  Returns the frames its output covers and the
+    margins still to trim from it (what the last crop kept)."""
+    if crops is None:
+        return frames, margins
+    extra, left, right = crops.feeds(frames, *margins)
+    feeds.update(extra)
+    return frames - (margins[0] - left) - (margins[1] - right), (left, right)
+
+
+class OnnxVoiceModel(VoiceModel):
+    backend_name = "onnx-cpu"
+
+    def __init__(
+        self,
+        model_path: Path,
+        encoder: ort.InferenceSession | None,
+        decoder: ort.InferenceSession | None,
+        cut: CutNames | None,
+        threads: int,
+        spin: bool = False,
+        lean: ort.InferenceSession | None = None,
+        pool_cpus: Sequence[int] = (),
+    ) -> None:
+        self._model_path = model_path
+        self._threads = threads
+        self._spin = spin
+        self._pool_cpus = tuple(pool_cpus)
+        self._fused: ort.InferenceSession | None = None
+        self._fused_lock = threading.Lock()
+        self._encoder = encoder
+        self._decoder = decoder
+        self._lean = lean
+        """The decoder with 2-D convolutions on one thread: the cheapest per frame."""
+        self._crops: dict[int, MarginCrops] = {}
+        """Per decoder or flow session (by id), where it crops its margins, if it does."""
+        for s in (decoder, lean):
+            self._read_crops(s)
+        self._cut = cut
+        self._prior: ort.InferenceSession | None = None
+        self._flow: ort.InferenceSession | None = None
+        self._flow_context = 0
+
+    @classmethod
+    def load(
+        cls,
+        model_path: Path,
+        encoder_path: Path | None,
+        decoder_path: Path | None,
+        cut: CutNames | None,
+        threads: int,
+        spin: bool = False,
+        flow: FlowSplit | None = None,
+        lean_decoder: Path | None = None,
+        pool_cpus: Sequence[int] = (),
+    ) -> OnnxVoiceModel:
+        """``lean_decoder``: the 2-D decoder (:mod:`appliance.model.conv2d`), run on one thread
+        for every window but an urgent one; those keep the 1-D decoder on ``threads``
+        threads, which it splits well.  With one thread the 1-D decoder is not loaded.
+        ``pool_cpus``: where each session's pool threads run (see ``_session``)."""
+        if encoder_path is None or decoder_path is None or cut is None:
+            model = cls(model_path, None, None, None, threads, spin, pool_cpus=pool_cpus)
+            model._fused_session()
+            return model
+
+        def session(path: Path) -> ort.InferenceSession:
+            return _session(path, threads, spin, pool_cpus)
+
+        lean = _session(lean_decoder, 1) if lean_decoder is not None else None
+        decoder = session(decoder_path) if lean is None or threads > 1 else None
+        if flow is None or cut.z_p is None or cut.mask is None:
+            return cls(
+                model_path, session(encoder_path), decoder, cut, threads, spin, lean, pool_cpus
+            )
+        # Prior + flow replace the encoder (the same weights; loading both would double them).
+        model = cls(model_path, None, decoder, cut, threads, spin, lean, pool_cpus)
+        model._prior = session(flow.prior_path)
+        model._flow = session(flow.flow_path)
+        model._read_crops(model._flow)
+        model._flow_context = cut.flow_context
+        return model
+
+    def _read_crops(self, session: ort.InferenceSession | None) -> None:
+        if session is not None and (
+            crops := read_crops(session.get_modelmeta().custom_metadata_map)
+        ):
+            self._crops[id(session)] = crops
+
+    @property
+    def flow_context(self) -> int:
+        return self._flow_context
+
+    def _fused_session(self) -> ort.InferenceSession:
+        # The fused graph is only needed for voices that cannot stream and for
+        # reference checks; loading it lazily keeps ~65 MB out of a streaming daemon.
+        with self._fused_lock:
+            if self._fused is None:
+                self._fused = _session(self._model_path, self._threads, self._spin, self._pool_cpus)
+            return self._fused
+
+    def _feeds(self, ids: IntArray, scales: Scales, speaker: int | None) -> dict[str, np.ndarray]:
+        feeds: dict[str, np.ndarray] = {
+            "input": ids.reshape(1, -1).astype(np.int64, copy=False),
+            "input_lengths": np.array([ids.shape[-1]], dtype=np.int64),
+            "scales": scales.as_array(),
+        }
+        if speaker is not None:
+            feeds["sid"] = np.array([speaker], dtype=np.int64)
+        return feeds
+
+    def _run_encoder(
+        self, session: ort.InferenceSession, ids: IntArray, scales: Scales, speaker: int | None
+    ) -> tuple[FloatArray, FloatArray, FloatArray | None]:
+        outs = _run(session, self._feeds(ids, scales, speaker), "encoder")
+        latent = np.ascontiguousarray(outs[0], dtype=np.float32)
+        durations = np.asarray(outs[1], dtype=np.float32).reshape(-1)
+        g = np.asarray(outs[2], dtype=np.float32) if len(outs) > 2 else None
+        return latent, durations, g
+
+    def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        if self._prior is not None:
+            enc = self.encode_prior(ids, scales, speaker)
+            assert enc.z_p is not None
+            enc.z[...] = self.flow(enc.z_p, enc.g)
+            enc.z_p, enc.ready = None, enc.frames
+            return enc
+        if self._encoder is None or self._cut is None:
+            raise BackendError("this voice has no verified encoder/decoder split")
+        z, durations, g = self._run_encoder(self._encoder, ids, scales, speaker)
+        return Encoded(z=z, durations=durations, g=g)
+
+    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        if self._prior is None:
+            return self.encode(ids, scales, speaker)
+        z_p, durations, g = self._run_encoder(self._prior, ids, scales, speaker)
+        return Encoded(z=np.empty_like(z_p), durations=durations, g=g, z_p=z_p, ready=0)
+
+    def flow(
+        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
+    ) -> FloatArray:
+        if self._flow is None or self._cut is None or self._cut.z_p is None:
+            raise BackendError(f"{self.backend_name}: this voice has no separate flow")
+        assert self._cut.mask is not None
+        frames = int(z_p.shape[2])
+        check_margins(frames, margins)
+        feeds = {
+            self._cut.z_p: z_p,
+            # One unpadded utterance: every frame is valid.
+            self._cut.mask: np.ones((1, 1, frames), dtype=np.float32),
+        }
+        frames, (left, right) = _add_crops(self.margin_crops("flow"), feeds, frames, margins)
+        z = self._run_latent(self._flow, feeds, g, "flow")
+        if z.shape[2] != frames:
+            raise BackendError(f"cropped flow gave {z.shape[2]} frames for {frames}")
+        return z[:, :, left : frames - right]
+
+    def _decoder_for(self, urgent: bool) -> ort.InferenceSession | None:
+        # Urgent: the 1-D decoder on every thread; otherwise the 2-D one on one thread.
+        # (With one of them loaded, that one.)
+        return (self._decoder if urgent else self._lean) or self._decoder or self._lean
+
+    def margin_crops(self, part: Literal["urgent", "ahead", "flow"]) -> MarginCrops | None:
+        """Where a part crops its margins, if it does: the decoder of an urgent window, that
+        of a window ahead, or the flow."""
+        session = self._flow if part == "flow" else self._decoder_for(part == "urgent")
+        return self._crops.get(id(session)) if session is not None else None
+
+    def decode(
+        self,
+        z: FloatArray,
+        g: FloatArray | None,
+        urgent: bool = False,
+        margins: tuple[int, int] = (0, 0),
+    ) -> FloatArray:
+        session = self._decoder_for(urgent)
+        if session is None or self._cut is None:
+            raise BackendError("this voice has no verified encoder/decoder split")
+        frames = int(z.shape[2])
+        check_margins(frames, margins)
+        feeds: dict[str, np.ndarray] = {self._cut.z: z}
+        crops = self.margin_crops("urgent" if urgent else "ahead")
+        frames, margins = _add_crops(crops, feeds, frames, margins)
+        audio = self._run_latent(session, feeds, g, "decoder").reshape(-1)
+        if crops is not None and audio.shape[0] != frames * crops.points[-1][0]:
+            # Each stage is taken to multiply the length by its stride: one that does not
+            # would leave the crops in the wrong places (the cut's check catches it first).
+            raise BackendError(f"cropped decoder gave {audio.shape[0]} samples for {frames} frames")
+        return drop_margins(audio, frames, margins)
+
+    def _run_latent(
+        self,
+        session: ort.InferenceSession,
+        feeds: dict[str, np.ndarray],
+        g: FloatArray | None,
+        what: str,
+    ) -> FloatArray:
+        """Run a part fed by a latent (flow, decoder), adding the speaker conditioning."""
+        assert self._cut is not None
+        if self._cut.g is not None and g is not None:
+            feeds[self._cut.g] = g
+        return np.asarray(_run(session, feeds, what)[0], dtype=np.float32)
+
+    def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
+        session = self._fused_session()
+        feeds = self._feeds(ids, scales, speaker)
+        if "sid" not in {i.name for i in session.get_inputs()}:
+            feeds.pop("sid", None)
+        return np.asarray(_run(session, feeds, "model")[0], dtype=np.float32).reshape(-1)
+
+    def close(self) -> None:
+        """Nothing to release: the sessions go with the object."""

@@ -1,0 +1,137 @@
+"""Windowed decoding of a clause's latent: the flow and the decoder over frame windows.
+
+A window of frames [a, b) is decoded with ``context`` frames of latent on each
+side and trimmed; the flow, when the backend runs it separately, is run just
+far enough ahead for the window.  Both are exact (see ``appliance.model.voices`` for
+the check against the fused model), so no crossfade is needed inside a clause.
+Used by the streamer, by warm-up and by the cut's verification.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from appliance.model.engine.base import Encoded, VoiceModel
+from appliance.speech import FloatArray
+
+
+def ensure_latent(model: VoiceModel, enc: Encoded, upto: int, ahead: bool = True) -> None:
+    """Run the flow so that ``z`` is valid on frames [0, ``upto``).
+
+    The first call computes just those frames, which is all the first chunk
+    waits for; a later call computes the rest of the clause in one go (each call
+    pays ``flow_context`` frames of overlap on each side, so few large calls).
+    Without ``ahead`` (other work waits for the cores) a later call computes what
+    is asked, at least twice the overlap: the rest comes when the cores are free.
+    """
+    if enc.ready >= upto or enc.z_p is None:
+        return
+    total = enc.frames
+    lo = enc.ready
+    c = model.flow_context
+    if lo == 0:
+        hi = min(total, upto)
+    elif ahead:
+        hi = total
+    else:
+        hi = min(total, max(upto, lo + 2 * c))
+        if total - hi < 2 * c:
+            hi = total  # a tail this short would cost more in overlap than it holds
+    a, b = max(0, lo - c), min(total, hi + c)
+    enc.z[:, :, lo:hi] = model.flow(enc.z_p[:, :, a:b], enc.g, (lo - a, b - hi))
+    enc.ready = hi
+    if hi == total:
+        enc.z_p = None
+
+
+AHEAD_MAX_FRAMES = 128
+"""Most frames one decode call produces beyond the chunk asked for (~1.5 s of audio).
+
+The decoder costs the same per frame whatever the window, plus ``context`` frames
+on each side: decoding ahead in larger windows than the chunks sent pays that
+overhead less often (chunks of 69 frames with 16 frames of context each side
+decoded 1.46 frames per frame sent).  The bound keeps one work item short enough
+that a newcomer never waits long for a worker (~70 ms on a slow core)."""
+
+
+MAX_WINDOW_FRAMES = 256
+"""Most frames one decoder run produces (~3 s of audio).  A whole sentence decoded as
+one window (``sentence`` mode) made ONNX Runtime's arenas keep that run's buffers for
+good; longer spans are decoded window after window (each with its context)."""
+
+
+def _ahead_end(a: int, b: int, total: int, context: int, ahead: bool = True) -> int:
+    """Where a decode that must produce [a, b) stops: further ahead the further the
+    clause has got, so a stream with audio in hand decodes in large windows.
+
+    A clause that has delivered ``a`` frames is at least that far ahead of its
+    listener; decoding 4 ``a`` frames takes ~0.2 ``a`` frames' time on one slow core
+    (the decoder runs at ~0.045 of real time), so even with a quarter of a core the
+    window is done before the audio in hand has played.  Without ``ahead``, [a, b).
+    """
+    if a == 0:
+        return b  # the first chunk of a clause: what the listener may be waiting for
+    n = max(b - a, min(AHEAD_MAX_FRAMES, 4 * a)) if ahead else b - a
+    end = min(total, a + n)
+    if total - end < 2 * context:
+        end = total  # a tail this short would cost more in context than it holds
+    return end
+
+
+def decode_span(
+    model: VoiceModel,
+    enc: Encoded,
+    a: int,
+    b: int,
+    context: int,
+    hop: int,
+    urgent: bool = False,
+    ahead: bool = True,
+) -> FloatArray:
+    """Samples of frames [a, b) decoded with ``context`` frames of latent on each side.
+
+    Consecutive calls on one clause (as a stream makes them) may be served from audio
+    a previous call decoded ahead (``enc.ahead``); the samples are the same either way.
+    ``urgent``: a listener waits for exactly these frames (see ``VoiceModel.decode``).
+    ``ahead``: the cores are free for decoding (and running the flow) beyond ``b``;
+    when other work waits for them, a call does no more than its own frames need.
+    """
+    total = enc.frames
+    b = min(b, total)
+    have: FloatArray | None = None
+    start = a
+    if enc.ahead is not None and a > 0:
+        cached_end = enc.ahead_from + len(enc.ahead) // hop
+        if enc.ahead_from <= a < cached_end:
+            start = min(b, cached_end)
+            have = enc.ahead[(a - enc.ahead_from) * hop : (start - enc.ahead_from) * hop]
+            if start == b:
+                enc.ahead = enc.ahead[(b - enc.ahead_from) * hop :]
+                enc.ahead_from = b
+                return have
+    enc.ahead = None
+    end = _ahead_end(start, b, total, context, ahead)
+    ensure_latent(model, enc, min(total, end + context), ahead)
+    pieces = []
+    for run_start in range(start, end, MAX_WINDOW_FRAMES):
+        run_end = min(end, run_start + MAX_WINDOW_FRAMES)
+        lo, hi = max(0, run_start - context), min(total, run_end + context)
+        margins = (run_start - lo, hi - run_end)
+        pieces.append(model.decode(enc.z[:, :, lo:hi], enc.g, urgent, margins))
+    fresh = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+    if end > b:
+        enc.ahead = fresh[(b - start) * hop :]
+        enc.ahead_from = b
+    fresh = fresh[: (b - start) * hop]
+    return fresh if have is None else np.concatenate([have, fresh])
+
+
+def decode_windows(
+    model: VoiceModel, enc: Encoded, window: int, context: int, hop: int
+) -> FloatArray:
+    """Whole clause decoded window by window (the reference check of the cut)."""
+    parts = [
+        decode_span(model, enc, a, min(enc.frames, a + window), context, hop)
+        for a in range(0, enc.frames, window)
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)

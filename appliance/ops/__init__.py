@@ -1,0 +1,1 @@
+"""Operations: settings, paths, logging, systemd, metrics, the NVML seam and watchdog."""

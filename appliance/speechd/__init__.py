@@ -1,5 +1,0 @@
-"""speech-dispatcher output module ``sd_ttsd``: the module-protocol side of a ttsd client.
-
-See :mod:`appliance.speechd.module` (the module), :mod:`appliance.speechd.wire` (the pipe
-protocol) and docs/speechd.md.
-"""

@@ -1,0 +1,1 @@
+"""Text: cleaning, SSML, normalisation, sentence split, lexicon, phonemes."""

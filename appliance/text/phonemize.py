@@ -1,0 +1,225 @@
+"""Text → phoneme ids with espeak-ng, as the Piper voices were trained.
+
+espeak-ng keeps global state in C (the current voice), so every call goes
+through one process-wide lock.  The lock and the bridge are the only
+module-level state here.
+
+We call piper's ``espeakbridge`` directly rather than
+``EspeakPhonemizer.phonemize`` because the bridge in piper-tts 1.8 leaks one
+reference to every clause tuple it returns (``PyList_Append`` of a fresh
+``Py_BuildValue``): about 0.35 kB per request, for ever, in a daemon.  The
+leak is measured once at start-up and repaired per call only if present, so a
+fixed bridge is left alone.  It also sets espeak's voice only when it changes:
+setting it leaks in C (~1.4 kB a call).  The grouping into sentences mirrors
+piper's (a test holds the two equal).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import re
+import sys
+import threading
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from appliance.speech import IntArray
+
+if TYPE_CHECKING:
+    from appliance.voicetypes import VoiceInfo
+
+
+class Override(Protocol):
+    """Characters [start, end) of a clause said with ``ipa`` (frontend.PhonemeOverride)."""
+
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def ipa(self) -> str: ...
+
+
+def ipa_symbols(ipa: str, id_map: Mapping[str, Sequence[int]], voice: str) -> list[str]:
+    """IPA as written → the voice's phoneme symbols, one per code point as espeak's are.
+
+    Raises ``bad_request`` naming the first symbol the voice has no id for.
+    """
+    from appliance.errors import ErrorCode, ServiceError
+
+    out: list[str] = []
+    for ch in unicodedata.normalize("NFD", " ".join(ipa.split())):
+        if ch not in id_map:
+            raise ServiceError(
+                ErrorCode.BAD_REQUEST,
+                f"phoneme {ch!r} (U+{ord(ch):04X}) in {ipa!r} is not a symbol of voice {voice}",
+            )
+        out.append(ch)
+    return out
+
+
+log = logging.getLogger(__name__)
+
+_ESPEAK_LOCK = threading.Lock()
+_bridges: list[_Bridge] = []  # initialised once, under the lock
+
+BOS, EOS, PAD = "^", "$", "_"
+# Phonemes that mark a place where audio may be cut (word gaps and pauses).
+BOUNDARY_PHONEMES = frozenset(" ,.;:!?—-")
+# Stop consonants: their closure is near silence, where two renderings join unheard.
+CLOSURE_PHONEMES = frozenset("pbtdkgɡ")
+_LANG_SWITCH = re.compile(r"\([^)]+\)")
+
+_py_decref = ctypes.pythonapi.Py_DecRef
+_py_decref.argtypes = [ctypes.py_object]
+_py_decref.restype = None
+
+
+@dataclass
+class _Bridge:
+    module: Any
+    leaks_clause_refs: bool
+    voice: str | None = None
+
+    def clauses(self, voice: str, text: str) -> list[tuple[str, str, bool]]:
+        # Only when it changes: espeak_SetVoiceByName leaks ~1.4 kB of C heap per call
+        # (piper calls it for every text).  This module is the daemon's only user of
+        # espeak, so the voice set last is still the current one.
+        if voice != self.voice:
+            self.module.set_voice(voice)
+            self.voice = voice
+        out: list[tuple[str, str, bool]] = self.module.get_phonemes(text)
+        if self.leaks_clause_refs:
+            for clause in out:
+                _py_decref(clause)
+        return out
+
+
+def _extra_refs(module: Any) -> int:
+    """References the bridge leaks on each clause tuple (0 for a correct bridge)."""
+    probe = module.get_phonemes("a, b.")
+    control = [tuple(x for x in ("a", ",", False))]
+    # Both are held only by their list; getrefcount adds its own argument.
+    return sys.getrefcount(probe[0]) - sys.getrefcount(control[0])
+
+
+def _bridge() -> _Bridge:
+    if not _bridges:
+        from piper import espeakbridge
+        from piper.phonemize_espeak import ESPEAK_DATA_DIR
+
+        espeakbridge.initialize(str(ESPEAK_DATA_DIR))
+        espeakbridge.set_voice("en-us")
+        extra = _extra_refs(espeakbridge)
+        if extra not in (0, 1):
+            log.warning("espeak bridge holds %d extra references per clause; not repairing", extra)
+        elif extra:
+            log.debug("espeak bridge leaks a reference per clause; repairing each call")
+        _bridges.append(_Bridge(espeakbridge, extra == 1, voice="en-us"))
+    return _bridges[0]
+
+
+def espeak_sentences(voice: str, text: str) -> list[list[str]]:
+    """Phonemes of ``text`` grouped by sentence, as piper's ``EspeakPhonemizer`` gives them."""
+    with _ESPEAK_LOCK:
+        clauses = _bridge().clauses(voice, text)
+    sentences: list[list[str]] = []
+    current: list[str] = []
+    for phonemes, terminator, end_of_sentence in clauses:
+        # Flags such as "(fr)" surround words espeak read in another language.
+        phonemes = _LANG_SWITCH.sub("", phonemes) + terminator
+        if terminator in (",", ":", ";"):
+            phonemes += " "
+        # One phoneme per code point, accents separate, as the voices were trained.
+        current.extend(unicodedata.normalize("NFD", phonemes))
+        if end_of_sentence:
+            sentences.append(current)
+            current = []
+    if current:
+        sentences.append(current)
+    return sentences
+
+
+class Phonemizer:
+    """Phonemes and ids for one voice."""
+
+    def __init__(self, info: VoiceInfo) -> None:
+        self.info = info
+        self._id_map = info.phoneme_id_map
+        self._boundary_ids = frozenset(
+            i for p in BOUNDARY_PHONEMES for i in self._id_map.get(p, [])
+        )
+        self._space_ids = frozenset(self._id_map.get(" ", []))
+        self._closure_ids = frozenset(i for p in CLOSURE_PHONEMES for i in self._id_map.get(p, []))
+
+    def phonemes(self, text: str) -> list[str]:
+        """All phonemes of ``text`` as one utterance (espeak's sentences joined by a space)."""
+        sentences = espeak_sentences(self.info.espeak_voice, text)
+        out: list[str] = []
+        for sentence in sentences:
+            if not sentence:
+                continue
+            if out:
+                out.append(" ")
+            out.extend(sentence)
+        return out
+
+    def ipa(self, ipa: str) -> list[str]:
+        """IPA as written (``<phoneme ph>``, a lexicon entry) → this voice's symbols."""
+        return ipa_symbols(ipa, self._id_map, self.info.name)
+
+    def phonemes_with(self, text: str, overrides: Sequence[Override]) -> list[str]:
+        """Phonemes of ``text`` with the given character ranges said as written."""
+        if not overrides:
+            return self.phonemes(text)
+        out: list[str] = []
+        pos = 0
+        for o in (*overrides, None):
+            gap = text[pos : o.start if o is not None else len(text)]
+            if any(c.isalnum() for c in gap):
+                piece = self.phonemes(gap)
+                # espeak drops punctuation that opens a text (", and then"); after an
+                # override it is the override's comma, and the voice should pause.
+                lead = [c for c in gap[: len(gap) - len(gap.lstrip(" ,;:"))] if c in ",;:"]
+                if lead and out:
+                    piece = [*lead, " ", *piece]
+            else:  # only punctuation: espeak says nothing for it, but the voice pauses
+                piece = [c for c in gap.strip() if c in self._id_map]
+            if o is not None:
+                piece = [*piece, *([" "] if piece else []), *self.ipa(o.ipa)]
+                pos = o.end
+            if out and piece and piece[0] not in BOUNDARY_PHONEMES and out[-1] != " ":
+                out.append(" ")
+            out.extend(piece)
+        return out
+
+    def ids_for(self, phonemes: list[str]) -> IntArray:
+        m = self._id_map
+        ids: list[int] = [*m[BOS], *m[PAD]]
+        for p in phonemes:
+            mapped = m.get(p)
+            if mapped is None:
+                continue  # a phoneme the voice was not trained on: skip, as piper does
+            ids.extend(mapped)
+            ids.extend(m[PAD])
+        ids.extend(m[EOS])
+        return np.asarray(ids, dtype=np.int64)
+
+    def ids(self, text: str) -> IntArray:
+        return self.ids_for(self.phonemes(text))
+
+    def is_boundary(self, phoneme_id: int) -> bool:
+        return phoneme_id in self._boundary_ids
+
+    def is_space(self, phoneme_id: int) -> bool:
+        """The id of a word gap (where SSML marks between words are placed)."""
+        return phoneme_id in self._space_ids
+
+    def is_closure(self, phoneme_id: int) -> bool:
+        """The id of a stop consonant (see :data:`CLOSURE_PHONEMES`)."""
+        return phoneme_id in self._closure_ids

@@ -1,0 +1,97 @@
+"""The bench's rig: a real daemon started on a temporary socket, and what the benchmarks
+read off it (its RSS, one protocol v1 request's time to first chunk).  Every benchmark
+module takes these from here (none imports another's ``__main__``)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def start_daemon(
+    out: Path, config: dict[str, Any] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    import yaml
+
+    tmp = Path(tempfile.mkdtemp(prefix="ttsd-bench-"))
+    sock = str(tmp / "ttsd.sock")
+    cfg = {"engine": {"backend": "onnx-cpu"}, "playback": {"enabled": False}, **(config or {})}
+    (tmp / "config.yaml").write_text(yaml.safe_dump(cfg))
+    log = (out / "daemon.log").open("ab")
+    cmd = [sys.executable, "-m", "appliance.main", "serve", "--socket", sock]
+    cmd += ["--config", str(tmp / "config.yaml")]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited ({proc.returncode}); see {out / 'daemon.log'}")
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sock)
+            s.close()
+            return proc, sock
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("daemon did not start")
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def v1_request(client: Any, rid: int, text: str) -> tuple[float, dict[str, Any]]:
+    """One protocol v1 synthesize: ms from sending it to its first chunk, and its ``end``."""
+    first: float | None = None
+    t0 = time.perf_counter()
+    client.send({"op": "synthesize", "id": rid, "text": text})
+    while True:
+        ev = client.recv()
+        if ev.get("event") == "chunk" and first is None:
+            first = time.perf_counter() - t0
+        elif ev.get("event") in ("end", "error"):
+            if ev["event"] == "error" or first is None:
+                raise RuntimeError(str(ev))
+            return first * 1000, ev
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # After the command name: state is field 3, utime 14 and stime 15 (1-based).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {port}")

@@ -1,0 +1,60 @@
+"""Admission's cost estimate: wall time per stream, converted to CPU time when it can be."""
+
+from __future__ import annotations
+
+from appliance.core.admission import Admission, CpuShare, StreamLoad, process_cpu_s
+from appliance.ops.config import SchedulerConfig
+
+
+class Clocks:
+    def __init__(self) -> None:
+        self.busy = 0.0
+        self.cpu = 0.0
+
+    def share(self) -> CpuShare:
+        return CpuShare(lambda: self.busy, lambda: self.cpu, min_busy_s=2.0, smoothing=0.5)
+
+
+def streams(n: int, wall_rtf: float) -> list[StreamLoad]:
+    # Each has produced 10 s of audio at ``wall_rtf`` worker-seconds per audio second.
+    return [StreamLoad(True, True, compute_s=10.0 * wall_rtf, audio_s=10.0) for _ in range(n)]
+
+
+def test_cpu_share_is_one_until_enough_busy_time_then_cpu_per_busy_second() -> None:
+    c = Clocks()
+    share = c.share()
+    c.busy, c.cpu = 1.0, 0.2
+    assert share.factor() == 1.0  # 1 s of busy time says too little
+    c.busy, c.cpu = 4.0, 2.0
+    assert share.factor() == 0.5
+    c.busy, c.cpu = 8.0, 2.0 + 4.0 * 1.5
+    assert share.factor() == 0.5 + 0.5 * (1.5 - 0.5)  # smoothed
+    c.busy, c.cpu = 100.0, 1000.0
+    assert share.factor() <= 4.0  # clamped
+
+
+def test_the_process_cpu_clock_counts_work() -> None:
+    t0 = process_cpu_s()
+    sum(i * i for i in range(2_000_000))
+    assert process_cpu_s() > t0
+
+
+def test_wall_time_inflated_by_contention_no_longer_refuses_streams() -> None:
+    cfg = SchedulerConfig(admission_max_load=0.4, admission_backlog_ms=0)
+    live = streams(3, wall_rtf=0.25)
+    # Wall time only: (3 + 1) * 0.25 / 2 workers = 0.5 > 0.4, refused.
+    assert not Admission(2, rtf_prior=0.25).decide(cfg, live, 0.0, 0.0).admit
+    # The workers were busy 10 s while the daemon used 5 CPU seconds: each stream
+    # costs half what its wall time says, and the fourth fits.
+    c = Clocks()
+    admission = Admission(2, rtf_prior=0.25, cpu_share=c.share())
+    c.busy, c.cpu = 10.0, 5.0
+    d = admission.decide(cfg, live, 0.0, 0.0)
+    assert d.admit and abs(d.load - 0.25) < 1e-3
+
+
+def test_without_a_cpu_share_the_estimate_is_unchanged() -> None:
+    live = streams(2, wall_rtf=0.2)
+    assert (
+        abs(Admission(2, rtf_prior=0.25).rtf(live) - (2.0 * 2 + 0.25 * 2.0) / (20.0 + 2.0)) < 1e-9
+    )

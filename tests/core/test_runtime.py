@@ -1,0 +1,322 @@
+"""The voice model exactly as the daemon builds it (``Runtime.load``, bundled voice)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from appliance.core.runtime import Runtime
+from appliance.core.service import Service
+from appliance.core.streaming import VoiceRuntime
+from appliance.model.engine.base import Scales
+from appliance.model.engine.onnx import OnnxVoiceModel, _session
+from appliance.model.engine.pool import FailoverVoiceModel
+from appliance.model.engine.windows import decode_span
+from appliance.model.margins import MarginCrops
+from appliance.ops.config import parse_config
+from appliance.speech import Chunk, FloatArray, SpeechRequest
+from tests.fakes.voice import RecordingModel
+
+
+@pytest.fixture(scope="module")
+def runtime(voice_cache: Path) -> Iterator[Runtime]:
+    # Two intra-op threads, as on the 2-core machines this is built for, whatever CI has.
+    cfg = parse_config(
+        {
+            "voices": {"cache_dir": str(voice_cache)},
+            "engine": {"workers": 1, "intra_op_threads": 2},
+        }
+    )
+    rt = Runtime.load(cfg)
+    yield rt
+    rt.close()
+
+
+def test_the_first_clause_flow_is_windowed_in_the_daemons_model(runtime: Runtime) -> None:
+    voice = runtime.voices[runtime.default_voice]
+    assert runtime.info()["voices"][0]["flow"] == "windowed"
+    model = voice.model
+    ids = voice.phonemizer.ids("Turn left in two hundred metres.")
+    enc = model.encode_prior(ids, voice.defaults, voice.default_speaker)
+    # The prior only: z is left for the flow to fill window by window.
+    assert model.flow_context > 0
+    assert enc.ready == 0 and enc.z_p is not None
+    # The first chunk runs the flow over its own frames (plus context), not the clause.
+    first = 24
+    audio = decode_span(model, enc, 0, first, 16, voice.hop)
+    assert audio.shape[0] == first * voice.hop
+    assert first + 16 <= enc.ready < enc.frames
+
+
+def test_the_daemons_flow_crops_its_margins_after_each_layer(runtime: Runtime) -> None:
+    """Each coupling layer's output is cropped to what the layers after it reach (24, 16
+    and 8 frames): a window's z is exactly the whole window's, through the wrapper."""
+    voice = runtime.voices[runtime.default_voice]
+    cpu = voice.model.cpu
+    assert isinstance(cpu, OnnxVoiceModel)
+    assert cpu.margin_crops("flow") == MarginCrops(((1, 24), (1, 16), (1, 8)))
+    ids = voice.phonemizer.ids("Turn left in two hundred metres, then keep right.")
+    z_p = voice.model.encode_prior(ids, voice.defaults, voice.default_speaker).z_p
+    assert z_p is not None and z_p.shape[2] > 100
+    window = np.ascontiguousarray(z_p[:, :, :100])
+    whole = voice.model.flow(window, None)
+    for left, right in ((0, 32), (32, 32), (5, 32), (32, 3)):
+        got = voice.model.flow(window, None, (left, right))
+        np.testing.assert_allclose(got, whole[:, :, left : 100 - right], rtol=0, atol=1e-6)
+
+
+def test_windows_use_the_voices_verified_context(runtime: Runtime) -> None:
+    """The daemon's model decodes with the fewest context frames the cut's check passed
+    (10 for the bundled voice), and the windows still match the fused model."""
+    from appliance.model.engine.windows import decode_windows
+    from appliance.model.voices import CUT_TOLERANCE
+
+    voice = runtime.voices[runtime.default_voice]
+    assert voice.context == 10
+    assert runtime.info()["voices"][0]["context_frames"] == 10
+    ids = voice.phonemizer.ids("Turn left in two hundred metres, then keep right.")
+    scales = Scales(0.0, voice.defaults.length_scale, 0.0)
+    fused = voice.model.fused(ids, scales, voice.default_speaker)
+    for window in (8, 24, 69):
+        enc = voice.model.encode_prior(ids, scales, voice.default_speaker)
+        windowed = decode_windows(voice.model, enc, window, voice.context, voice.hop)
+        assert windowed.shape == fused.shape
+        assert float(np.max(np.abs(windowed - fused))) <= CUT_TOLERANCE
+    # Two frames fewer is measurably off: the check is not passing everything.
+    enc = voice.model.encode_prior(ids, scales, voice.default_speaker)
+    short = decode_windows(voice.model, enc, 8, voice.context - 2, voice.hop)
+    assert float(np.max(np.abs(short - fused))) > CUT_TOLERANCE
+
+
+def test_configured_context_overrides_the_voices(voice_cache: Path) -> None:
+    cfg = parse_config(
+        {
+            "voices": {"cache_dir": str(voice_cache)},
+            "engine": {"workers": 1, "context_frames": 16},
+        }
+    )
+    rt = Runtime.load(cfg)
+    try:
+        assert rt.voices[rt.default_voice].context == 16
+    finally:
+        rt.close()
+
+
+def _latent(voice: VoiceRuntime, frames: int) -> FloatArray:
+    ids = voice.phonemizer.ids("Turn left in two hundred metres, then keep right.")
+    z = voice.model.encode(ids, voice.defaults, voice.default_speaker).z
+    return np.ascontiguousarray(z[:, :, :frames])
+
+
+def test_the_daemons_model_decodes_ahead_in_2d_and_first_chunks_in_1d(
+    runtime: Runtime, voice_cache: Path
+) -> None:
+    """Windows decoded ahead run the 2-D decoder on one thread (the cheapest), a window a
+    listener waits for the 1-D one on every thread (the fastest), both cropping their
+    margins: each is bit for bit what its own decoder gives, through the failover wrapper
+    the daemon builds."""
+    voice = runtime.voices[runtime.default_voice]
+    meta = runtime.voice_meta[runtime.default_voice]
+    assert meta.lean_decoder_path is not None and meta.cut is not None
+    assert meta.margin_decoder_path is not None
+    assert runtime.info()["voices"][0]["decoder"] == "2d"
+    assert runtime.info()["voices"][0]["margins"] == "cropped"
+    assert isinstance(voice.model, FailoverVoiceModel)
+    z = _latent(voice, 30)
+
+    def own(dec: Path, lean: Path | None, threads: int) -> OnnxVoiceModel:
+        return OnnxVoiceModel.load(
+            meta.model_path, meta.encoder_path, dec, meta.cut, threads, lean_decoder=lean
+        )
+
+    lean_model = own(meta.margin_decoder_path, meta.lean_decoder_path, 1)
+    parallel_model = own(meta.margin_decoder_path, None, 2)
+    for margins in ((0, 0), (0, 10), (10, 10)):
+        lean = lean_model.decode(z, None, False, margins)
+        parallel = parallel_model.decode(z, None, True, margins)
+        np.testing.assert_array_equal(voice.model.decode(z, None, False, margins), lean)
+        np.testing.assert_array_equal(voice.model.decode(z, None, True, margins), parallel)
+        assert lean.shape == ((30 - sum(margins)) * 256,)
+        assert not np.array_equal(lean, parallel)  # two graphs, really
+        assert float(np.max(np.abs(lean - parallel))) < 1e-5
+    # The cropped graphs are the ones in use (their samples are the plain graphs' too).
+    cpu = voice.model.cpu
+    assert isinstance(cpu, OnnxVoiceModel)
+    assert (
+        cpu.margin_crops("urgent")
+        == cpu.margin_crops("ahead")
+        == MarginCrops(((8, 1), (64, 1), (256, 1)))
+    )
+    assert meta.decoder_path is not None
+    plain = _session(meta.decoder_path, 2).run(None, {meta.cut.z: z})[0].reshape(-1)
+    assert float(np.max(np.abs(voice.model.decode(z, None, True) - plain))) < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("mode", "realtime", "first_urgent"),
+    [
+        ("dialog", True, True),
+        ("reading", True, True),
+        ("sentence", True, False),
+        ("dialog", False, False),
+    ],
+)
+def test_only_a_streamed_first_chunk_is_urgent(
+    runtime: Runtime, mode: str, realtime: bool, first_urgent: bool
+) -> None:
+    """A real-time request's first chunk waits for the fastest decoder; every later window,
+    a whole-sentence first chunk and a batch request's take the cheapest."""
+    name = runtime.default_voice
+    voice = runtime.voices[name]
+    recorder = RecordingModel(voice.model)
+    runtime.voices[name] = dataclasses.replace(voice, model=recorder)
+    try:
+
+        async def run() -> int:
+            service = Service(runtime)
+            text = "Turn left in two hundred metres. Then keep right at the big roundabout."
+            stream = await service.open_stream(
+                SpeechRequest(text=text, mode=mode, realtime=realtime), frontend="test"
+            )
+            chunks: list[Chunk] = []
+
+            async def emit(chunk: Chunk) -> None:
+                chunks.append(chunk)
+
+            await stream.run(emit)
+            return len(chunks)
+
+        chunks = asyncio.run(run())
+    finally:
+        runtime.voices[name] = voice
+    assert chunks >= 2
+    urgent = [u for _, u in recorder.decodes]
+    assert urgent[0] is first_urgent
+    assert not any(urgent[1:]), recorder.decodes
+
+
+def test_in_a_crowd_a_stream_takes_the_cheapest_decoder_and_decodes_nothing_ahead(
+    runtime: Runtime,
+) -> None:
+    """While another worker runs due work, a newcomer's first chunk keeps to one core
+    (the 2-D decoder) and every later chunk is decoded on its own, nothing ahead: on the
+    daemon's model, through the service and a real two-worker scheduler."""
+    from tests.fakes.work import run_blocking, running_scheduler
+
+    name = runtime.default_voice
+    voice = runtime.voices[name]
+    recorder = RecordingModel(voice.model)
+    with running_scheduler(2, name="crowd") as crowd:
+        crowded = dataclasses.replace(runtime, scheduler=crowd)
+        crowded.voices = {**runtime.voices, name: dataclasses.replace(voice, model=recorder)}
+
+        async def run() -> list[Chunk]:
+            import time
+
+            busy, busy_fut = await run_blocking(crowd, time.monotonic(), owner="other")
+            service = Service(crowded)
+            text = "Turn left in two hundred metres. Then keep right at the big roundabout."
+            stream = await service.open_stream(SpeechRequest(text=text), frontend="test")
+            chunks: list[Chunk] = []
+
+            async def emit(chunk: Chunk) -> None:
+                chunks.append(chunk)
+
+            await stream.run(emit)
+            busy.finish.set()
+            await busy_fut
+            return chunks
+
+        chunks = asyncio.run(run())
+    assert len(chunks) >= 3
+    assert not any(u for _, u in recorder.decodes), recorder.decodes
+    # One decode per chunk, each no larger than its chunk and the context on both sides.
+    assert len(recorder.decodes) == len(chunks)
+    for (frames, _), chunk in zip(recorder.decodes, chunks, strict=True):
+        assert frames <= len(chunk.samples) // voice.hop + 2 * voice.context
+
+
+def test_admission_starts_from_what_start_up_measured(runtime: Runtime) -> None:
+    """A fresh daemon admits by the cost its own warm-up measured on this machine, not a
+    fixed guess (0.15 refused the sixth of eight streams started together here)."""
+    from appliance.core.admission import RTF_PRIOR
+
+    cost = runtime.stream_cost
+    assert cost is not None and 0.0 < cost < 1.0  # CPU seconds per audio second
+    assert cost != RTF_PRIOR
+
+    async def estimate() -> float:
+        return Service(runtime).admission.rtf([])
+
+    assert asyncio.run(estimate()) == pytest.approx(cost)
+
+
+BARE = (
+    "The maintenance crew will replace the broken escalator on the north side of the "
+    "station before the morning rush begins tomorrow."
+)
+
+
+def _stream(runtime: Runtime, req: SpeechRequest) -> tuple[list[Chunk], dict[str, object]]:
+    async def run() -> tuple[list[Chunk], dict[str, object]]:
+        service = Service(runtime)
+        stream = await service.open_stream(req, frontend="test")
+        chunks: list[Chunk] = []
+
+        async def emit(chunk: Chunk) -> None:
+            chunks.append(chunk)
+
+        result = await stream.run(emit)
+        return chunks, result.stats
+
+    return asyncio.run(run())
+
+
+def _with_costs(runtime: Runtime, prior_s_per_id: float) -> tuple[list[Chunk], dict[str, object]]:
+    """A long first sentence, noise off, with the prior's cost estimate pinned (what the
+    warm-up measured on a quiet two-core box is ~1e-4 s per id)."""
+    costs = runtime.voices[runtime.default_voice].costs
+    saved = (costs.prior_s_per_id, costs.first_decode_s)
+    costs.prior_s_per_id, costs.first_decode_s = prior_s_per_id, 0.008
+    try:
+        return _stream(runtime, SpeechRequest(text=BARE, noise_scale=0.0, noise_w=0.0))
+    finally:
+        costs.prior_s_per_id, costs.first_decode_s = saved
+
+
+def _whole(runtime: Runtime) -> FloatArray:
+    voice = runtime.voices[runtime.default_voice]
+    return voice.model.fused(voice.phonemizer.ids(BARE), Scales(0.0, 1.0, 0.0), None)
+
+
+def test_a_long_first_sentence_starts_quick_and_joins_the_whole_sentence(
+    runtime: Runtime,
+) -> None:
+    """The first chunk comes from a quick encoding of the first words; from the join (within
+    250 ms) on, every sample is the whole sentence's, and the length is within 1 %."""
+    chunks, stats = _with_costs(runtime, 1e-4)
+    assert stats["quick_start"]
+    assert chunks[0].duration_ms <= 250
+    assert chunks[0].text_span[1] <= len("The maintenance")  # the first words only
+    got = np.concatenate([c.samples for c in chunks])
+    want = _whole(runtime)
+    shift = len(got) - len(want)
+    assert abs(shift) <= 0.01 * len(want)
+    t = round(0.25 * runtime.voices[runtime.default_voice].sample_rate)
+    assert float(np.max(np.abs(got[t:] - want[t - shift :]))) <= 1e-4
+
+
+def test_no_quick_start_where_the_whole_prior_could_not_be_hidden(runtime: Runtime) -> None:
+    """A prior estimated far longer than 250 ms of audio lasts (a slow or busy box): the
+    sentence is encoded whole from the start, never cut, and every sample is piper's."""
+    chunks, stats = _with_costs(runtime, 1e-2)
+    assert not stats["quick_start"]
+    got = np.concatenate([c.samples for c in chunks])
+    want = _whole(runtime)
+    assert got.shape == want.shape
+    assert float(np.max(np.abs(got - want))) <= 1e-4

@@ -1,0 +1,323 @@
+"""The EDF scheduler with real worker threads: order, decode-ahead, newcomers, cancels."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from appliance.core.scheduler import Scheduler, WorkTiming
+from tests.fakes.work import Blocking, run_blocking, running_scheduler, started
+
+
+async def until(pred: Callable[[], bool]) -> None:
+    """Wait up to a second for ``pred`` (the workers act on their own threads)."""
+    for _ in range(100):
+        if pred():
+            return
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def two_workers() -> AsyncIterator[Scheduler]:
+    with running_scheduler(2) as s:
+        yield s
+
+
+@pytest.fixture
+async def one_worker() -> AsyncIterator[Scheduler]:
+    with running_scheduler(1) as s:
+        yield s
+
+
+async def test_due_work_runs_earliest_deadline_first_batch_last(one_worker: Scheduler) -> None:
+    s = one_worker
+    gate = Blocking()
+    order: list[str] = []
+    now = time.monotonic()
+    first = s.submit(gate, deadline=now - 10, realtime=True, owner=1, kind="t")
+    await started(gate)
+    futs = [
+        s.submit(
+            lambda: order.append("batch"), deadline=now - 9, realtime=False, owner=2, kind="t"
+        ),
+        s.submit(lambda: order.append("late"), deadline=now - 1, realtime=True, owner=3, kind="t"),
+        s.submit(
+            lambda: order.append("later"), deadline=now - 0.5, realtime=True, owner=4, kind="t"
+        ),
+        s.submit(
+            lambda: order.append("earliest"), deadline=now - 5, realtime=True, owner=5, kind="t"
+        ),
+    ]
+    gate.finish.set()
+    await asyncio.wait_for(asyncio.gather(first, *futs), 5)
+    assert order == ["earliest", "late", "later", "batch"]
+    assert s.depth() == 0
+
+
+async def test_work_ahead_never_takes_the_last_free_worker(two_workers: Scheduler) -> None:
+    s = two_workers
+    ahead = [Blocking(), Blocking()]
+    later = time.monotonic() + 100
+    futs = [
+        s.submit(w, deadline=later, realtime=True, owner=k, kind="t") for k, w in enumerate(ahead)
+    ]
+    await started(ahead[0])
+    await asyncio.sleep(0.05)
+    assert not ahead[1].started.is_set()  # the second worker stays free for due work
+    due = s.submit(lambda: "due", deadline=time.monotonic(), realtime=True, owner=9, kind="t")
+    assert (await asyncio.wait_for(due, 5))[0] == "due"
+    for w in ahead:
+        w.finish.set()
+    await asyncio.wait_for(asyncio.gather(*futs), 5)
+    assert s.snapshot()["ahead_runs"] == 2
+
+
+async def test_a_newcomer_stops_work_ahead_which_runs_again_after(two_workers: Scheduler) -> None:
+    s = two_workers
+    ahead, ahead_fut = await run_blocking(s, time.monotonic() + 100, owner=1)
+    first, first_fut = await run_blocking(s, time.monotonic(), owner=2, urgent=True)
+    # Stopped and queued again; nothing ahead of time starts while the newcomer runs.
+    await until(lambda: s.snapshot()["stopped_ahead"] == 1)
+    assert s.snapshot()["stopped_ahead"] == 1
+    await asyncio.sleep(0.05)
+    assert ahead.runs == 1 and not ahead.started.is_set()
+    assert s.depth() == 2
+    first.finish.set()
+    assert (await asyncio.wait_for(first_fut, 5))[0] == 1
+    await started(ahead)  # the newcomer is served: the work ahead runs again
+    ahead.finish.set()
+    assert (await asyncio.wait_for(ahead_fut, 5))[0] == 2
+    assert s.depth() == 0
+    assert s.snapshot()["completed"] == 2
+
+
+async def test_due_work_is_not_stopped_for_a_newcomer(two_workers: Scheduler) -> None:
+    s = two_workers
+    due, due_fut = await run_blocking(s, time.monotonic(), owner=1)
+    new = s.submit(
+        lambda: "new", deadline=time.monotonic(), realtime=True, owner=2, kind="t", urgent=True
+    )
+    assert (await asyncio.wait_for(new, 5))[0] == "new"
+    due.finish.set()
+    assert (await asyncio.wait_for(due_fut, 5))[0] == 1
+    assert s.snapshot()["stopped_ahead"] == 0
+
+
+async def test_batch_requests_are_never_urgent(two_workers: Scheduler) -> None:
+    s = two_workers
+    ahead, ahead_fut = await run_blocking(s, time.monotonic() + 100, owner=1)
+    batch = s.submit(
+        lambda: "b", deadline=time.monotonic(), realtime=False, owner=2, kind="t", urgent=True
+    )
+    await asyncio.sleep(0.1)
+    assert ahead.runs == 1 and ahead.started.is_set()
+    assert not batch.done()  # batch work waits for the worker work ahead holds
+    ahead.finish.set()
+    await asyncio.wait_for(asyncio.gather(ahead_fut, batch), 5)
+    assert s.snapshot()["stopped_ahead"] == 0
+
+
+async def test_cancel_stops_the_running_item_and_drops_the_queued_ones(
+    two_workers: Scheduler,
+) -> None:
+    s = two_workers
+    owner = object()
+    now = time.monotonic()
+    due, due_fut = await run_blocking(s, now, owner)
+    ahead, ahead_fut = await run_blocking(s, now + 100, owner)
+    never = s.submit(lambda: "never", deadline=now + 200, realtime=True, owner=owner, kind="t")
+    futs = [due_fut, ahead_fut, never]
+    assert s.cancel_owner(owner) == 3
+    await until(lambda: s.depth() == 0 and s.snapshot()["running"] == 0)
+    assert s.depth() == 0 and s.snapshot()["running"] == 0
+    assert due.runs == 1 and ahead.runs == 1  # stopped, not run again
+    assert all(f.cancelled() for f in futs)
+    assert s.snapshot()["stopped_ahead"] == 0 and s.snapshot()["completed"] == 0
+
+
+async def queue_behind_a_gate(
+    s: Scheduler, slack_s: float | None
+) -> tuple[Blocking, list[str], list[asyncio.Future[tuple[None, WorkTiming]]]]:
+    """A worker held by a gate; queued behind it, a due window whose listener has
+    ``slack_s`` of audio in hand (None: none) and then a newcomer's first item."""
+    gate, gate_fut = await run_blocking(s, time.monotonic(), owner="gate")
+    order: list[str] = []
+    now = time.monotonic()
+    window = s.submit(
+        lambda: order.append("window"),
+        deadline=now - 0.3,
+        realtime=True,
+        owner="playing",
+        kind="t",
+        slack_until=None if slack_s is None else now + slack_s,
+    )
+    first = s.submit(
+        lambda: order.append("first"),
+        deadline=now,
+        realtime=True,
+        owner="new",
+        kind="t",
+        urgent=True,
+    )
+    return gate, order, [gate_fut, window, first]  # type: ignore[list-item]
+
+
+async def test_a_newcomer_goes_ahead_of_due_work_whose_listener_has_audio_in_hand(
+    one_worker: Scheduler,
+) -> None:
+    s = one_worker
+    gate, order, futs = await queue_behind_a_gate(s, slack_s=10.0)
+    gate.finish.set()
+    await asyncio.wait_for(asyncio.gather(*futs), 5)
+    assert order == ["first", "window"]
+    assert s.snapshot()["newcomers_ahead"] == 1
+
+
+@pytest.mark.parametrize("slack_s", [None, 0.0, 0.02])
+async def test_due_work_whose_listener_is_about_to_run_dry_goes_first(
+    one_worker: Scheduler, slack_s: float | None
+) -> None:
+    """No audio in hand, or less than a first item takes (50 ms before one has run)."""
+    s = one_worker
+    gate, order, futs = await queue_behind_a_gate(s, slack_s=slack_s)
+    gate.finish.set()
+    await asyncio.wait_for(asyncio.gather(*futs), 5)
+    assert order == ["window", "first"]
+    assert s.snapshot()["newcomers_ahead"] == 0
+
+
+async def test_first_items_teach_the_scheduler_how_long_they_take(one_worker: Scheduler) -> None:
+    s = one_worker
+    before = s.first_item_s
+    for _ in range(3):
+        fut = s.submit(
+            lambda: time.sleep(0.2),
+            deadline=time.monotonic(),
+            realtime=True,
+            owner=1,
+            kind="t",
+            urgent=True,
+        )
+        await asyncio.wait_for(fut, 5)
+    assert s.first_item_s > before + 0.05  # 0.2 s runs pull the mean up from its prior
+    fut = s.submit(
+        lambda: time.sleep(0.3), deadline=time.monotonic(), realtime=True, owner=1, kind="t"
+    )
+    learned = s.first_item_s
+    await asyncio.wait_for(fut, 5)
+    assert s.first_item_s == learned  # other work does not count
+
+
+async def test_a_worker_is_crowded_while_another_runs_due_work_or_due_work_waits(
+    two_workers: Scheduler,
+) -> None:
+    s = two_workers
+    seen: list[bool] = []
+
+    def look() -> None:
+        seen.append(s.crowded())
+
+    async def looked() -> bool:
+        fut = s.submit(look, deadline=time.monotonic(), realtime=True, owner="look", kind="t")
+        await asyncio.wait_for(fut, 5)
+        return seen[-1]
+
+    assert not await looked()  # alone
+    ahead, ahead_fut = await run_blocking(s, time.monotonic() + 100, owner=2)
+    assert not await looked()  # work ahead of time steps aside: it crowds nobody
+    ahead.finish.set()
+    await asyncio.wait_for(ahead_fut, 5)
+    due, due_fut = await run_blocking(s, time.monotonic(), owner=3)
+    assert await looked()  # the other worker runs due work
+    due.finish.set()
+    await asyncio.wait_for(due_fut, 5)
+
+
+async def test_a_lone_worker_is_crowded_while_due_work_waits(one_worker: Scheduler) -> None:
+    s = one_worker
+    seen: list[bool] = []
+    gate, gate_fut = await run_blocking(s, time.monotonic(), owner=1)
+    now = time.monotonic()
+    futs = [
+        s.submit(
+            lambda: seen.append(s.crowded()), deadline=now - 2, realtime=True, owner=2, kind="t"
+        ),
+        s.submit(lambda: None, deadline=now - 1, realtime=True, owner=3, kind="t"),
+    ]
+    gate.finish.set()
+    await asyncio.wait_for(asyncio.gather(gate_fut, *futs), 5)
+    assert seen == [True]  # the second item was due and waiting
+    await asyncio.wait_for(
+        s.submit(lambda: seen.append(s.crowded()), deadline=now, realtime=True, owner=4, kind="t"),
+        5,
+    )
+    assert seen == [True, False]
+
+
+async def test_a_lone_stream_s_items_all_run_on_the_first_worker(two_workers: Scheduler) -> None:
+    """The idle worker that comes first takes the next item, so a lone stream keeps one warm
+    thread (a plain condition woke the one idle longest: the items went round the workers)."""
+    s = two_workers
+    names: list[str] = []
+    for _ in range(8):
+        await asyncio.wait_for(
+            s.submit(
+                lambda: names.append(threading.current_thread().name),
+                deadline=time.monotonic(),
+                realtime=True,
+                owner=object(),
+                kind="t",
+            ),
+            5,
+        )
+        # Both workers idle again before the next item (a fixed sleep is not enough on a
+        # busy machine: worker 0 may still be on its way back to waiting).
+        await until(lambda: len(s._idle) == 2)
+    assert names == ["test-0"] * 8
+
+
+async def test_work_submitted_together_still_runs_on_every_worker(two_workers: Scheduler) -> None:
+    """Waking one worker per item must not leave the second item queued behind the first."""
+    s = two_workers
+    a, b = Blocking(), Blocking()
+    now = time.monotonic()
+    futs = [s.submit(w, deadline=now, realtime=True, owner=w, kind="t") for w in (a, b)]
+    await started(a)
+    await started(b)  # both run at once
+    a.finish.set()
+    b.finish.set()
+    await asyncio.wait_for(asyncio.gather(*futs), 5)
+
+
+async def test_each_worker_runs_on_the_cpu_it_was_given() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    given = (cpus[-1], cpus[0])  # reversed, so an unpinned worker cannot pass by chance
+    s = Scheduler(2, name="pinned", cpus=given)
+    s.start()
+    try:
+        a, b = Blocking(), Blocking()
+        seen: dict[str, set[int]] = {}
+
+        def where(work: Blocking) -> Callable[[], int]:
+            def run() -> int:
+                seen[threading.current_thread().name] = os.sched_getaffinity(0)
+                return work()
+
+            return run
+
+        now = time.monotonic()
+        futs = [s.submit(where(w), deadline=now, realtime=True, owner=w, kind="t") for w in (a, b)]
+        await started(a)
+        await started(b)
+        a.finish.set()
+        b.finish.set()
+        await asyncio.wait_for(asyncio.gather(*futs), 5)
+    finally:
+        s.stop()
+    assert seen == {"pinned-0": {given[0]}, "pinned-1": {given[1]}}
+    assert os.sched_getaffinity(0) == set(cpus)  # the caller's own thread is untouched

@@ -1,0 +1,179 @@
+"""How many ONNX Runtime threads a worker uses, and whether they spin (engine/threads.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.model.engine.threads import Pinning, cpu_threads, pinning, spin_wait
+from appliance.ops.config import parse_config
+
+
+def _cpus(monkeypatch: pytest.MonkeyPatch, n: int | set[int]) -> None:
+    cpus = set(range(n)) if isinstance(n, int) else n
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(cpus))
+
+
+@pytest.mark.parametrize(
+    ("cpus", "workers", "threads", "mode", "spins"),
+    [
+        (2, 1, 2, "auto", False),  # the threads would fill every CPU: nothing left for the loop
+        (2, 2, 2, "auto", False),
+        (4, 1, 2, "auto", True),  # two CPUs stay free
+        (4, 2, 2, "auto", False),
+        (8, 2, 3, "auto", True),
+        (4, 1, 1, "auto", False),  # one thread has nobody to wait for
+        (2, 2, 2, "on", True),
+        (16, 1, 2, "off", False),
+    ],
+)
+def test_auto_spins_only_when_a_cpu_stays_free(
+    monkeypatch: pytest.MonkeyPatch, cpus: int, workers: int, threads: int, mode: str, spins: bool
+) -> None:
+    _cpus(monkeypatch, cpus)
+    cfg = parse_config({"engine": {"workers": workers, "spin_wait": mode}})
+    assert spin_wait(cfg, threads) is spins
+
+
+def test_default_threads_are_the_cpus_we_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    _cpus(monkeypatch, 3)
+    assert cpu_threads(parse_config({})) == 3
+    assert cpu_threads(parse_config({"engine": {"intra_op_threads": 1}})) == 1
+
+
+def test_one_worker_on_this_box_builds_sessions_that_do_not_spin(
+    monkeypatch: pytest.MonkeyPatch, voice_cache: Path
+) -> None:
+    """On the model the daemon builds (`Runtime.load`): one worker whose threads take
+    every CPU must not spin."""
+    from appliance.core.runtime import Runtime
+    from appliance.model.engine.onnx import OnnxVoiceModel
+
+    _cpus(monkeypatch, 2)
+    cfg = parse_config(
+        {
+            "voices": {"cache_dir": str(voice_cache)},
+            "engine": {"workers": 1, "backend": "onnx-cpu"},
+        }
+    )
+    rt = Runtime.load(cfg)
+    try:
+        model = rt.voices[rt.default_voice].model
+        assert isinstance(model, OnnxVoiceModel)
+        sessions = [model._decoder, model._prior, model._flow, model._encoder]
+        for session in filter(None, sessions):
+            opts = session.get_session_options()
+            assert opts.intra_op_num_threads == 2
+            assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize(
+    ("cpus", "workers", "threads", "mode", "expected"),
+    [
+        (2, 2, 2, "auto", Pinning(workers=(0, 1), pool=(1,))),  # this box's default
+        (2, 1, 2, "auto", Pinning(workers=(0,), pool=(1,))),
+        (4, 2, 4, "auto", Pinning(workers=(0, 1), pool=(3, 2, 1))),
+        ({3, 5, 9}, 2, 2, "auto", Pinning(workers=(3, 5), pool=(9,))),  # only CPUs we may use
+        (2, 2, 1, "auto", None),  # one thread: no pool threads, nothing to keep apart
+        (2, 3, 2, "auto", None),  # more workers than CPUs
+        (2, 2, 3, "auto", None),  # more threads than CPUs
+        (1, 1, 1, "auto", None),
+        (2, 2, 2, "off", None),
+    ],
+)
+def test_workers_first_pool_threads_last(
+    monkeypatch: pytest.MonkeyPatch,
+    cpus: int | set[int],
+    workers: int,
+    threads: int,
+    mode: str,
+    expected: Pinning | None,
+) -> None:
+    _cpus(monkeypatch, cpus)
+    cfg = parse_config({"engine": {"workers": workers, "pin_threads": mode}})
+    assert pinning(cfg, threads) == expected
+
+
+def _single_cpu_threads() -> dict[str, set[int]]:
+    """This process's threads that may run on one CPU only, by thread id."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        cpus = os.sched_getaffinity(int(tid))
+        if len(cpus) == 1:
+            out[tid] = cpus
+    return out
+
+
+def _affinities(session: Any) -> str | None:
+    try:
+        entry: str = session.get_session_options().get_session_config_entry(
+            "session.intra_op_thread_affinities"
+        )
+    except RuntimeError:  # onnxruntime's answer for an entry never set
+        return None
+    return entry
+
+
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_the_daemon_s_workers_and_pool_threads_run_where_the_plan_says(
+    voice_cache: Path, mode: str
+) -> None:
+    """On what `Runtime.load` builds, with this machine's real CPUs: the sessions carry the
+    pool threads' CPUs, ONNX Runtime's pool threads are pinned there, and each worker runs
+    items on its own CPU; with ``off``, nothing is pinned."""
+    from appliance.core.runtime import Runtime
+    from appliance.model.engine.onnx import OnnxVoiceModel
+
+    cfg = parse_config(
+        {
+            "voices": {"cache_dir": str(voice_cache)},
+            "engine": {"backend": "onnx-cpu", "pin_threads": mode},
+        }
+    )
+    plan = pinning(cfg, cpu_threads(cfg))
+    cpus = sorted(os.sched_getaffinity(0))
+    if mode == "auto" and len(cpus) >= 2:  # the default on any box of 2 CPUs or more
+        assert plan == Pinning(workers=(cpus[0], cpus[1]), pool=tuple(cpus[:0:-1]))
+    before = _single_cpu_threads()
+    rt = Runtime.load(cfg)
+    try:
+        workers = {str(t.native_id) for t in rt.scheduler._threads}
+        pinned_now = {t: c for t, c in _single_cpu_threads().items() if t not in before}
+        # ONNX Runtime's pool threads only: worker 1 shares its CPU with them.
+        pool_now = {t: c for t, c in pinned_now.items() if t not in workers}
+        model = rt.voices[rt.default_voice].model
+        assert isinstance(model, OnnxVoiceModel)
+        parallel = [s for s in (model._decoder, model._prior, model._flow) if s is not None]
+        entries = {_affinities(s) for s in parallel}
+
+        async def where() -> list[set[int]]:
+            loop_items = [
+                rt.scheduler.submit(
+                    lambda: os.sched_getaffinity(0),
+                    deadline=0.0,
+                    realtime=True,
+                    owner=k,
+                    kind="t",
+                )
+                for k in range(rt.scheduler.workers)
+            ]
+            return [r for r, _timing in await asyncio.gather(*loop_items)]
+
+        seen = asyncio.run(where())
+    finally:
+        rt.close()
+    if plan is None:
+        assert entries == {None}
+        assert not pinned_now
+        assert all(c == set(cpus) for c in seen)
+        return
+    assert entries == {";".join(str(c + 1) for c in plan.pool)}
+    pool_threads = [c for c in pool_now.values() if c <= set(plan.pool)]
+    assert len(pool_threads) >= len(parallel) * len(plan.pool)
+    assert all(len(c) == 1 and c <= set(plan.workers) for c in seen)

@@ -1,0 +1,147 @@
+"""Windowed decoding: exact against the fused model, and decoded ahead in large windows."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from appliance.model.engine.base import Scales
+from appliance.model.engine.onnx import OnnxVoiceModel
+from appliance.model.engine.windows import (
+    AHEAD_MAX_FRAMES,
+    MAX_WINDOW_FRAMES,
+    decode_span,
+    decode_windows,
+)
+from appliance.model.voices import CUT_TOLERANCE
+from appliance.speech import IntArray
+from tests.fakes.voice import RecordingModel, real_voice
+
+HOP = 256
+ZERO = Scales(0.0, 1.0, 0.0)
+TEXT = (
+    "The committee met on a cold and windy morning to review the proposal for the new "
+    "library building, which would replace the old structure in the town square."
+)
+
+
+@functools.lru_cache(maxsize=1)
+def model_and_ids() -> tuple[OnnxVoiceModel, IntArray]:
+    from appliance.text.phonemize import Phonemizer
+
+    voice, _ = real_voice()
+    assert voice.cut is not None
+    model = OnnxVoiceModel.load(
+        voice.model_path,
+        voice.encoder_path,
+        voice.decoder_path,
+        voice.cut,
+        1,
+        flow=voice.flow_split,
+    )
+    return model, Phonemizer(voice.info).ids(TEXT)
+
+
+def chunks_of(total: int, sizes: list[int]) -> list[tuple[int, int]]:
+    out, a = [], 0
+    for n in sizes:
+        if a >= total:
+            break
+        out.append((a, min(total, a + n)))
+        a += n
+    if a < total:
+        out.append((a, total))
+    return out
+
+
+def test_streamed_chunks_equal_the_fused_model() -> None:
+    model, ids = model_and_ids()
+    fused = model.fused(ids, ZERO, None)
+    enc = model.encode_prior(ids, ZERO, None)
+    # A dialog stream's chunk sizes: small first, growing, then capped.
+    spans = chunks_of(enc.frames, [8, 18, 37, 69, 69, 69, 69, 69])
+    out = np.concatenate([decode_span(model, enc, a, b, 16, HOP) for a, b in spans])
+    assert out.shape == fused.shape
+    assert float(np.max(np.abs(out - fused))) <= CUT_TOLERANCE
+
+
+def test_a_span_out_of_order_is_decoded_afresh_and_still_exact() -> None:
+    model, ids = model_and_ids()
+    enc = model.encode(ids, ZERO, None)
+    reference = decode_windows(model, model.encode(ids, ZERO, None), 32, 16, HOP)
+    decode_span(model, enc, 0, 8, 16, HOP)
+    decode_span(model, enc, 8, 30, 16, HOP)  # decodes ahead of 30
+    again = decode_span(model, enc, 100, 140, 16, HOP)  # not where the stream was
+    np.testing.assert_allclose(again, reference[100 * HOP : 140 * HOP], atol=CUT_TOLERANCE)
+    back = decode_span(model, enc, 10, 20, 16, HOP)
+    np.testing.assert_allclose(back, reference[10 * HOP : 20 * HOP], atol=CUT_TOLERANCE)
+
+
+def test_the_first_chunk_decodes_nothing_ahead() -> None:
+    model, ids = model_and_ids()
+    counting = RecordingModel(model)
+    enc = counting.encode_prior(ids, ZERO, None)
+    decode_span(counting, enc, 0, 8, 16, HOP)
+    assert counting.decoded == [8 + 16]
+    assert enc.ahead is None
+
+
+def test_a_long_clause_is_decoded_in_windows_larger_than_its_chunks() -> None:
+    model, ids = model_and_ids()
+    counting = RecordingModel(model)
+    enc = counting.encode(ids, ZERO, None)
+    spans = chunks_of(enc.frames, [8, 18, 37] + [69] * 20)
+    for a, b in spans:
+        decode_span(counting, enc, a, b, 16, HOP)
+    # Chunk by chunk, each 69-frame chunk would cost 69 + 32 frames (1.46x); decoded
+    # ahead in windows of up to AHEAD_MAX_FRAMES the whole clause costs far less.
+    assert len(counting.decoded) < len(spans)
+    assert max(counting.decoded) <= AHEAD_MAX_FRAMES + 2 * 16
+    assert sum(counting.decoded) <= 1.35 * enc.frames
+
+
+def test_a_whole_long_clause_is_decoded_in_bounded_runs_and_still_exact() -> None:
+    """A sentence-mode chunk is the whole clause; longer than MAX_WINDOW_FRAMES it is
+    decoded run after run (the arenas then keep a bounded run's buffers, not a whole
+    sentence's), each run with its context, and the samples are the same."""
+    model, _ = model_and_ids()
+    from appliance.text.phonemize import Phonemizer
+
+    voice, _ = real_voice()
+    ids = Phonemizer(voice.info).ids(TEXT + " " + TEXT)
+    fused = model.fused(ids, ZERO, None)
+    counting = RecordingModel(model)
+    enc = counting.encode_prior(ids, ZERO, None)
+    assert enc.frames > MAX_WINDOW_FRAMES + 16
+    out = decode_span(counting, enc, 0, enc.frames, 16, HOP)
+    assert len(counting.decoded) == -(-enc.frames // MAX_WINDOW_FRAMES)
+    assert max(counting.decoded) <= MAX_WINDOW_FRAMES + 2 * 16
+    assert out.shape == fused.shape
+    assert float(np.max(np.abs(out - fused))) <= CUT_TOLERANCE
+
+
+def test_with_the_cores_wanted_elsewhere_a_chunk_costs_only_its_own_frames() -> None:
+    """``ahead=False`` (other work waits): every chunk is its own decode, no larger than
+    its frames and context, the flow runs only a little past what is asked, and the
+    samples are still the fused model's."""
+    model, ids = model_and_ids()
+    fused = model.fused(ids, ZERO, None)
+    counting = RecordingModel(model)
+    enc = counting.encode_prior(ids, ZERO, None)
+    spans = chunks_of(enc.frames, [8, 18, 37] + [69] * 20)
+    out = []
+    for k, (a, b) in enumerate(spans):
+        out.append(decode_span(counting, enc, a, b, 16, HOP, ahead=False))
+        if k == 1:  # the flow went no further than the next chunk needs (and its minimum)
+            assert enc.ready <= b + 16 + 2 * model.flow_context < enc.frames
+    assert len(counting.decoded) == len(spans)
+    assert all(n <= (b - a) + 2 * 16 for n, (a, b) in zip(counting.decoded, spans, strict=True))
+    audio = np.concatenate(out)
+    assert audio.shape == fused.shape
+    assert float(np.max(np.abs(audio - fused))) <= CUT_TOLERANCE
+    # The same stream with the cores free: the second chunk runs the rest of the flow.
+    again = model.encode_prior(ids, ZERO, None)
+    for a, b in spans[:2]:
+        decode_span(model, again, a, b, 16, HOP)
+    assert again.ready == again.frames
