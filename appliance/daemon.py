@@ -11,7 +11,7 @@
   (a hung file must neither stall the loop nor keep SIGTERM waiting), the live keys
   applied; one reload at a time, a SIGHUP during one asks for one more after it.
 - **stop** — every door closes its listener, then the core drains what is in flight up
-  to ``server.shutdown_timeout_s`` and ends the rest with ``shutting_down``.
+  to ``limits.shutdown_timeout_s`` and ends the rest with ``shutting_down``.
 - **close** — the doors (their connections, socket files), the core, the voices.
 
 State lives in attributes; tests reach in only through :class:`Seams`, passed in by the
@@ -282,12 +282,12 @@ class Daemon:
 
     async def stop(self) -> None:
         """Let the core drain what is in flight, whatever door it came through, up to
-        ``server.shutdown_timeout_s``; the rest ends with ``shutting_down``."""
+        ``limits.shutdown_timeout_s``; the rest ends with ``shutting_down``."""
         for door in self.doors:
             door.close_listener()
         if self.service is not None and self.runtime is not None:
             log.info("shutting down")
-            await self.service.shutdown(self.runtime.config.server.shutdown_timeout_s)
+            await self.service.shutdown(self.runtime.config.limits.shutdown_timeout_s)
             log.info("shutdown complete")
 
     async def close(self) -> None:

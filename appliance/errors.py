@@ -1,6 +1,6 @@
-"""Errors every front end shares: a code from the documented list and a message.
+"""Errors every door shares: a code from the documented list and a message.
 
-The service core raises :class:`ServiceError`; each front end maps it onto its own
+The service core raises :class:`ServiceError`; each door maps it onto its own
 wire (protocol v1's ``error`` event, Wyoming's ``error``, an HTTP status and body).
 """
 

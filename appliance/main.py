@@ -53,7 +53,7 @@ def cmd_serve(args: argparse.Namespace, seams: Seams | None = None) -> int:
         bind_self(cfg.tuning, nvml.load())  # logs what it did
     from appliance.ops.paths import default_socket_path, prepare_socket_dir
 
-    path = Path(args.socket or cfg.server.socket or default_socket_path())
+    path = Path(args.socket or cfg.v1.socket or default_socket_path())
     if args.http:
         cfg = dataclasses.replace(cfg, http=dataclasses.replace(cfg.http, listen=args.http))
     if args.wyoming:

@@ -1,4 +1,4 @@
-"""The neutral types every front end speaks to the service core in.
+"""The neutral types every door speaks to the service core in.
 
 A :class:`SpeechRequest` says what to say and how; a stream answers with
 :class:`Chunk` objects: float samples at the voice's rate with the request's

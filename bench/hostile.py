@@ -442,7 +442,7 @@ def lexicon_cases(out: Path) -> dict[str, Result]:
 
 def run(out: Path, only: set[str] | None) -> dict[str, Result]:
     results: dict[str, Result] = {}
-    box = Box(out, {"server": {"max_text_chars": 20000}})
+    box = Box(out, {"limits": {"max_text_chars": 20000}})
     try:
         cases = {**v1_cases(box), **wyoming_cases(box), **http_cases(box)}
         for name, fn in cases.items():

@@ -184,7 +184,7 @@ def daemon(daemon_factory: DaemonFactory) -> Daemon:
     """One shared daemon with test-friendly limits (short client_too_slow)."""
     return daemon_factory(
         {
-            "server": {
+            "limits": {
                 "client_too_slow_s": 2.0,
                 "max_output_buffer_bytes": 262144,
                 "max_text_chars": 20000,

@@ -151,7 +151,7 @@ class Runtime:
     def frontend_limits(self) -> FrontendLimits:
         c = self.config
         return FrontendLimits(
-            max_chars=c.server.max_text_chars,
+            max_chars=c.limits.max_text_chars,
             sentence_chars=c.streaming.max_sentence_chars,
             first_clause_chars=c.streaming.first_clause_chars,
         )
@@ -232,9 +232,9 @@ class Runtime:
             "default_voice": self.default_voice,
             "formats": ["s16le", "f32le"],
             "limits": {
-                "max_text_chars": c.server.max_text_chars,
-                "max_message_bytes": c.server.max_message_bytes,
-                "max_inflight_per_connection": c.server.max_inflight_per_connection,
+                "max_text_chars": c.limits.max_text_chars,
+                "max_message_bytes": c.limits.max_message_bytes,
+                "max_inflight_per_connection": c.limits.max_inflight_per_connection,
             },
         }
 

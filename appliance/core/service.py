@@ -1,15 +1,15 @@
-"""The service core every front end calls: one request path, one registry of live streams.
+"""The service core every door calls: one request path, one registry of live streams.
 
-A front end (protocol v1, Wyoming, HTTP, …) turns its wire messages into a
+A door (protocol v1, Wyoming, HTTP, …) turns its wire messages into a
 :class:`~appliance.speech.SpeechRequest`, then::
 
-    stream = await service.open_stream(req, frontend="wyoming")   # ServiceError if refused
+    stream = await service.open_stream(req, door="wyoming")   # ServiceError if refused
     result = await stream.run(emit)        # emit(chunk) for every Chunk; ServiceError on failure
 
 ``open_stream`` does everything a request needs before its first work item: the
 daemon-wide cap, admission (``busy``), voice and speaker, the frontend (in the
 service's own bounded executor).  ``run`` produces the chunks on the shared
-scheduler; ``emit`` applies the front end's back-pressure by taking its time.
+scheduler; ``emit`` applies the door's back-pressure by taking its time.
 ``cancel`` (a client's cancel, a disconnect) ends ``run`` at once with
 ``result.cancelled``; the daemon's shutdown ends it with ``shutting_down``.
 Text that streams in: ``SpeechRequest(text_stream=True)``, then
@@ -23,7 +23,6 @@ Nothing here imports a wire format.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import itertools
@@ -42,7 +41,8 @@ from appliance.errors import ErrorCode, ServiceError
 from appliance.model.engine.base import Scales
 from appliance.ops.metrics import LiveNumbers
 from appliance.playback import NoAudioDevice, Utterance
-from appliance.speech import Chunk, Mark, SpeechRequest
+from appliance.playback.speak import Speech
+from appliance.speech import Chunk, SpeechRequest
 from appliance.text.frontend import Clause, FrontendLimits, prepare
 
 log = logging.getLogger(__name__)
@@ -50,16 +50,13 @@ reqlog = logging.getLogger("ttsd.request")
 
 Emit = Callable[[Chunk], Awaitable[None]]
 
-_MARK_POLL_S = 0.005
-"""How often ``speak`` checks the device's progress for SSML marks (well under a word)."""
-
 _FRONTEND_THREADS = 2
 """Text normalisation is a few ms of pure Python per request: two threads keep one long
 text from holding up everyone else's, without competing with the inference workers."""
 
 
 class Door(Protocol):
-    """A front end beyond protocol v1 (Wyoming, HTTP …), run by ``ttsd serve``.
+    """A door (protocol v1, Wyoming, HTTP …), run by the daemon (appliance.daemon).
 
     Shutdown order: every door's ``close_listener``, then the core drains in-flight
     streams (ending the rest with ``shutting_down``), then every door's ``close``."""
@@ -98,7 +95,7 @@ class Stream:
         self,
         service: Service,
         req: SpeechRequest,
-        frontend: str,
+        door: str,
         voice: VoiceRuntime,
         speaker: int | None,
         t_request: float,
@@ -106,11 +103,12 @@ class Stream:
     ) -> None:
         self.service = service
         self.request = req
-        self.frontend = frontend
+        self.door = door
+        """The door it came through (its name: "protocol-v1", "wyoming", "http")."""
         self.voice = voice
         self.speaker = speaker
         self.label = label
-        """The front end's name for it (connection and id), for ``stats``."""
+        """The door's name for it (connection and id), for ``stats``."""
         self.number = next(service._numbers)
         self.t_request = t_request
         self.job: SynthesisJob | None = None
@@ -122,7 +120,7 @@ class Stream:
         self.utterance: Utterance | None = None
         self._done = False
 
-    # -- what the front end reads
+    # -- what the door reads
 
     @property
     def sample_rate(self) -> int:
@@ -196,7 +194,7 @@ class Stream:
         )
 
     def snapshot(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"stream": self.number, "frontend": self.frontend}
+        d: dict[str, Any] = {"stream": self.number, "frontend": self.door}
         if self.label:
             d.update(self.label)
         job = self.job
@@ -238,14 +236,14 @@ class Stream:
                 await self._job_task
             except asyncio.CancelledError:
                 if self.cancel_reason is None and self._failure is None:
-                    raise  # the front end's own task was cancelled
+                    raise  # the door's own task was cancelled
             self._raise_if_ended()
             stats = job.stats.to_dict()
             if self.realtime and self.cancel_reason is None:
                 self.service.admission.observe(job.stats.compute_s, job.stats.audio_s)
             cancelled = self.cancel_reason is not None
             outcome = "cancelled" if cancelled else "end"
-            self.service.runtime.metrics.request_done(stats, cancelled, self.frontend)
+            self.service.runtime.metrics.request_done(stats, cancelled, self.door)
             return StreamResult(stats, cancelled, reason=outcome)
         except ServiceError as exc:
             outcome = exc.code
@@ -285,7 +283,7 @@ class Stream:
         reqlog.info(
             "stream=%d frontend=%s label=%s chars=%d result=%s ttfp_ms=%s audio_ms=%s rtf=%s",
             self.number,
-            self.frontend,
+            self.door,
             self.label,
             len(self.feed.text) if self.feed is not None else len(self.request.text),
             outcome,
@@ -295,7 +293,7 @@ class Stream:
         )
 
     def close(self) -> None:
-        """Release a stream that will not be run (the front end failed before ``run``)."""
+        """Release a stream that will not be run (the door failed before ``run``)."""
         if self._done:
             return
         self.cancel("closed")
@@ -312,103 +310,25 @@ class Stream:
         """``speak``: synthesize into the player; ``on_queued(position)``, then
         ``on_started(latency_ms)`` when the first sample reaches the device, and
         ``on_mark(name)`` for each SSML mark when the device is handed its sample."""
-        rt = self.service.runtime
-        player = rt.player
-        job = self.job
-        assert job is not None
         outcome = "error"
         stats: dict[str, Any] = {}
-        started_task: asyncio.Task[None] | None = None
-        marks_task: asyncio.Task[None] | None = None
         try:
             if self._failure is not None:
                 raise self._failure  # failed before it ran (see run)
-            if player is None:
-                raise ServiceError(ErrorCode.NO_AUDIO_DEVICE, "playback is off in this daemon")
-            req = self.request
-            try:
-                utt = player.submit(
-                    req.priority, req.volume, self.voice.sample_rate, self.service_key
-                )
-            except NoAudioDevice as exc:
-                raise ServiceError(
-                    ErrorCode.NO_AUDIO_DEVICE, str(exc) or "no audio device"
-                ) from exc
-            except ValueError as exc:
-                raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from exc
-            self.utterance = utt
+            utt = self._utterance()
             await on_queued(utt.position)
             if self.cancel_reason is not None:
                 utt.cancel()
-
-            marks: collections.deque[Mark] = collections.deque()
-            marks_changed = asyncio.Event()
-
-            async def emit(chunk: Chunk) -> None:
-                if not utt.push(chunk.samples):
-                    # Cut, dropped or stopped: no one will hear the rest, so stop making it.
-                    raise asyncio.CancelledError()
-                if chunk.marks and on_mark is not None:
-                    marks.extend(chunk.marks)
-                    marks_changed.set()
-
-            async def relay_marks() -> None:
-                # The player counts the frames it hands to the device; a mark is reported
-                # once its sample is among them (polled: the audio thread must not call
-                # into the loop for every callback).
-                assert on_mark is not None and started_task is not None
-                await asyncio.shield(started_task)  # 'started' goes out first
-                if utt.latency_ms is None and utt.end_info is not None:
-                    return  # never started: nothing was heard
-                while True:
-                    while not marks:
-                        marks_changed.clear()
-                        await marks_changed.wait()
-                    mark = marks[0]
-                    # (2 ms early: the resampler may hand over a few frames fewer at the end)
-                    target = max(0.0, mark.offset_ms - 2.0) * utt.out_rate / 1000.0
-                    while utt.frames_played < target:
-                        if utt.end_info is not None:
-                            return  # ended before that sample was played: not heard
-                        await asyncio.sleep(_MARK_POLL_S)
-                    marks.popleft()
-                    on_mark(mark.name)
-
-            async def produce() -> None:
-                try:
-                    await job.run(emit)
-                finally:
-                    utt.finish()
-
-            async def relay_started() -> None:
-                latency = await utt.wait_started()
-                if latency is not None:
-                    # The player counts from its submit; the request arrived before the frontend.
-                    on_started(latency + (utt.created - self.t_request) * 1000.0)
-
-            self._job_task = asyncio.create_task(produce())
-            started_task = asyncio.create_task(relay_started())
-            if on_mark is not None:
-                marks_task = asyncio.create_task(relay_marks())
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._job_task
-            info = await utt.wait_ended()
-            if marks_task is not None:
-                # Marks on the last samples: the device has them now.
-                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(marks_task), timeout=0.2)
-            # Let 'started' go out first when it happened.
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(asyncio.shield(started_task), timeout=0.5)
+            waited_ms = (utt.created - self.t_request) * 1000.0
+            info = await Speech(utt, on_started, on_mark, waited_ms).play(self._produce)
             self._raise_if_ended()
-            stats = job.stats.to_dict()
-            stats.update(info.stats)
-            stats["reason"] = info.reason
+            assert self.job is not None
+            stats = {**self.job.stats.to_dict(), **info.stats, "reason": info.reason}
             if info.reason == "device_lost":
                 raise ServiceError(ErrorCode.NO_AUDIO_DEVICE, "the audio device was lost")
             cancelled = info.cancelled or self.cancel_reason is not None
             outcome = "cancelled" if cancelled else info.reason
-            rt.metrics.request_done(stats, cancelled, self.frontend)
+            self.service.runtime.metrics.request_done(stats, cancelled, self.door)
             return StreamResult(stats, cancelled, info.interrupted, outcome)
         except ServiceError as exc:
             outcome = exc.code
@@ -418,14 +338,32 @@ class Stream:
             outcome = ErrorCode.INTERNAL
             raise ServiceError(ErrorCode.INTERNAL, type(exc).__name__) from exc
         finally:
-            if started_task is not None:
-                started_task.cancel()
-            if marks_task is not None:
-                marks_task.cancel()
             self._end(outcome, stats)
 
+    def _utterance(self) -> Utterance:
+        """This request's place in the player's queue (ServiceError when it has none)."""
+        player = self.service.runtime.player
+        if player is None:
+            raise ServiceError(ErrorCode.NO_AUDIO_DEVICE, "playback is off in this daemon")
+        req = self.request
+        try:
+            utt = player.submit(req.priority, req.volume, self.voice.sample_rate, self.service_key)
+        except NoAudioDevice as exc:
+            raise ServiceError(ErrorCode.NO_AUDIO_DEVICE, str(exc) or "no audio device") from exc
+        except ValueError as exc:
+            raise ServiceError(ErrorCode.BAD_REQUEST, str(exc)) from exc
+        self.utterance = utt
+        return utt
+
+    async def _produce(self, emit: Emit) -> None:
+        """The job, as its own task (``cancel`` stops it), into ``emit``."""
+        assert self.job is not None
+        self._job_task = asyncio.create_task(self.job.run(emit))
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._job_task
+
     service_key: Hashable = None
-    """Whose speech a ``stop`` silences (set by the front end: the peer's uid)."""
+    """Whose speech a ``stop`` silences (set by the door: the peer's uid)."""
 
 
 @dataclass
@@ -483,7 +421,7 @@ class Service:
         self,
         req: SpeechRequest,
         *,
-        frontend: str,
+        door: str,
         label: dict[str, Any] | None = None,
         speak_key: Hashable = None,
     ) -> Stream:
@@ -498,10 +436,10 @@ class Service:
             if self.stopping:
                 raise ServiceError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
             req.validate()
-            if len(self.streams) >= cfg.server.max_streams:
+            if len(self.streams) >= cfg.limits.max_streams:
                 raise ServiceError(
                     ErrorCode.TOO_MANY_REQUESTS,
-                    f"the daemon has {cfg.server.max_streams} requests in flight",
+                    f"the daemon has {cfg.limits.max_streams} requests in flight",
                 )
             if req.text_format == "ssml" and req.text_stream:
                 # An SSML document is parsed whole; a stream of text has no end to wait for.
@@ -521,7 +459,7 @@ class Service:
         except ServiceError as exc:
             self.record_error(exc.code)
             raise
-        stream = Stream(self, req, frontend, voice, sid, t0, label)
+        stream = Stream(self, req, door, voice, sid, t0, label)
         stream.service_key = speak_key
         self._register(stream)
         try:
@@ -706,7 +644,7 @@ class Service:
             cb()
 
     def add_door(self, name: str, connections: Callable[[], int]) -> None:
-        """A front end reports its open connections to ``stats``."""
+        """A door reports its open connections to ``stats``."""
         self.doors.append(_DoorStats(name, connections))
 
     # ------------------------------------------------------------ views
@@ -740,7 +678,7 @@ class Service:
         rt = self.runtime
         streams: dict[str, int] = {}
         for s in self.streams:
-            streams[s.frontend] = streams.get(s.frontend, 0) + 1
+            streams[s.door] = streams.get(s.door, 0) + 1
         health = self.health()
         playback = None
         if rt.player is not None:

@@ -192,7 +192,7 @@ class JobStats:
 
 
 Emit = Callable[[Chunk], Awaitable[None]]
-"""Hands one chunk to its front end (which applies back-pressure by taking its time)."""
+"""Hands one chunk to its door (which applies back-pressure by taking its time)."""
 
 
 class ClauseQueue:

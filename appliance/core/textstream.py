@@ -197,7 +197,7 @@ class TextFeed:
         self._timeout = loop.call_later(timeout_s, self._timed_out)
         self._task = loop.create_task(self._feed())
 
-    # -- from the front end (on the event loop)
+    # -- from the door (on the event loop)
 
     def append(self, text: str, flush: bool = False) -> None:
         if self.finished or self.failed:

@@ -1,6 +1,6 @@
 """Audio container and codec encoders that stream: bytes out chunk by chunk, never at the end.
 
-Used by the HTTP front end (``response_format``).  ``wav`` and ``pcm`` are written
+Used by the HTTP door (``response_format``).  ``wav`` and ``pcm`` are written
 here (a WAV header with "unknown length" sizes, then s16le samples as they come);
 ``flac``, ``mp3`` and ``opus`` (Ogg) go through libsndfile (the ``soundfile`` wheel
 carries it with libFLAC, LAME/mpg123 and libopus), writing into an in-memory sink

@@ -1,4 +1,4 @@
-"""HTTP front end: OpenAI's ``POST /v1/audio/speech``, voices, models, health, metrics.
+"""The HTTP door: OpenAI's ``POST /v1/audio/speech``, voices, models, health, metrics.
 
 A :class:`~appliance.core.service.Door` on the service core, served by aiohttp (an asyncio
 HTTP server that streams responses; no HTTP parsing here).  Endpoints:
@@ -11,8 +11,8 @@ HTTP server that streams responses; no HTTP parsing here).  Endpoints:
 - ``GET /metrics`` — the daemon's Prometheus registry (:mod:`appliance.ops.metrics`).
 
 Limits as protocol v1's: a key is required off loopback (constant-time compare), the
-body is capped (413), the body must arrive within ``server.frame_timeout_s``, and a client
-that stops reading is ended after ``server.client_too_slow_s`` beyond the audio it holds.
+body is capped (413), the body must arrive within ``limits.frame_timeout_s``, and a client
+that stops reading is ended after ``limits.client_too_slow_s`` beyond the audio it holds.
 What a connection may hold before its request is known (counted from accept, head timeouts
 and size, descriptors kept for the Unix socket) is :mod:`appliance.doors.httpguard`'s.  Every
 refusal is OpenAI's JSON error; a bug on a request's path is a JSON 500 ``internal``.  A
@@ -50,13 +50,13 @@ from appliance.doors.formats import FORMATS, Encoder, SoundfileOut, make_encoder
 from appliance.doors.httpguard import Guard, GuardedHandler
 from appliance.doors.net import ClientTooSlow, Outbox, drop_connection, quiet_accept_errors
 from appliance.errors import ErrorCode, ServiceError
-from appliance.ops.config import HttpConfig, ServerConfig
+from appliance.ops.config import HttpConfig, LimitsConfig
 from appliance.ops.logsetup import Throttle
 from appliance.speech import Chunk, SpeechRequest
 
 log = logging.getLogger(__name__)
 
-FRONTEND = "http"
+DOOR = "http"
 
 OPENAI_VOICES = (
     "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer",
@@ -242,7 +242,7 @@ def is_loopback(host: str) -> bool:
 
 
 class HttpDoor:
-    name = FRONTEND
+    name = DOOR
 
     def __init__(self, service: Service, cfg: HttpConfig, listen: str | None = None) -> None:
         self.service = service
@@ -294,7 +294,7 @@ class HttpDoor:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.metrics)
-        srv = self.service.runtime.config.server
+        srv = self.service.runtime.config.limits
         handler_args: dict[str, Any] = {
             "access_log": None,
             "keepalive_timeout": srv.idle_timeout_s or 75.0,
@@ -319,7 +319,7 @@ class HttpDoor:
         loop = asyncio.get_running_loop()
         quiet_accept_errors(loop)
         guard = self._guard_state = Guard(
-            lambda: self.cfg, lambda: self.service.runtime.config.server.reserved_fds
+            lambda: self.cfg, lambda: self.service.runtime.config.limits.reserved_fds
         )
 
         def handler() -> GuardedHandler:
@@ -330,7 +330,7 @@ class HttpDoor:
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._pool = ThreadPoolExecutor(_ENCODE_THREADS, "http-encode")
-        self.service.add_door(FRONTEND, self._connections)
+        self.service.add_door(DOOR, self._connections)
         log.info(
             "http: listening on %s:%d (%s)",
             host,
@@ -499,9 +499,7 @@ class HttpDoor:
                 resp.force_close()
             return resp
         try:
-            stream = await self.service.open_stream(
-                req, frontend=FRONTEND, label={"peer": request.remote}
-            )
+            stream = await self.service.open_stream(req, door=DOOR, label={"peer": request.remote})
         except ServiceError as exc:  # counted by the core
             return error_response(exc, "voice" if exc.code == ErrorCode.UNKNOWN_VOICE else None)
         try:
@@ -518,7 +516,7 @@ class HttpDoor:
         # (no keep-alive: the rest of the body would be read as the next request's head).
         if request.content_length is not None and request.content_length > limit:
             raise _Closing(ErrorCode.FRAME_TOO_LARGE, f"the body may be at most {limit} bytes")
-        timeout = self.service.runtime.config.server.frame_timeout_s
+        timeout = self.service.runtime.config.limits.frame_timeout_s
         try:
             async with asyncio.timeout(timeout):
                 raw = await request.read()
@@ -550,7 +548,7 @@ class HttpDoor:
             stream,
             await self._encoder(body, stream),
             self._pool,
-            lambda: self.service.runtime.config.server,
+            lambda: self.service.runtime.config.limits,
         )
         try:
             result = await self._run(sink, stream)
@@ -628,7 +626,7 @@ class _AudioSink:
         stream: Stream,
         encoder: Encoder,
         pool: ThreadPoolExecutor | None,
-        limits: Callable[[], ServerConfig],
+        limits: Callable[[], LimitsConfig],
     ) -> None:
         self.request, self.body, self.stream, self.encoder = request, body, stream, encoder
         self._pool = pool

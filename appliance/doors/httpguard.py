@@ -5,7 +5,7 @@ be held for long or cost much:
 
 - **Counted from accept.**  A connection takes one of ``http.max_connections`` slots the
   moment it is accepted, not when its request is parsed, and file descriptors are kept
-  for the Unix socket and the daemon's own files (``server.reserved_fds``): a TCP
+  for the Unix socket and the daemon's own files (``limits.reserved_fds``): a TCP
   connection that would leave fewer free is not kept.
 - **Full door.**  The oldest connection still waiting for its request head (one that
   never passed the key check first) is closed to make room; only when every connection

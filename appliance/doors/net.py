@@ -8,7 +8,7 @@ framing and dispatch.
   ``SO_PEERGROUPS``) and the one rule for who may connect (:func:`authorize_peer`).
 - **Sockets**: binding a Unix socket owner-only then opening it up, replacing only a
   stale one, removing only our own.
-- **Slots** (:class:`ClientSlots`): ``server.max_connections`` less the
+- **Slots** (:class:`ClientSlots`): ``limits.max_connections`` less the
   ``reserved_connections`` kept for root and the daemon's user, and
   ``max_connections_per_uid`` for any one client (a uid, a host); file descriptors kept
   for them (``reserved_fds``).
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from appliance.errors import ErrorCode, ServiceError
-from appliance.ops.config import Config, ServerConfig
+from appliance.ops.config import Config, LimitsConfig, V1Config
 from appliance.ops.logsetup import Throttle
 
 log = logging.getLogger(__name__)
@@ -151,9 +151,7 @@ def remove_stale_socket(path: Path) -> None:
     raise OSError(errno.EADDRINUSE, f"another daemon is serving on {path}")
 
 
-async def authorize_peer(
-    peer: Peer | None, cfg: ServerConfig, socket_gid: int | None
-) -> str | None:
+async def authorize_peer(peer: Peer | None, cfg: V1Config, socket_gid: int | None) -> str | None:
     """None if the peer of a Unix socket whose file has group ``socket_gid`` may connect,
     else the reason it may not (every Unix-socket door applies the same rule)."""
     if peer is None:
@@ -217,9 +215,9 @@ _quiet_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 def fds_needed(cfg: Config) -> int:
     """File descriptors the configured limits can take at once: the daemon's own, each
-    door's connections (Wyoming is capped by ``server.max_connections`` as v1 is), the
+    door's connections (Wyoming is capped by ``limits.max_connections`` as v1 is), the
     HTTP door's refusals in progress, and the reserve the TCP doors leave free."""
-    s = cfg.server
+    s = cfg.limits
     need = _OWN_FDS + s.reserved_fds + s.max_connections
     if cfg.wyoming.uri:
         need += s.max_connections
@@ -245,10 +243,10 @@ def raise_fd_limit(cfg: Config) -> int:
         log.warning(
             "open files: the connection limits need %d descriptors (see docs/service.md,"
             ' "File descriptors"), the limit is %d: raise LimitNOFILE or lower'
-            " server.max_connections / http.max_connections; TCP doors keep %d free",
+            " limits.max_connections / http.max_connections; TCP doors keep %d free",
             need,
             soft,
-            cfg.server.reserved_fds,
+            cfg.limits.reserved_fds,
         )
     return soft
 
@@ -322,13 +320,13 @@ def remove_own_socket(path: Path, socket_id: tuple[int, int]) -> None:
 
 class ClientSlots:
     """A door's connection slots: all of them (less the few kept for root and the daemon's
-    user) and those of any one client (a uid, a host), each capped by ``server.*``."""
+    user) and those of any one client (a uid, a host), each capped by ``limits.*``."""
 
     def __init__(self) -> None:
         self._held: dict[object, int] = {}
 
     def refusal(
-        self, limits: ServerConfig, open_now: int, client: object, is_privileged: bool
+        self, limits: LimitsConfig, open_now: int, client: object, is_privileged: bool
     ) -> str | None:
         """The error code that refuses one more connection of ``client``, or None."""
         cap = limits.max_connections - (0 if is_privileged else limits.reserved_connections)
@@ -347,7 +345,7 @@ class ClientSlots:
             del self._held[client]
 
     def admit(
-        self, limits: ServerConfig, open_now: int, client: object, is_privileged: bool
+        self, limits: LimitsConfig, open_now: int, client: object, is_privileged: bool
     ) -> ServiceError | None:
         """Take a slot for ``client``, or say why not (the error a door answers with)."""
         refused = self.refusal(limits, open_now, client, is_privileged)
@@ -378,7 +376,7 @@ class ReadTimer:
     within ``frame_timeout_s`` of its first byte; a door whose read spans several packets
     calls :meth:`began` when the first of them arrives."""
 
-    def __init__(self, limits: Callable[[], ServerConfig]) -> None:
+    def __init__(self, limits: Callable[[], LimitsConfig]) -> None:
         self._limits = limits
         self._loop = asyncio.get_running_loop()
         self.last_activity = self._loop.time()
@@ -442,7 +440,7 @@ class Outbox:
     that has played).  Any progress restarts the count, so a slow but steady reader is
     never cut off."""
 
-    def __init__(self, transport: asyncio.BaseTransport, limits: Callable[[], ServerConfig]):
+    def __init__(self, transport: asyncio.BaseTransport, limits: Callable[[], LimitsConfig]):
         self.transport = transport
         self._limits = limits
         self._high = 0

@@ -1,4 +1,4 @@
-"""Float samples → the bytes a front end sends: resampling (stateful across chunks) and format."""
+"""Float samples → the bytes a door sends: resampling (stateful across chunks) and format."""
 
 from __future__ import annotations
 

@@ -20,11 +20,11 @@ reading, so ``describe`` and the text of an open stream never wait behind audio.
 
 Bounds: the ``wyoming`` reader would read whatever length a header declares, so the
 connection's :class:`asyncio.StreamReader` is :class:`_BoundedReader`: a header line,
-``data_length`` and ``payload_length`` are each capped at ``server.max_message_bytes``
+``data_length`` and ``payload_length`` are each capped at ``limits.max_message_bytes``
 (64 KiB) *before* anything is read, and the connection is closed with
 ``frame_too_large``.  Bytes that are not a Wyoming event close it with ``bad_request``.
 Connection limits, idle and frame timeouts, the output bound and ``client_too_slow``
-are protocol v1's (``server.*``); peers of a ``unix://`` socket are checked as
+are protocol v1's (``limits.*``); peers of a ``unix://`` socket are checked as
 protocol v1's are; ``tcp://`` clients must come from ``wyoming.allowed_networks``.
 A client that disconnects (EOF) has its work cancelled at once.
 """
@@ -416,7 +416,7 @@ class WyomingDoor:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        limit = self.config.server.max_message_bytes
+        limit = self.config.limits.max_message_bytes
 
         def protocol() -> asyncio.StreamReaderProtocol:
             return asyncio.StreamReaderProtocol(_BoundedReader(limit), self._accept)
@@ -435,7 +435,7 @@ class WyomingDoor:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._server, st = await bind_unix_socket(
                 path,
-                self.config.server.socket_mode,
+                self.config.v1.socket_mode,
                 lambda p: loop.create_unix_server(protocol, p),
             )
             self._socket_gid, self._socket_id = st.st_gid, (st.st_dev, st.st_ino)
@@ -503,12 +503,12 @@ class WyomingDoor:
         sock = writer.get_extra_info("socket")
         if self.kind == "unix":
             peer = peer_of(sock) if sock is not None else None
-            reason = await authorize_peer(peer, self.config.server, self._socket_gid)
+            reason = await authorize_peer(peer, self.config.v1, self._socket_gid)
             if reason is not None:
                 return ServiceError(ErrorCode.UNAUTHORIZED, reason)
             key: object = ("uid", peer.uid if peer is not None else -1)
             return key, privileged(peer)
-        if fds_short(sock, self.config.server.reserved_fds):
+        if fds_short(sock, self.config.limits.reserved_fds):
             # Descriptors are kept for the Unix socket's reserved connections.
             return ServiceError(ErrorCode.TOO_MANY_CONNECTIONS, "file descriptors are short")
         addr = writer.get_extra_info("peername")
@@ -596,8 +596,8 @@ class _Connection:
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
-        self.outbox = Outbox(writer.transport, lambda: self.cfg.server)
-        self.timer = ReadTimer(lambda: self.cfg.server)
+        self.outbox = Outbox(writer.transport, lambda: self.cfg.limits)
+        self.timer = ReadTimer(lambda: self.cfg.limits)
 
     @property
     def cfg(self) -> Config:
@@ -613,7 +613,7 @@ class _Connection:
             await self._refuse(admitted)
             return
         key, is_privileged = admitted
-        refused = door.slots.admit(self.cfg.server, len(door.connections), key, is_privileged)
+        refused = door.slots.admit(self.cfg.limits, len(door.connections), key, is_privileged)
         if refused is not None:
             await self._refuse(refused)
             return
@@ -747,7 +747,7 @@ class _Connection:
                 else:
                     self.text_job.error = exc
                 return
-            self.text_job.add_text(text, self.cfg.server.max_text_chars)
+            self.text_job.add_text(text, self.cfg.limits.max_text_chars)
         elif SynthesizeStop.is_type(t):
             open_job, self.text_job = self.text_job, None
             if open_job is None:
@@ -771,7 +771,7 @@ class _Connection:
             return _Job(error=exc, dead=True)
 
     async def _enqueue(self, job: _Job) -> bool:
-        limit = self.cfg.server.max_inflight_per_connection
+        limit = self.cfg.limits.max_inflight_per_connection
         if len(self.jobs) + (self.current is not None) >= limit:
             exc = ServiceError(ErrorCode.TOO_MANY_REQUESTS, f"at most {limit} requests in flight")
             self.service.record_error(exc.code)
@@ -860,7 +860,7 @@ class _Connection:
             return
         try:
             stream = await self.service.open_stream(
-                req, frontend="wyoming", label={"connection": self.number}
+                req, door="wyoming", label={"connection": self.number}
             )
         except ServiceError as exc:  # counted by the core
             job.dead = True

@@ -38,7 +38,10 @@ def _rng(lo: float | None = None, hi: float | None = None) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class V1Config:
+    """Protocol v1's Unix socket, and who may connect to it (a Wyoming ``unix://`` socket
+    checks its peers by the same rules)."""
+
     socket: str | None = None
     """Socket path; None: /run/ttsd/ttsd.sock as root, else $XDG_RUNTIME_DIR/ttsd/ttsd.sock."""
     socket_mode: int = field(default=0o660, metadata=_rng(0, 0o777))
@@ -46,6 +49,12 @@ class ServerConfig:
     """Extra uids allowed to connect (the daemon's own uid and root always are)."""
     allowed_gids: tuple[int, ...] = ()
     """Extra gids allowed to connect (members of the socket's group always are)."""
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """The limits every door shares (appliance.doors.net reads them), and the core's."""
+
     max_message_bytes: int = field(default=65536, metadata=_rng(1024, 16 * 1024 * 1024))
     max_text_chars: int = field(default=20000, metadata=_rng(1, 1_000_000))
     max_connections: int = field(default=256, metadata=_rng(1, 100_000))
@@ -63,7 +72,7 @@ class ServerConfig:
     frame_timeout_s: float = field(default=10.0, metadata=_rng(0.1, 3600))
     """A message begun but not finished within this long: ``bad_request``, closed."""
     max_streams: int = field(default=256, metadata=_rng(1, 100_000))
-    """Daemon-wide cap on synthesis requests in flight, whatever front end they came from."""
+    """Daemon-wide cap on synthesis requests in flight, whatever door they came from."""
     reserved_fds: int = field(default=256, metadata=_rng(0, 100_000))
     """File descriptors the TCP doors (HTTP, Wyoming) leave free: a TCP connection that
     would leave fewer is not kept, so the Unix socket's reserved connections and the
@@ -247,7 +256,7 @@ class GpuConfig:
 
 @dataclass(frozen=True)
 class HttpConfig:
-    """The OpenAI-compatible HTTP front end, health check and metrics (docs/http.md)."""
+    """The OpenAI-compatible HTTP door, health check and metrics (docs/http.md)."""
 
     listen: str | None = None
     """``HOST:PORT`` (``[::1]:8880`` for IPv6); None = off.  Anything but loopback needs a key."""
@@ -318,7 +327,8 @@ class LoggingConfig:
 
 @dataclass(frozen=True)
 class Config:
-    server: ServerConfig = field(default_factory=ServerConfig)
+    v1: V1Config = field(default_factory=V1Config)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     voices: VoicesConfig = field(default_factory=VoicesConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     streaming: StreamingConfig = field(default_factory=StreamingConfig)
@@ -334,18 +344,18 @@ class Config:
 # Keys that can change while the daemon runs (SIGHUP); everything else needs a restart.
 LIVE_KEYS: frozenset[str] = frozenset(
     {
-        "server.max_text_chars",
-        "server.max_connections",
-        "server.max_connections_per_uid",
-        "server.max_inflight_per_connection",
-        "server.max_output_buffer_bytes",
-        "server.client_too_slow_s",
-        "server.shutdown_timeout_s",
-        "server.max_streams",
-        "server.reserved_connections",
-        "server.idle_timeout_s",
-        "server.frame_timeout_s",
-        "server.reserved_fds",
+        "limits.max_text_chars",
+        "limits.max_connections",
+        "limits.max_connections_per_uid",
+        "limits.max_inflight_per_connection",
+        "limits.max_output_buffer_bytes",
+        "limits.client_too_slow_s",
+        "limits.shutdown_timeout_s",
+        "limits.max_streams",
+        "limits.reserved_connections",
+        "limits.idle_timeout_s",
+        "limits.frame_timeout_s",
+        "limits.reserved_fds",
         "streaming.text_first_chars",
         "streaming.text_max_chars",
         "streaming.text_idle_ms",
@@ -462,9 +472,33 @@ def _build(prefix: str, cls: type[Any], data: Any) -> Any:
     return cls(**kwargs)
 
 
+_V1_KEYS = frozenset(f.name for f in dataclasses.fields(V1Config))
+
+
+def _moved_sections(data: Any) -> Any:
+    """A config written before ``server`` was split (v1's socket, the doors' limits): its
+    ``server.*`` keys read where they live now, with a warning each."""
+    if not isinstance(data, dict) or "server" not in data:
+        return data
+    old = data["server"]
+    if not isinstance(old, dict):
+        raise ConfigError(f"server: expected a mapping, got {_show(old)}")
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items() if k != "server"}
+    for key, value in old.items():
+        section = "v1" if key in _V1_KEYS else "limits"
+        target = out.setdefault(section, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"{section}: expected a mapping")
+        if key in target:
+            raise ConfigError(f"server.{_key(key)}: also given as {section}.{_key(key)}")
+        log.warning("server.%s is now %s.%s (read as that)", _key(key), section, _key(key))
+        target[key] = value
+    return out
+
+
 def parse_config(data: Any) -> Config:
     """Validate a mapping (as loaded from YAML) into a :class:`Config`."""
-    result: Config = _build("", Config, data)
+    result: Config = _build("", Config, _moved_sections(data))
     return result
 
 
@@ -619,7 +653,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"server.max_text_chars": 20000, ...}`` for diffing two configs."""
+    """``{"limits.max_text_chars": 20000, ...}`` for diffing two configs."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)

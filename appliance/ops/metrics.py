@@ -1,7 +1,7 @@
 """The daemon's numbers, kept in one Prometheus registry.
 
 :class:`Metrics` owns a ``prometheus_client.CollectorRegistry``: counters for
-requests (by front end and result), errors (by code), audio produced, chunks and
+requests (by door and result), errors (by code), audio produced, chunks and
 stalls; histograms for the time to first audio and its parts; and, through a
 collector the service core plugs in (:meth:`Metrics.watch`), gauges read live at
 scrape time (queue depth, streams, connections, backend and playback state).
@@ -73,7 +73,7 @@ class LiveNumbers:
 
     queue_depth: int = 0
     streams: dict[str, int] = field(default_factory=dict)
-    """Live streams by front end."""
+    """Live streams by door."""
     live_stalls: int = 0
     """Stalls so far of the streams still live (finished ones are in ``ttsd_stalls_total``)."""
     connections: dict[str, int] = field(default_factory=dict)
@@ -100,7 +100,7 @@ class _LiveCollector:
         yield GaugeMetricFamily(
             "ttsd_queue_depth", "Work items waiting for an inference worker", live.queue_depth
         )
-        g = GaugeMetricFamily("ttsd_streams", "Live streams by front end", labels=["frontend"])
+        g = GaugeMetricFamily("ttsd_streams", "Live streams by door", labels=["frontend"])
         for name, n in sorted(live.streams.items()):
             g.add_metric([name], n)
         yield g
@@ -109,9 +109,7 @@ class _LiveCollector:
             "Client underruns so far of the streams still live",
             live.live_stalls,
         )
-        g = GaugeMetricFamily(
-            "ttsd_connections", "Open connections by front end", labels=["frontend"]
-        )
+        g = GaugeMetricFamily("ttsd_connections", "Open connections by door", labels=["frontend"])
         for name, n in sorted(live.connections.items()):
             g.add_metric([name], n)
         yield g
@@ -156,7 +154,7 @@ class Metrics:
         r = self.registry
         self._requests = Counter(
             "ttsd_requests",
-            "Requests ended, by front end and result",
+            "Requests ended, by door and result",
             ["frontend", "result"],
             registry=r,
         )

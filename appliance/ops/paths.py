@@ -7,7 +7,7 @@ receive the victim's text.  So, as ssh does with ``~/.ssh``, the client and the
 daemon accept these directories only when they are real directories (not
 symlinks), owned by the user, and not writable by group or others; the daemon
 creates them 0700.  A socket path given explicitly (``--socket``,
-``server.socket``, ``$TTSD_SOCKET``) is the user's own choice and is not checked.
+``v1.socket``, ``$TTSD_SOCKET``) is the user's own choice and is not checked.
 """
 
 from __future__ import annotations

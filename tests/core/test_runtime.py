@@ -181,7 +181,7 @@ def test_only_a_streamed_first_chunk_is_urgent(
             service = Service(runtime)
             text = "Turn left in two hundred metres. Then keep right at the big roundabout."
             stream = await service.open_stream(
-                SpeechRequest(text=text, mode=mode, realtime=realtime), frontend="test"
+                SpeechRequest(text=text, mode=mode, realtime=realtime), door="test"
             )
             chunks: list[Chunk] = []
 
@@ -221,7 +221,7 @@ def test_in_a_crowd_a_stream_takes_the_cheapest_decoder_and_decodes_nothing_ahea
             busy, busy_fut = await run_blocking(crowd, time.monotonic(), owner="other")
             service = Service(crowded)
             text = "Turn left in two hundred metres. Then keep right at the big roundabout."
-            stream = await service.open_stream(SpeechRequest(text=text), frontend="test")
+            stream = await service.open_stream(SpeechRequest(text=text), door="test")
             chunks: list[Chunk] = []
 
             async def emit(chunk: Chunk) -> None:
@@ -265,7 +265,7 @@ BARE = (
 def _stream(runtime: Runtime, req: SpeechRequest) -> tuple[list[Chunk], dict[str, object]]:
     async def run() -> tuple[list[Chunk], dict[str, object]]:
         service = Service(runtime)
-        stream = await service.open_stream(req, frontend="test")
+        stream = await service.open_stream(req, door="test")
         chunks: list[Chunk] = []
 
         async def emit(chunk: Chunk) -> None:

@@ -17,7 +17,7 @@ from appliance.core.runtime import Runtime
 from appliance.core.service import Service
 from appliance.doors.v1.server import Server
 from appliance.errors import ErrorCode, ServiceError
-from appliance.ops.config import Config, ServerConfig, VoicesConfig
+from appliance.ops.config import Config, LimitsConfig, VoicesConfig
 from appliance.speech import Chunk, SpeechRequest
 from tests.conftest import DaemonFactory, flood_until_closed
 from tests.wire import Wire
@@ -29,7 +29,7 @@ LONG = "This sentence is long enough to keep a stream busy for a little while. "
 def runtime(voice_cache: Path) -> Iterator[Runtime]:
     cfg = Config(
         voices=VoicesConfig(cache_dir=str(voice_cache)),
-        server=ServerConfig(shutdown_timeout_s=0.3),
+        limits=LimitsConfig(shutdown_timeout_s=0.3),
     )
     rt = Runtime.load(cfg)
     yield rt
@@ -46,7 +46,7 @@ class MiniDoor:
         self.outcome: str | None = None
 
     async def speak(self, text: str) -> None:
-        stream = await self.service.open_stream(SpeechRequest(text=text), frontend="mini")
+        stream = await self.service.open_stream(SpeechRequest(text=text), door="mini")
 
         async def emit(chunk: Chunk) -> None:
             self.chunks.append(chunk)
@@ -101,7 +101,7 @@ def test_two_front_ends_share_admission_stats_and_shutdown(
         assert sorted(s["frontend"] for s in st["streams"]) == ["mini", "protocol-v1"]
         # shutdown: drain for shutdown_timeout_s, then end both with shutting_down
         server.close_listener()  # the daemon's stop: listeners, the core's drain, close
-        await service.shutdown(runtime.config.server.shutdown_timeout_s)
+        await service.shutdown(runtime.config.limits.shutdown_timeout_s)
         await server.close()
         await asyncio.wait_for(asyncio.gather(mini, v1), 10)
         assert door.outcome == ErrorCode.SHUTTING_DOWN
@@ -110,7 +110,7 @@ def test_two_front_ends_share_admission_stats_and_shutdown(
         assert not service.streams
         # and nothing new is taken
         with pytest.raises(ServiceError) as info:
-            await service.open_stream(SpeechRequest(text="Hello."), frontend="mini")
+            await service.open_stream(SpeechRequest(text="Hello."), door="mini")
         assert info.value.code == ErrorCode.SHUTTING_DOWN
         writer.close()
         service.close()
@@ -130,12 +130,12 @@ def test_open_stream_refusals_are_neutral_errors(runtime: Runtime) -> None:
         ]
         for req, code in cases:
             with pytest.raises(ServiceError) as info:
-                await service.open_stream(req, frontend="mini")
+                await service.open_stream(req, door="mini")
             assert info.value.code == code
         assert not service.streams
         # a language picks that language's first voice
         stream = await service.open_stream(
-            SpeechRequest(text="Hello.", language="en_US"), frontend="mini"
+            SpeechRequest(text="Hello.", language="en_US"), door="mini"
         )
         got: list[Chunk] = []
 
@@ -151,11 +151,11 @@ def test_open_stream_refusals_are_neutral_errors(runtime: Runtime) -> None:
 
 
 def test_sighup_reaches_open_connections(daemon_factory: DaemonFactory) -> None:
-    d = daemon_factory({"server": {"max_inflight_per_connection": 8, "client_too_slow_s": 60}})
+    d = daemon_factory({"limits": {"max_inflight_per_connection": 8, "client_too_slow_s": 60}})
     with Wire(d.socket) as w:
         assert w.call({"op": "ping", "id": 1})["event"] == "pong"
         cfg = yaml.safe_load(Path(d.config_path).read_text())
-        cfg["server"].update(
+        cfg["limits"].update(
             max_inflight_per_connection=1,
             client_too_slow_s=0.5,
             max_output_buffer_bytes=65536,

@@ -53,7 +53,7 @@ def whole_sentences(ref: tuple[OnnxVoiceModel, Phonemizer, int], text: str) -> n
     ttsd's fade where two sentences join)."""
     model, ph, rate = ref
     cfg = Config()
-    limits = FrontendLimits(cfg.server.max_text_chars, cfg.streaming.max_sentence_chars)
+    limits = FrontendLimits(cfg.limits.max_text_chars, cfg.streaming.max_sentence_chars)
     clauses = prepare(text, "en_US", limits)
     n_fade = round(rate * cfg.streaming.join_fade_ms / 1000)
     parts = []

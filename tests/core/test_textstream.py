@@ -300,7 +300,7 @@ def test_append_and_finish_to_streams_that_are_not_open(daemon: Daemon) -> None:
 def test_text_too_long_keeps_audio_and_refuses_later_appends(
     daemon_factory: DaemonFactory,
 ) -> None:
-    d = daemon_factory({"server": {"max_text_chars": 60}})
+    d = daemon_factory({"limits": {"max_text_chars": 60}})
     with Wire(d.socket) as w:
         w.send({"op": "synthesize", "id": 1, "text_stream": True, "text": "Short first. "})
         assert w.recv()["event"] == "start"
@@ -394,7 +394,7 @@ def test_a_first_piece_over_the_limit_ends_at_once_on_every_door(
 
     d = start_http(
         daemon_factory,
-        server={"max_text_chars": 100},
+        limits={"max_text_chars": 100},
         wyoming={"uri": "tcp://127.0.0.1:0", "allowed_networks": ["127.0.0.1/32"]},
     )
     over = "word " * 30

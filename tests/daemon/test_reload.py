@@ -25,7 +25,7 @@ def _slow_config(base: str) -> str:
     """The daemon's own config plus a list of ~125 000 uids that ends in a wrong type: seconds
     of pure-Python YAML parsing, then refused."""
     uids = ", ".join(str(100_000 + i) for i in range(125_000))
-    text = f"{base}server:\n  allowed_uids: [{uids}, x]\n"
+    text = f"{base}v1:\n  allowed_uids: [{uids}, x]\n"
     assert len(text.encode()) < MAX_CONFIG_BYTES
     return text
 
@@ -66,9 +66,9 @@ def test_reload_parses_off_the_loop_and_one_at_a_time(daemon_factory: DaemonFact
         assert "allowed_uids[125000]: expected an integer, got 'x'" in log
 
         # A good file after that is applied, and the daemon still answers.
-        daemon.config_path.write_text(f"{base}server:\n  max_text_chars: 1234\n")
+        daemon.config_path.write_text(f"{base}limits:\n  max_text_chars: 1234\n")
         daemon.proc.send_signal(signal.SIGHUP)
-        _wait_for(daemon, "reloaded: server.max_text_chars")
+        _wait_for(daemon, "reloaded: limits.max_text_chars")
         assert _ping_s(w, 20) < 30
     assert daemon.alive()
 

@@ -135,12 +135,12 @@ def test_smallest_passing_context_is_found_and_cached(tmp_path: Path) -> None:
 def test_no_smaller_context_passing_keeps_the_exact_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import appliance.model.voices as voices
+    import appliance.model.voices.verify as verify
 
-    monkeypatch.setattr(voices, "CONTEXT_CANDIDATES", (4, 6))  # both fail the gate
+    monkeypatch.setattr(verify, "CONTEXT_CANDIDATES", (4, 6))  # both fail the gate
     v = load_voice("joe", bundled_voice_path(), tmp_path)
     assert v.split_ok and v.flow_split is not None
-    assert v.context_frames == voices.DEFAULT_CONTEXT == 16
+    assert v.context_frames == verify.DEFAULT_CONTEXT == 16
 
 
 def test_graph_without_flow_noise_has_no_flow_split() -> None:
@@ -157,9 +157,9 @@ def test_graph_without_flow_noise_has_no_flow_split() -> None:
 def test_failed_flow_check_keeps_streaming_with_the_whole_encoder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import appliance.model.voices as voices
+    import appliance.model.voices.load as stages
 
-    monkeypatch.setattr(voices, "verify_flow", lambda *a: (False, "max abs difference 1"))
+    monkeypatch.setattr(stages, "verify_flow", lambda *a: (False, "max abs difference 1"))
     v = load_voice("joe", bundled_voice_path(), tmp_path)
     assert v.split_ok and v.flow_split is None
     monkeypatch.undo()

@@ -23,7 +23,7 @@ from appliance.ops.config import (
 def test_defaults() -> None:
     cfg = parse_config({})
     assert cfg == Config()
-    assert cfg.server.max_text_chars == 20000
+    assert cfg.limits.max_text_chars == 20000
     assert cfg.scheduler.watermark_ms == 400
     assert cfg.voices.default == "en_US-joe-medium"
 
@@ -32,28 +32,28 @@ def test_defaults() -> None:
     "data,message",
     [
         ({"playback": {"devcie": 1}}, "playback.devcie: unknown key (did you mean device?)"),
-        ({"servr": {}}, "servr: unknown key (did you mean server?)"),
-        ({"server": {"zzz": 1}}, "server.zzz: unknown key"),
+        ({"limit": {}}, "limit: unknown key (did you mean limits?)"),
+        ({"limits": {"zzz": 1}}, "limits.zzz: unknown key"),
         (
-            {"server": {"max_text_chars": "many"}},
-            "server.max_text_chars: expected an integer, got 'many'",
+            {"limits": {"max_text_chars": "many"}},
+            "limits.max_text_chars: expected an integer, got 'many'",
         ),
         (
-            {"server": {"max_text_chars": 0}},
-            "server.max_text_chars: 0 is out of range [1, 1000000]",
+            {"limits": {"max_text_chars": 0}},
+            "limits.max_text_chars: 0 is out of range [1, 1000000]",
         ),
         (
-            {"server": {"client_too_slow_s": True}},
-            "server.client_too_slow_s: expected a number, got True",
+            {"limits": {"client_too_slow_s": True}},
+            "limits.client_too_slow_s: expected a number, got True",
         ),
         (
             {"engine": {"backend": "cuda"}},
             "engine.backend: must be one of auto, tensorrt, onnx-cpu, got 'cuda'",
         ),
-        ({"server": {"allowed_uids": "0"}}, "server.allowed_uids: expected a list, got '0'"),
+        ({"v1": {"allowed_uids": "0"}}, "v1.allowed_uids: expected a list, got '0'"),
         (
-            {"server": {"allowed_uids": [1, "x"]}},
-            "server.allowed_uids[1]: expected an integer, got 'x'",
+            {"v1": {"allowed_uids": [1, "x"]}},
+            "v1.allowed_uids[1]: expected an integer, got 'x'",
         ),
         ({"server": 5}, "server: expected a mapping, got 5"),
         ([1, 2], "<top>: expected a mapping, got [1, 2]"),
@@ -75,8 +75,8 @@ def test_load_yaml(tmp_path: Path) -> None:
         "server:\n  max_text_chars: 100\n  allowed_gids: [10, 20]\nlogging:\n  level: debug\n"
     )
     cfg = load_config(p)
-    assert cfg.server.max_text_chars == 100
-    assert cfg.server.allowed_gids == (10, 20)
+    assert cfg.limits.max_text_chars == 100
+    assert cfg.v1.allowed_gids == (10, 20)
     assert flatten(cfg)["logging.level"] == "debug"
 
 
@@ -176,12 +176,12 @@ def test_config_file_size_is_capped(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "data",
     [
-        {"server": {"socket": ["x" * 100_000] * 100}},
-        {"server": {"socket": {"k" * 100_000: "v"}}},
-        {"server": {"max_connections": "9" * 500_000}},
-        {"server": {"allowed_uids": [*range(100_000), "x"]}},
-        {"server": {"allowed_uids": [[[[[[["deep"]]]]]]]}},
-        {"server": {"z" * 500_000: 1}},
+        {"v1": {"socket": ["x" * 100_000] * 100}},
+        {"v1": {"socket": {"k" * 100_000: "v"}}},
+        {"limits": {"max_connections": "9" * 500_000}},
+        {"v1": {"allowed_uids": [*range(100_000), "x"]}},
+        {"v1": {"allowed_uids": [[[[[[["deep"]]]]]]]}},
+        {"limits": {"z" * 500_000: 1}},
         {"z" * 500_000: 1},
         {"playback": {"latency": "s" * 500_000}},
         {"gpu": {"decoder_frames": list(range(100_000))}},
@@ -203,3 +203,16 @@ def test_an_old_key_name_is_still_read(caplog: pytest.LogCaptureFixture) -> None
     # Whole sentences by default; the latency cut is off unless asked for.
     assert Config().streaming.max_sentence_chars >= 400
     assert Config().streaming.first_clause_chars == 0
+
+
+def test_a_config_from_before_the_split_of_server_is_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``server:`` held v1's socket and every door's limits; each key is read where it
+    lives now (``v1.*``, ``limits.*``), with a warning, and both at once is refused."""
+    cfg = parse_config({"server": {"socket": "/tmp/x.sock", "max_text_chars": 99}})
+    assert cfg.v1.socket == "/tmp/x.sock" and cfg.limits.max_text_chars == 99
+    assert "server.socket is now v1.socket" in caplog.text
+    assert "server.max_text_chars is now limits.max_text_chars" in caplog.text
+    with pytest.raises(ConfigError, match=r"also given as limits\.max_text_chars"):
+        parse_config({"server": {"max_text_chars": 1}, "limits": {"max_text_chars": 2}})

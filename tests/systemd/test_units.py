@@ -74,7 +74,7 @@ def test_socket_unit_matches_the_service_socket() -> None:
     assert d["Socket.SocketGroup"] == ["ttsd"]
     assert d["Socket.SocketMode"] == ["0660"]
     cfg = load_config(EXAMPLE)
-    assert cfg.server.socket == "/run/ttsd/ttsd.sock"
+    assert cfg.v1.socket == "/run/ttsd/ttsd.sock"
     # The daemon's own files live where the service's directories are.
     assert cfg.voices.cache_dir == "/var/cache/ttsd"
     # ... except the tuning state: root acts on it, so not in the service user's /run/ttsd.
@@ -90,7 +90,7 @@ def test_example_config_documents_every_key_with_its_default() -> None:
     text = EXAMPLE.read_text()
     full = parse_config(yaml.safe_load(_uncommented(text)))
     got, default = flatten(full), flatten(Config())
-    assert {k for k in default if got[k] != default[k]} == {"server.socket", "voices.cache_dir"}
+    assert {k for k in default if got[k] != default[k]} == {"v1.socket", "voices.cache_dir"}
     # Every key appears exactly once, commented or not, under its section.
     listed: list[str] = []
     section = ""

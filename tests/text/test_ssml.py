@@ -293,7 +293,7 @@ PARAMETER_ENTITY = (
     '<!DOCTYPE speak [<!ENTITY % p SYSTEM "file:///etc/passwd"> %p;]><speak>x</speak>'
 )
 NESTED = "<speak>" + "<emphasis>" * 10_000 + "x" + "</emphasis>" * 10_000 + "</speak>"
-BIG = 1_000_000  # the largest server.max_text_chars the config allows
+BIG = 1_000_000  # the largest limits.max_text_chars the config allows
 NESTED_33 = "<speak>" + "<s>" * 32 + "x" + "</s>" * 32 + "</speak>"
 NESTED_32 = "<speak>" + "<s>" * 31 + "x" + "</s>" * 31 + "</speak>"
 HUGE_ATTRIBUTE = '<speak><mark name="' + "a" * (1 << 20) + '"/>x</speak>'

@@ -148,7 +148,7 @@ class Server:
     # ------------------------------------------------------------ start-up
 
     async def start(self) -> None:
-        cfg = self.config.server
+        cfg = self.config.v1
         quiet_accept_errors(asyncio.get_running_loop())
         raise_fd_limit(self.config)
         if self._activated is not None:
@@ -186,14 +186,14 @@ class Server:
 
     async def authorize(self, peer: Peer | None) -> str | None:
         """None if the peer may connect, else the reason it may not."""
-        return await authorize_peer(peer, self.config.server, self._socket_gid)
+        return await authorize_peer(peer, self.config.v1, self._socket_gid)
 
     def detach(self, key: Hashable, task: asyncio.Task[None]) -> bool:
         """Let a ``speak`` request play on after its client has gone; False when this user
         already has ``max_inflight_per_connection`` such requests (it is then cancelled, so
         connecting, queueing and leaving in a loop cannot pile up speech without bound)."""
         held = self.detached.setdefault(key, set())
-        if len(held) >= self.config.server.max_inflight_per_connection:
+        if len(held) >= self.config.limits.max_inflight_per_connection:
             return False
         held.add(task)
 
@@ -249,8 +249,8 @@ class Connection:
         from another process of the same user stops what ``ttsctl say`` started."""
         self._closed = False
         self._abort = False
-        self.outbox = Outbox(writer.transport, lambda: self.cfg.server)
-        self.timer = ReadTimer(lambda: self.cfg.server)
+        self.outbox = Outbox(writer.transport, lambda: self.cfg.limits)
+        self.timer = ReadTimer(lambda: self.cfg.limits)
 
     @property
     def cfg(self) -> Config:
@@ -270,7 +270,7 @@ class Connection:
         uid = self.peer.uid if self.peer else -1
         if self.peer is not None:
             self.client_key = ("uid", self.peer.uid)
-        refused = srv.slots.admit(self.cfg.server, len(srv.connections), uid, privileged(self.peer))
+        refused = srv.slots.admit(self.cfg.limits, len(srv.connections), uid, privileged(self.peer))
         if refused is not None:
             await self._refuse(refused)
             return
@@ -307,7 +307,7 @@ class Connection:
                     " speaking after their clients left",
                     self.number,
                     r.id,
-                    self.cfg.server.max_inflight_per_connection,
+                    self.cfg.limits.max_inflight_per_connection,
                 )
             r.cancel("disconnect")
 
@@ -342,7 +342,7 @@ class Connection:
 
     async def _read_loop(self) -> bool:
         """Read and dispatch until EOF (returns True) or a disconnect / fatal frame."""
-        frames = FrameReader(self.cfg.server.max_message_bytes)
+        frames = FrameReader(self.cfg.limits.max_message_bytes)
         while True:
             data = await self._read_some(frames)
             if data is None:
@@ -400,11 +400,7 @@ class Connection:
         try:
             await self.outbox.guard(self.writer.drain())
         except ClientTooSlow:
-            log.warning(
-                "connection %d: client_too_slow (output full, not reading): closing", self.number
-            )
-            self._client_gone()
-            self._abort = True  # what it did not read is dropped, not flushed for ever
+            self._too_slow(None)
             return False
         except (ConnectionError, OSError):
             return False
@@ -463,7 +459,7 @@ class Connection:
         if self.service.stopping:
             self._error_soon(req.id, ServiceError(ErrorCode.SHUTTING_DOWN, "shutting down"))
             return
-        limit = self.cfg.server.max_inflight_per_connection
+        limit = self.cfg.limits.max_inflight_per_connection
         if len(self.requests) >= limit:
             self._error_soon(
                 req.id,
@@ -524,6 +520,25 @@ class Connection:
         self.writer.write(pack(msg))
         if self.outbox.over_bound:
             await self.outbox.guard(self.writer.drain(), grace_s)
+
+    def _too_slow(self, rid: int | None) -> None:
+        """The client read nothing for ``client_too_slow_s`` beyond the audio it held (the
+        doors' one rule): ``rid`` ends with ``client_too_slow`` (queued, for a client that
+        reads again to see why), its other work as at a disconnect, and the connection is
+        closed once that is read, or dropped after ``client_too_slow_s`` more."""
+        log.warning("connection %d: client_too_slow (not reading its output): closing", self.number)
+        self.service.record_error(ErrorCode.CLIENT_TOO_SLOW)
+        if rid is not None:
+            self._write(
+                ErrorEvent(rid, ErrorCode.CLIENT_TOO_SLOW, "the client stopped reading").to_dict()
+            )
+        self._client_gone()
+        self._abort = True
+        if not self._closed and not self.writer.is_closing():
+            self.writer.close()  # flushes what it can; the drop below ends the rest
+        asyncio.get_running_loop().call_later(
+            self.cfg.limits.client_too_slow_s, self.outbox.drop
+        )
 
     def close(self) -> None:
         if self._closed:
@@ -636,7 +651,7 @@ class Connection:
         try:
             stream = await self.service.open_stream(
                 req.speech(),
-                frontend="protocol-v1",
+                door="protocol-v1",
                 label={"connection": self.number, "id": req.id},
                 speak_key=self.client_key if speak else None,
             )
@@ -667,12 +682,7 @@ class Connection:
                 self._write(ErrorEvent.from_exc(req.id, exc).to_dict())
             return
         except ClientTooSlow:
-            self.service.record_error(ErrorCode.CLIENT_TOO_SLOW)
-            self._write(
-                ErrorEvent(
-                    req.id, ErrorCode.CLIENT_TOO_SLOW, "the client stopped reading its audio"
-                ).to_dict()
-            )
+            self._too_slow(req.id)
             return
         except (ConnectionError, OSError):
             return

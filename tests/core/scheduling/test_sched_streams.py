@@ -30,7 +30,7 @@ from tests.core.scheduling.sched_helpers import (
 def sched_daemon(daemon_factory: DaemonFactory) -> Daemon:
     d = daemon_factory(
         {
-            "server": {
+            "limits": {
                 "client_too_slow_s": 4.0,
                 "max_output_buffer_bytes": 65536,
                 "max_connections": 600,
@@ -55,7 +55,7 @@ def patient_daemon(daemon_factory: DaemonFactory) -> Daemon:
     beside the test), nor be refused for a whole minute on an overloaded machine."""
     d = daemon_factory(
         {
-            "server": {
+            "limits": {
                 "client_too_slow_s": 600.0,
                 "max_output_buffer_bytes": 65536,
                 "max_connections": 600,

@@ -77,7 +77,7 @@ def http_daemon(daemon_factory: DaemonFactory) -> HttpDaemon:
     return start_http(
         daemon_factory,
         {"voice_map": {"alloy": "en_US-joe-medium"}},
-        server={"max_text_chars": 2000, "client_too_slow_s": 2.0, "max_output_buffer_bytes": 65536},
+        limits={"max_text_chars": 2000, "client_too_slow_s": 2.0, "max_output_buffer_bytes": 65536},
     )
 
 

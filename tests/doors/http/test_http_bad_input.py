@@ -115,7 +115,7 @@ def test_wrong_method_and_path(http_daemon: HttpDaemon) -> None:
 
 
 def test_a_body_that_never_arrives_times_out(http_daemon: HttpDaemon) -> None:
-    """Slowloris on the body: ``server.frame_timeout_s`` (10 s default), then 400 and the
+    """Slowloris on the body: ``limits.frame_timeout_s`` (10 s default), then 400 and the
     connection closed at once (issue 32, item 6: it was closed only 20.8 s in, after
     aiohttp had lingered 10 s more reading the body that never came)."""
 
@@ -232,7 +232,7 @@ def test_connections_over_the_cap_get_503(daemon_factory: DaemonFactory) -> None
 
 
 def test_a_client_that_stops_reading_is_cut_off(http_daemon: HttpDaemon) -> None:
-    """``server.client_too_slow_s`` (2 s here) past the audio it holds: cut, counted, freed."""
+    """``limits.client_too_slow_s`` (2 s here) past the audio it holds: cut, counted, freed."""
     host, port = http_daemon.base.removeprefix("http://").rsplit(":", 1)
     text = "A client that never reads what it asked for must not hold the daemon. " * 25
     body = json.dumps({"input": text, "response_format": "pcm"}).encode()

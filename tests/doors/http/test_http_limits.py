@@ -17,7 +17,7 @@ import pytest
 from wyoming.info import Describe, Info
 
 from appliance.doors.net import fds_needed
-from appliance.ops.config import Config, HttpConfig, ServerConfig, WyomingConfig
+from appliance.ops.config import Config, HttpConfig, LimitsConfig, WyomingConfig
 from tests.conftest import REPO, DaemonFactory
 from tests.doors.http.conftest import HttpDaemon, start_http
 from tests.doors.wyoming.wyoming_helpers import client_for, wyoming_uri
@@ -208,7 +208,7 @@ def test_idle_connections_cannot_take_every_descriptor(daemon_factory: DaemonFac
 
 def test_descriptors_are_kept_for_the_unix_socket(daemon_factory: DaemonFactory) -> None:
     """With an HTTP cap above what the descriptors allow, the TCP doors leave
-    server.reserved_fds free: the Unix socket and /healthz are answered while 1 100 idle
+    limits.reserved_fds free: the Unix socket and /healthz are answered while 1 100 idle
     connections are held, and the log says so in a line or two, not in tracebacks."""
     _more_files_here()
     d = start_http(daemon_factory, {"max_connections": 5000}, nofile=1024)
@@ -229,7 +229,7 @@ def test_the_descriptors_the_limits_need() -> None:
     both = Config(
         http=HttpConfig(listen="127.0.0.1:8880"),
         wyoming=WyomingConfig(uri="tcp://127.0.0.1:10200"),
-        server=ServerConfig(),
+        limits=LimitsConfig(),
     )
     assert fds_needed(both) == 64 + 256 + 256 + 256 + 64 + 32
     unit = (REPO / "systemd" / "ttsd.service").read_text()

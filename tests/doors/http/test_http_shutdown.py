@@ -18,7 +18,7 @@ LONG = "Every spring someone paints the chapel door blue, and nobody knows who. 
 
 
 def test_healthz_is_503_while_draining(daemon_factory: DaemonFactory) -> None:
-    d = start_http(daemon_factory, cli_flag=True, server={"shutdown_timeout_s": 60.0})
+    d = start_http(daemon_factory, cli_flag=True, limits={"shutdown_timeout_s": 60.0})
 
     async def go() -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -64,7 +64,7 @@ def test_healthz_is_503_while_draining(daemon_factory: DaemonFactory) -> None:
 def test_streams_cut_by_the_shutdown_say_so(daemon_factory: DaemonFactory) -> None:
     """Past ``shutdown_timeout_s``: an SSE stream ends with an ``error`` event
     (``shutting_down``); an audio stream is cut before its last chunk (truncated)."""
-    d = start_http(daemon_factory, server={"shutdown_timeout_s": 0.5})
+    d = start_http(daemon_factory, limits={"shutdown_timeout_s": 0.5})
 
     async def go() -> tuple[list[dict[str, Any]], str]:
         async with aiohttp.ClientSession() as s:

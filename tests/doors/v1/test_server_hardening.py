@@ -20,7 +20,7 @@ from appliance.core.runtime import Runtime
 from appliance.core.service import Service
 from appliance.doors.net import Peer, peer_of, remove_stale_socket
 from appliance.doors.v1.server import Server
-from appliance.ops.config import Config, ServerConfig, VoicesConfig
+from appliance.ops.config import Config, LimitsConfig, V1Config, VoicesConfig
 from tests.conftest import Daemon, DaemonFactory, flood_until_closed
 from tests.wire import Wire
 
@@ -32,7 +32,7 @@ def _rss_mb(pid: int) -> float:
 def test_junk_flood_from_a_client_that_never_reads_is_bounded(
     daemon_factory: DaemonFactory,
 ) -> None:
-    d = daemon_factory({"server": {"client_too_slow_s": 1.0, "max_output_buffer_bytes": 65536}})
+    d = daemon_factory({"limits": {"client_too_slow_s": 1.0, "max_output_buffer_bytes": 65536}})
     with Wire(d.socket) as probe:
         assert probe.call({"op": "ping", "id": 1})["event"] == "pong"
     base = _rss_mb(d.proc.pid)
@@ -118,7 +118,7 @@ def test_half_closed_client_gets_every_answer(daemon: Daemon) -> None:
 
 
 def test_idle_and_partial_frame_timeouts(daemon_factory: DaemonFactory) -> None:
-    d = daemon_factory({"server": {"idle_timeout_s": 1.0, "frame_timeout_s": 1.0}})
+    d = daemon_factory({"limits": {"idle_timeout_s": 1.0, "frame_timeout_s": 1.0}})
     with Wire(d.socket) as w:
         assert w.call({"op": "ping", "id": 1})["event"] == "pong"
         assert w.recv(timeout=15) is None  # closed after being idle
@@ -130,7 +130,7 @@ def test_idle_and_partial_frame_timeouts(daemon_factory: DaemonFactory) -> None:
 
 
 def test_refused_connection_reads_its_error(daemon_factory: DaemonFactory) -> None:
-    d = daemon_factory({"server": {"max_connections": 1, "reserved_connections": 0}})
+    d = daemon_factory({"limits": {"max_connections": 1, "reserved_connections": 0}})
     time.sleep(0.5)  # the start-up probe's connection is gone
     with Wire(d.socket) as first:
         assert first.call({"op": "ping", "id": 1})["event"] == "pong"
@@ -148,7 +148,7 @@ def test_refused_connection_reads_its_error(daemon_factory: DaemonFactory) -> No
 def runtime(voice_cache: Path) -> Iterator[Runtime]:
     cfg = Config(
         voices=VoicesConfig(cache_dir=str(voice_cache)),
-        server=ServerConfig(max_connections=3, reserved_connections=2),
+        limits=LimitsConfig(max_connections=3, reserved_connections=2),
     )
     rt = Runtime.load(cfg)
     yield rt
@@ -192,7 +192,7 @@ def test_shutdown_removes_only_its_own_socket(runtime: Runtime, tmp_path: Path) 
         other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         other.bind(str(path))
         server.close_listener()  # the daemon's stop: listeners, the core's drain, close
-        await service.shutdown(runtime.config.server.shutdown_timeout_s)
+        await service.shutdown(runtime.config.limits.shutdown_timeout_s)
         await server.close()
         assert path.exists()
         other.close()
@@ -222,7 +222,8 @@ def test_slots_kept_for_root_and_the_daemons_user(
         cfg = runtime.config
         runtime.config = Config(
             voices=cfg.voices,
-            server=ServerConfig(max_connections=3, reserved_connections=2, allowed_uids=(4242,)),
+            v1=V1Config(allowed_uids=(4242,)),
+            limits=LimitsConfig(max_connections=3, reserved_connections=2),
         )
         server = Server(service, path)
         await server.start()
@@ -248,7 +249,7 @@ def test_slots_kept_for_root_and_the_daemons_user(
             wr.close()
         runtime.config = cfg
         server.close_listener()  # the daemon's stop: listeners, the core's drain, close
-        await service.shutdown(runtime.config.server.shutdown_timeout_s)
+        await service.shutdown(runtime.config.limits.shutdown_timeout_s)
         await server.close()
         service.close()
 

@@ -73,7 +73,7 @@ def test_many_requests_on_one_connection_interleave(daemon: Daemon) -> None:
 
 
 def test_sigterm_finishes_inflight_then_removes_socket(daemon_factory: DaemonFactory) -> None:
-    d = daemon_factory({"server": {"shutdown_timeout_s": 20}})
+    d = daemon_factory({"limits": {"shutdown_timeout_s": 20}})
     with Wire(d.socket) as w:
         w.send({"op": "synthesize", "id": 1, "text": "A short goodbye before the daemon stops."})
         assert w.recv()["event"] == "start"
@@ -85,7 +85,7 @@ def test_sigterm_finishes_inflight_then_removes_socket(daemon_factory: DaemonFac
 
 
 def test_sigterm_ends_stragglers_with_an_error(daemon_factory: DaemonFactory) -> None:
-    d = daemon_factory({"server": {"shutdown_timeout_s": 0.5, "client_too_slow_s": 60}})
+    d = daemon_factory({"limits": {"shutdown_timeout_s": 0.5, "client_too_slow_s": 60}})
     with Wire(d.socket) as w:
         w.send({"op": "synthesize", "id": 1, "text": LONG * 3, "realtime": True})
         assert w.recv()["event"] == "start"
@@ -149,7 +149,7 @@ def test_a_front_end_that_cannot_listen_stops_start_up_cleanly(
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another uid")
 def test_peer_credentials_checked(daemon_factory: DaemonFactory) -> None:
     # Mode 0666 lets anyone reach the socket, so only SO_PEERCRED stands in the way.
-    d = daemon_factory({"server": {"socket_mode": 0o666}})
+    d = daemon_factory({"v1": {"socket_mode": 0o666}})
     nobody = pwd.getpwnam("nobody")
     let_anyone_walk_to(d.socket)
     code = (

@@ -14,7 +14,7 @@ def wy_daemon(daemon_factory: DaemonFactory) -> Daemon:
     return daemon_factory(
         {
             "wyoming": {"uri": "tcp://127.0.0.1:0", "allowed_networks": ["127.0.0.1/32"]},
-            "server": {
+            "limits": {
                 "max_text_chars": 2000,
                 "max_connections_per_uid": 12,
                 "frame_timeout_s": 1.0,

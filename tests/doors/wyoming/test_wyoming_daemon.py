@@ -47,7 +47,7 @@ async def test_busy_is_an_error_event_and_the_connection_goes_on(tight: Daemon) 
 
 async def test_shutdown_ends_a_stream_with_shutting_down(daemon_factory: DaemonFactory) -> None:
     d = daemon_factory(
-        {"wyoming": {"uri": "tcp://127.0.0.1:0"}, "server": {"shutdown_timeout_s": 0.5}}
+        {"wyoming": {"uri": "tcp://127.0.0.1:0"}, "limits": {"shutdown_timeout_s": 0.5}}
     )
     uri = wyoming_uri(d)
     async with client_for(uri) as c:

@@ -78,7 +78,7 @@ def test_error_flood_from_a_client_that_never_reads_is_bounded(
     d = daemon_factory(
         {
             "wyoming": {"uri": "tcp://127.0.0.1:0"},
-            "server": {"client_too_slow_s": 1.0, "max_output_buffer_bytes": 65536},
+            "limits": {"client_too_slow_s": 1.0, "max_output_buffer_bytes": 65536},
         }
     )
     host, port = wyoming_uri(d).removeprefix("tcp://").rsplit(":", 1)
