@@ -536,9 +536,7 @@ class Connection:
         self._abort = True
         if not self._closed and not self.writer.is_closing():
             self.writer.close()  # flushes what it can; the drop below ends the rest
-        asyncio.get_running_loop().call_later(
-            self.cfg.limits.client_too_slow_s, self.outbox.drop
-        )
+        asyncio.get_running_loop().call_later(self.cfg.limits.client_too_slow_s, self.outbox.drop)
 
     def close(self) -> None:
         if self._closed:
