@@ -350,28 +350,50 @@ class Scheduler:
         return 1.0
 
     def _work(self, k: int) -> None:
+        """Worker ``k``: take the next item, run it, deliver it, until stopped."""
+        self._pin(k)
+        wake = threading.Condition(self._lock)
+        while (item := self._next(k, wake)) is not None:
+            started = time.monotonic()
+            result, error, stopped = self._run_one(item)
+            finished = time.monotonic()
+            if self._settle(item, stopped, started, finished):
+                timing = WorkTiming(
+                    started - item.submitted,
+                    finished - started,
+                    finished,
+                    item.realtime and finished > item.deadline,
+                )
+                try:
+                    item.loop.call_soon_threadsafe(_resolve, item.future, result, error, timing)
+                except RuntimeError:
+                    log.debug("event loop closed before %s result was delivered", item.kind)
+
+    def _pin(self, k: int) -> None:
         if self._cpus is not None:
             # Pin before the first run: ONNX Runtime's pool threads are on the other CPUs.
             try:
                 os.sched_setaffinity(0, {self._cpus[k]})
             except OSError as exc:  # a CPU taken away since start: run unpinned
                 log.warning("worker %d stays unpinned: %s", k, exc)
-        wake = threading.Condition(self._lock)
-        while True:
-            with self._lock:
-                while True:
-                    if self._stopping and not self._rt and not self._batch:
-                        return
-                    now = time.monotonic()
-                    item, optional = self._pick(now)
-                    if item is not None:
-                        break
+
+    def _next(self, k: int, wake: threading.Condition) -> _Item[Any] | None:
+        """The next item worker ``k`` runs (waiting for one), marked running; None once the
+        scheduler is stopping and nothing is left."""
+        with self._lock:
+            while True:
+                if self._stopping and not self._rt and not self._batch:
+                    return None
+                now = time.monotonic()
+                item, optional = self._pick(now)
+                if item is None:
                     if not self._running:
                         # Only an idle pool vouches for itself; a stuck worker must show.
                         self.heartbeat = now
                     self._idle[k] = wake
                     wake.wait(timeout=self._wait_s(now))
                     self._idle.pop(k, None)  # timed out: nobody woke it
+                    continue
                 if item.cancelled:
                     continue
                 item.optional, item.token = optional, StopToken()
@@ -379,48 +401,47 @@ class Scheduler:
                 self.heartbeat = time.monotonic()
                 if self._rt or self._batch:  # more work: another worker may take some
                     self._wake_one_locked()
-            started = time.monotonic()
-            result: Any = None
-            error: BaseException | None = None
-            stopped = False
-            self._current.item = item
-            try:
-                with stoppable(item.token):
-                    result = item.fn()
-            except Interrupted:
-                stopped = True
-            except Exception as exc:  # delivered to the awaiting stream, never lost
-                error = exc
-            finally:
-                self._current.item = None
-            finished = time.monotonic()
-            late = item.realtime and finished > item.deadline
-            timing = WorkTiming(started - item.submitted, finished - started, finished, late)
-            with self._lock:
-                del self._running[item.seq]
-                item.token = None
-                self.busy_s += finished - started
-                if stopped:
-                    if item.cancelled:
-                        self._forget(item)
-                    else:  # stopped for a newcomer: back in the queue, where it was
-                        self.stopped_ahead += 1
-                        heapq.heappush(self._rt if item.realtime else self._batch, item)
-                    continue
-                self.completed += 1
-                self.late += late
-                if item.urgent:
-                    self.first_item_s += _FIRST_ITEM_SMOOTHING * (
-                        finished - started - self.first_item_s
-                    )
-                if item.realtime:
-                    self._lateness.append((finished, max(0.0, finished - item.deadline)))
-                self.heartbeat = finished
-                self._forget(item)
-            try:
-                item.loop.call_soon_threadsafe(_resolve, item.future, result, error, timing)
-            except RuntimeError:
-                log.debug("event loop closed before %s result was delivered", item.kind)
+                return item
+
+    def _run_one(self, item: _Item[Any]) -> tuple[Any, BaseException | None, bool]:
+        """``(result, error, stopped)``: stopped means interrupted for a newcomer."""
+        assert item.token is not None
+        self._current.item = item
+        try:
+            with stoppable(item.token):
+                return item.fn(), None, False
+        except Interrupted:
+            return None, None, True
+        except Exception as exc:  # delivered to the awaiting stream, never lost
+            return None, exc, False
+        finally:
+            self._current.item = None
+
+    def _settle(self, item: _Item[Any], stopped: bool, started: float, finished: float) -> bool:
+        """Book the run; False when the item went back in the queue (stopped for a
+        newcomer) or is gone, so there is nothing to deliver."""
+        with self._lock:
+            del self._running[item.seq]
+            item.token = None
+            self.busy_s += finished - started
+            if stopped:
+                if item.cancelled:
+                    self._forget(item)
+                else:  # stopped for a newcomer: back in the queue, where it was
+                    self.stopped_ahead += 1
+                    heapq.heappush(self._rt if item.realtime else self._batch, item)
+                return False
+            self.completed += 1
+            self.late += item.realtime and finished > item.deadline
+            if item.urgent:
+                self.first_item_s += _FIRST_ITEM_SMOOTHING * (
+                    finished - started - self.first_item_s
+                )
+            if item.realtime:
+                self._lateness.append((finished, max(0.0, finished - item.deadline)))
+            self.heartbeat = finished
+            self._forget(item)
+            return True
 
 
 def _cancel(fut: asyncio.Future[Any]) -> None:

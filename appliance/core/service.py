@@ -431,31 +431,8 @@ class Service:
             await self._warm.wait()  # start-up: the voices are still warming up
         if speak_key is not None and not self._speaker.is_set():
             await self._speaker.wait()  # start-up: the speaker is still starting
-        cfg = self.runtime.config
         try:
-            if self.stopping:
-                raise ServiceError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
-            req.validate()
-            if len(self.streams) >= cfg.limits.max_streams:
-                raise ServiceError(
-                    ErrorCode.TOO_MANY_REQUESTS,
-                    f"the daemon has {cfg.limits.max_streams} requests in flight",
-                )
-            if req.text_format == "ssml" and req.text_stream:
-                # An SSML document is parsed whole; a stream of text has no end to wait for.
-                raise ServiceError(
-                    ErrorCode.BAD_REQUEST, "text_format 'ssml' cannot be used with text_stream"
-                )
-            voice, sid = self.resolve_voice(req.voice, req.speaker, req.language)
-            if req.realtime:
-                # Batch requests are always taken: they only use time no stream needs.
-                decision = self.admit()
-                if not decision.admit:
-                    raise ServiceError(
-                        ErrorCode.BUSY,
-                        f"busy: {decision.reason}",
-                        retry_after_ms=decision.retry_after_ms,
-                    )
+            voice, sid = self._admit(req)
         except ServiceError as exc:
             self.record_error(exc.code)
             raise
@@ -469,9 +446,45 @@ class Service:
             if isinstance(exc, ServiceError):
                 self.record_error(exc.code)
             raise
-        t_frontend = time.monotonic()
+        settings = self._settings(req, voice, sid, speak=speak_key is not None)
+        jstats = JobStats(t_request=t0, frontend_ms=(time.monotonic() - t0) * 1000)
+        stream.job = SynthesisJob(voice, queue, settings, self.runtime.scheduler, jstats)
+        return stream
+
+    def _admit(self, req: SpeechRequest) -> tuple[VoiceRuntime, int | None]:
+        """The checks before any work: shutting down, the request's own fields, the
+        daemon-wide cap, the voice and speaker, admission (``busy``)."""
+        if self.stopping:
+            raise ServiceError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
+        req.validate()
+        cap = self.runtime.config.limits.max_streams
+        if len(self.streams) >= cap:
+            raise ServiceError(
+                ErrorCode.TOO_MANY_REQUESTS, f"the daemon has {cap} requests in flight"
+            )
+        if req.text_format == "ssml" and req.text_stream:
+            # An SSML document is parsed whole; a stream of text has no end to wait for.
+            raise ServiceError(
+                ErrorCode.BAD_REQUEST, "text_format 'ssml' cannot be used with text_stream"
+            )
+        voice, sid = self.resolve_voice(req.voice, req.speaker, req.language)
+        if req.realtime:
+            # Batch requests are always taken: they only use time no stream needs.
+            decision = self.admit()
+            if not decision.admit:
+                raise ServiceError(
+                    ErrorCode.BUSY,
+                    f"busy: {decision.reason}",
+                    retry_after_ms=decision.retry_after_ms,
+                )
+        return voice, sid
+
+    def _settings(
+        self, req: SpeechRequest, voice: VoiceRuntime, sid: int | None, speak: bool
+    ) -> JobSettings:
+        cfg = self.runtime.config
         d = voice.defaults
-        settings = JobSettings(
+        return JobSettings(
             scales=Scales(
                 d.noise_scale if req.noise_scale is None else req.noise_scale,
                 d.length_scale / req.speed if req.speed else d.length_scale,
@@ -484,13 +497,10 @@ class Service:
             watermark_s=cfg.scheduler.watermark_ms / 1000.0,
             join_fade_ms=cfg.streaming.join_fade_ms,
             # The player applies the volume of speech on the device itself.
-            volume=1.0 if speak_key is not None else req.volume,
+            volume=1.0 if speak else req.volume,
             quick_start=cfg.streaming.quick_start,
             max_phonemes=cfg.engine.max_phonemes,
         )
-        jstats = JobStats(t_request=t0, frontend_ms=(t_frontend - t0) * 1000)
-        stream.job = SynthesisJob(voice, queue, settings, self.runtime.scheduler, jstats)
-        return stream
 
     async def _clauses(self, stream: Stream, req: SpeechRequest) -> ClauseQueue:
         limits = self.frontend_limits()

@@ -95,7 +95,7 @@ def test_example_config_documents_every_key_with_its_default() -> None:
     listed: list[str] = []
     section = ""
     for line in text.splitlines():
-        if m := re.fullmatch(r"([a-z_]+):", line):
+        if m := re.fullmatch(r"([a-z_0-9]+):", line):
             section = m.group(1)
         elif m := re.match(r"\s+#?([a-z_]+):", line):
             listed.append(f"{section}.{m.group(1)}")

@@ -134,6 +134,16 @@ def _read_until_too_slow(sock: socket.socket) -> list[str]:
     return codes
 
 
+async def _read_when_gone(daemon: Daemon, conn: int, sock: socket.socket) -> list[str]:
+    """Wait (up to 60 s) until connection ``conn``'s stream has ended, then read what it left."""
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        if conn not in {x["connection"] for x in (await stats(daemon))["streams"]}:
+            break
+        await asyncio.sleep(0.1)
+    return await asyncio.to_thread(_read_until_too_slow, sock)
+
+
 async def _wait_paused(daemon: Daemon, conn: int, timeout: float = 30.0) -> dict[int, float] | None:
     """Poll until connection ``conn``'s stream has not grown for ``still_s`` (its output
     buffer is full); returns that snapshot's audio_ms per connection, or None if the stream
@@ -171,6 +181,7 @@ async def test_newcomer_and_a_client_that_never_reads(sched_daemon: Daemon) -> N
     idle_before = await ttfp_ms(sched_daemon, 5)
     running = [asyncio.create_task(admitted_stream(sched_daemon, LONG_TEXT * 2)) for _ in range(4)]
     stuck: socket.socket | None = None
+    reader: asyncio.Task[list[str]] | None = None
     try:
         await asyncio.sleep(3.0)  # past the start-up burst: four streams in steady state
         busy_4 = await ttfp_ms(sched_daemon, 5)
@@ -180,6 +191,9 @@ async def test_newcomer_and_a_client_that_never_reads(sched_daemon: Daemon) -> N
         # The newest connection among the live streams (the four are older).
         stuck_conn = max(x["connection"] for x in (await stats(sched_daemon))["streams"])
         paused = await _wait_paused(sched_daemon, stuck_conn)
+        # Read its error as soon as its request ends: the daemon then drops the connection
+        # client_too_slow_s later, with whatever it still had queued.
+        reader = asyncio.create_task(_read_when_gone(sched_daemon, stuck_conn, stuck))
         with_stuck = await ttfp_ms(sched_daemon, 5)
         after = {x["connection"]: x["audio_ms"] for x in (await stats(sched_daemon))["streams"]}
         if paused is not None:
@@ -198,7 +212,7 @@ async def test_newcomer_and_a_client_that_never_reads(sched_daemon: Daemon) -> N
         if stuck is not None:
             try:
                 # After client_too_slow_s the daemon ends the stuck request with its error.
-                codes = await asyncio.to_thread(_read_until_too_slow, stuck)
+                codes = await reader if reader is not None else []
             finally:
                 stuck.close()
     idle_after = await ttfp_ms(sched_daemon, 5)
