@@ -25,6 +25,8 @@ MAX_DIGITS = 15
 
 _INT = r"\d{1,3}(?:\.\d{3})+|\d+"
 _NUM = rf"(?:{_INT})(?:,\d+)?"
+_SIGN = r"(?:(?<![\w.,-])(?P<sign>[-−]))?"
+"""A minus sign that is not a hyphen (nothing written right before it)."""
 _DATE = r"(?<![\w.,])(?P<d>\d{1,2})([./])(?P<m>\d{1,2})\3(?P<y>\d{4})?(?![\w]|[.,]\d)"
 _ISO_DATE = r"(?<![\w.,-])(?P<y>\d{4})-(?P<m>\d{1,2})-(?P<d>\d{1,2})(?![\w]|-\d)"
 _TIME = re.compile(r"(?<![\w.,:])(?P<h>\d{1,2}):(?P<mi>\d{2})(?:\s?(?:Uhr|h)\b)?(?![\w:]|[.,]\d)")
@@ -136,10 +138,12 @@ def _rules(w: Words) -> list[Rule]:
         return spoken
 
     def percent(m: re.Match[str]) -> str:
-        return f"{decimal(w, m['n'])} {w.percent}"
+        sign = f"{w.minus} " if m["sign"] else ""
+        return f"{sign}{decimal(w, m['n'])} {w.percent}"
 
     def unit(m: re.Match[str]) -> str:
-        return _counted(w, m["n"], *w.units[m["u"]])
+        sign = f"{w.minus} " if m["sign"] else ""
+        return sign + _counted(w, m["n"], *w.units[m["u"]])
 
     def number(m: re.Match[str]) -> str:
         sign = f"{w.minus} " if m["sign"] else ""
@@ -155,15 +159,16 @@ def _rules(w: Words) -> list[Rule]:
             ),
             money,
         ),
-        (re.compile(rf"(?<![\w.,])(?P<n>{_NUM})\s?%"), percent),
-        (re.compile(rf"(?<![\w.,])(?P<n>{_NUM})\s?(?P<u>{units})(?![\w/])"), unit),
+        (re.compile(rf"(?<![\w.,]){_SIGN}(?P<n>{_NUM})\s?%"), percent),
+        (re.compile(rf"(?<![\w.,]){_SIGN}(?P<n>{_NUM})\s?(?P<u>{units})(?![\w/])"), unit),
     ]
     if w.ordinal is not None:
         ordinal = w.ordinal
         rules.append(
-            (re.compile(r"(?<![\w.,])(\d{1,4})([ºª])"), lambda m: ordinal(int(m[1]), m[2]))
+            # The frontend's NFKC has made º and ª plain o and a by now.
+            (re.compile(r"(?<![\w.,])(\d{1,4})([ºªoa])(?!\w)"), lambda m: ordinal(int(m[1]), m[2]))
         )
-    rules.append((re.compile(rf"(?<![\w.,])(?P<sign>[-−])?(?P<n>{_NUM})(?![\w]|[.,]\d)"), number))
+    rules.append((re.compile(rf"(?<![\w.,]){_SIGN}(?P<n>{_NUM})(?![\w]|[.,]\d)"), number))
     return rules
 
 

@@ -27,7 +27,7 @@ def _time(h: int, mi: int) -> str:
 
 def _ordinal(n: int, marker: str) -> str:
     spoken = ordinal_word(WORDS, n)
-    if marker == "ª":  # the feminine: each word's final o → a ("vigésima primera")
+    if marker in "ªa":  # the feminine: each word's final o → a ("vigésima primera")
         spoken = " ".join(w[:-1] + "a" if w.endswith("o") else w for w in spoken.split())
     return spoken
 

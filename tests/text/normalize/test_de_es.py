@@ -62,6 +62,8 @@ def test_german(written: str, spoken: str) -> None:
         ("5 km", "cinco kilómetros"),
         ("el 2º", "el segundo"),
         ("la 3ª", "la tercera"),
+        ("la 3a", "la tercera"),  # as the frontend's NFKC hands it over
+        ("el 1o", "el primero"),
     ],
 )
 def test_spanish(written: str, spoken: str) -> None:
