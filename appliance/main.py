@@ -192,7 +192,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             print(f"{name}: skipped ({path}): {' '.join(str(exc).split())[:300]}", file=sys.stderr)
             failed += 1
             continue
-        print(f"{name}: {'streaming' if voice.split_ok else 'whole-sentence'} ({voice.split_note})")
+        how = "streaming" if voice.split_ok else f"whole-sentence ({voice.split_note})"
+        print(f"{name}: {how}")  # the check's figures: at debug level (logging.level)
         prepare_engines(voice, cfg, functools.partial(_progress, name))
     return 1 if failed else 0
 

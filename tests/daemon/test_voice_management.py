@@ -135,3 +135,26 @@ def test_check_config_loads_no_voice(voice: str, voice_cache: Path, tmp_path: Pa
     r = _check(tmp_path, voices, cache)
     assert r.returncode == 0, r.stderr
     assert not cache.exists() or not any(cache.iterdir())
+
+
+def test_prepare_says_what_it_is_doing_in_one_line_per_voice(
+    voice_cache: Path, tmp_path: Path
+) -> None:
+    """``ttsd prepare`` on a cache without the German voice's cut (the others copied from the
+    session's cache, so only it is cut here): one line before, one after, nothing technical."""
+    from appliance.model.voices import sha256_of
+
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    shutil.copyfile(voice_path(GERMAN), voices / f"{GERMAN}.onnx")
+    shutil.copyfile(f"{voice_path(GERMAN)}.json", voices / f"{GERMAN}.onnx.json")
+    cache = tmp_path / "cache"
+    shutil.copytree(voice_cache, cache)
+    for slot in cache.glob(f"{sha256_of(voice_path(GERMAN))[:32]}-*"):
+        shutil.rmtree(slot)
+    r = _ttsd("prepare", "--config", str(_config(tmp_path, voices, cache)), timeout=900)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    assert f"preparing {GERMAN} for streaming (first start only, about " in out
+    assert f"{GERMAN} ready in " in out and f"{GERMAN}: streaming" in out
+    assert "max abs difference" not in out
