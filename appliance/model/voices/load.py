@@ -87,6 +87,7 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
                 return voice
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("voice %s: cache entry unreadable (%s); cutting again", name, exc)
+    check_graph(model_path, info)  # a foreign or truncated file: said plainly, before the cut
     about = prepare_estimate_s(model_path)
     log.info("preparing %s for streaming (first start only, about %d s)…", name, about)
     t0 = time.monotonic()
@@ -104,6 +105,27 @@ def prepare_estimate_s(model_path: Path) -> int:
     except OSError:
         mb = 0.0
     return max(1, round(2 + mb * 0.22))
+
+
+PIPER_INPUTS = frozenset({"input", "input_lengths", "scales"})
+"""The graph inputs every Piper VITS voice has (multi-speaker ones also ``sid``)."""
+
+
+def check_graph(model_path: Path, info: VoiceInfo) -> None:
+    """VoiceError unless ``model_path`` parses as ONNX with Piper's inputs (no session)."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(model_path), load_external_data=False).graph
+    except Exception as exc:  # protobuf's DecodeError and OSError: a truncated or foreign file
+        why = " ".join(str(exc).split())[:200]
+        raise VoiceError(f"not an ONNX model ({why})") from None
+    inputs = {i.name for i in graph.input}
+    if not PIPER_INPUTS <= inputs or not graph.output:
+        missing = ", ".join(sorted(PIPER_INPUTS - inputs)) or "an output"
+        raise VoiceError(f"not a Piper voice (no {missing})")
+    if info.num_speakers > 1 and "sid" not in inputs:
+        raise VoiceError(f"the config has {info.num_speakers} speakers, the graph no sid")
 
 
 def read_info(name: str, model_path: Path) -> VoiceInfo:

@@ -17,30 +17,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from appliance.model.voices.discover import _NAME_RE, VoiceError, bundled_voice_path, discover
-from appliance.model.voices.load import load_voice, read_info
+from appliance.model.voices.load import check_graph, load_voice, read_info
 from appliance.voicetypes import Voice, VoiceInfo
-
-PIPER_INPUTS = frozenset({"input", "input_lengths", "scales"})
-"""The graph inputs every Piper VITS voice has (multi-speaker ones also ``sid``)."""
 
 
 def check_pair(name: str, model_path: Path) -> VoiceInfo:
     """The voice's config, when the pair looks like a Piper voice; else VoiceError saying
-    what is wrong with which file."""
-    import onnx
-
+    what is wrong (:func:`~appliance.model.voices.load.check_graph`)."""
     info = read_info(name, model_path)
     try:
-        graph = onnx.load(str(model_path), load_external_data=False).graph
-    except Exception as exc:  # protobuf's DecodeError and OSError: a truncated or foreign file
-        why = " ".join(str(exc).split())[:200]
-        raise VoiceError(f"{model_path}: not an ONNX model ({why})") from None
-    inputs = {i.name for i in graph.input}
-    if not PIPER_INPUTS <= inputs or not graph.output:
-        missing = ", ".join(sorted(PIPER_INPUTS - inputs)) or "an output"
-        raise VoiceError(f"{model_path}: not a Piper voice (no {missing})")
-    if info.num_speakers > 1 and "sid" not in inputs:
-        raise VoiceError(f"{model_path}: the config has {info.num_speakers} speakers, no sid")
+        check_graph(model_path, info)
+    except VoiceError as exc:
+        raise VoiceError(f"voice {name}: {exc}") from None
     return info
 
 
