@@ -117,3 +117,23 @@ def test_constants_folded_into_initializers_give_the_same_output() -> None:
         return out
 
     assert np.array_equal(run(model), run(folded))
+
+
+def test_another_speaker_streams_the_same_samples_as_its_whole_sentence(
+    voices: dict[str, Voice],
+) -> None:
+    """The check at cut time runs the default speaker; the flow's and decoder's speaker
+    conditioning must carry any other one through the windows too."""
+    from appliance.model.engine.windows import decode_windows
+
+    v = voices[MULTI]
+    model = _model(v)
+    ids = Phonemizer(v.info).ids("Testing one two three, the quick brown fox.")
+    quiet = Scales(0.0, 1.0, 0.0)
+    for sid in (1, 3):
+        fused = model.fused(ids, quiet, sid)
+        for window in (8, 32):
+            encoded = model.encode_prior(ids, quiet, sid)
+            windowed = decode_windows(model, encoded, window, v.context_frames, v.info.hop_length)
+            assert windowed.shape == fused.shape
+            assert float(np.max(np.abs(windowed - fused))) <= CUT_TOLERANCE, (sid, window)
