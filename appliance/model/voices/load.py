@@ -98,13 +98,14 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
 
 
 def prepare_estimate_s(model_path: Path) -> int:
-    """Seconds a first cut takes, roughly: it grows with the graph (the bundled 63 MB voice
-    took 14–18 s on a laptop's CPU, the 2 MB test voices 3–4 s)."""
+    """Seconds a first cut takes on an idle CPU, roughly: a fixed part (the sessions the
+    checks make) and one that grows with the graph (the bundled 63 MB voice took 14–18 s on
+    a laptop, the 2 MB test voices 5–8 s; a busy box takes several times as long)."""
     try:
         mb = model_path.stat().st_size / 1e6
     except OSError:
         mb = 0.0
-    return max(1, round(2 + mb * 0.22))
+    return max(1, round(5 + mb * 0.17))
 
 
 PIPER_INPUTS = frozenset({"input", "input_lengths", "scales"})
