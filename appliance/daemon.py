@@ -9,7 +9,8 @@
   ``READY=1``; then serve until SIGTERM or SIGINT.
 - **reload** — SIGHUP: the config and the lexicon are read again in threads of their own
   (a hung file must neither stall the loop nor keep SIGTERM waiting), the live keys
-  applied; one reload at a time, a SIGHUP during one asks for one more after it.
+  applied, ``voices_dir`` scanned for voices added or removed (:mod:`appliance.core.voiceset`);
+  one reload at a time, a SIGHUP during one asks for one more after it.
 - **stop** — every door closes its listener, then the core drains what is in flight up
   to ``limits.shutdown_timeout_s`` and ends the rest with ``shutting_down``.
 - **close** — the doors (their connections, socket files), the core, the voices.
@@ -339,6 +340,18 @@ class Daemon:
             return
         self._apply_config(new)
         await self._reload_lexicon()
+        await self._reload_voices()
+
+    async def _reload_voices(self) -> None:
+        """``voices_dir`` read again: new voices loaded and warmed in a worker, then swapped
+        in (:mod:`appliance.core.voiceset`)."""
+        from appliance.core import voiceset
+
+        runtime = self.runtime
+        assert runtime is not None
+        loop = asyncio.get_running_loop()
+        changes = await loop.run_in_executor(None, voiceset.scan, runtime)
+        voiceset.apply(runtime, changes)
 
     def _apply_config(self, new: Config) -> None:
         assert self.runtime is not None

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -97,12 +98,76 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     path = args.file
     try:
         cfg = load_config(path)
+        problems = _serve_would_refuse(cfg)
         if cfg.voices.lexicon:
             _lexicon_for_config(cfg.voices.lexicon, cfg.voices.voices_dir)
     except (ConfigError, LexiconError) as exc:
         print(f"ttsd: {exc}", file=sys.stderr)
         return 1
+    for line in problems:
+        print(f"ttsd: {line}", file=sys.stderr)
+    if problems:
+        return 1
     print(f"{path or 'defaults'}: ok")
+    return 0
+
+
+def _serve_would_refuse(cfg: Config) -> list[str]:
+    """What ``serve`` would refuse or skip, found without loading a voice (no session, no
+    cut): the default voice, each voice pair's files, a public HTTP address without a key."""
+    from appliance.model.voices import discover
+    from appliance.model.voices.manage import check_dir
+
+    problems = [f"voice file {f}: {why}" for f, why in check_dir(cfg.voices.voices_dir).items()]
+    found = discover(cfg.voices.voices_dir)
+    if cfg.voices.default not in found:
+        have = ", ".join(sorted(found))
+        problems.append(f"voices.default: voice {cfg.voices.default!r} not found (have: {have})")
+    h = cfg.http
+    if h.listen and h.api_key is None:
+        from appliance.doors.http import is_loopback, parse_listen
+
+        try:
+            host, _port = parse_listen(h.listen)
+        except ValueError as exc:
+            return [*problems, f"http.listen: {exc}"]
+        if h.api_key_file:
+            if not os.access(h.api_key_file, os.R_OK):
+                problems.append(f"http.api_key_file {h.api_key_file}: not readable")
+        elif not is_loopback(host):
+            problems.append(
+                f"http.listen {h.listen}: not loopback and no API key"
+                " (set http.api_key or http.api_key_file, or listen on 127.0.0.1)"
+            )
+    return problems
+
+
+def cmd_voices(args: argparse.Namespace) -> int:
+    """``ttsd voices add|remove``: the files in ``voices.voices_dir`` (docs/voices.md)."""
+    cfg = _load_for_command(args.config)
+    if cfg is None:
+        return 2
+    from appliance.model.voices import VoiceError
+    from appliance.model.voices.manage import add_voice, remove_voice
+    from appliance.ops.paths import default_cache_dir
+
+    if not cfg.voices.voices_dir:
+        print("ttsd: voices.voices_dir is not set in the config", file=sys.stderr)
+        return 2
+    voices_dir = Path(cfg.voices.voices_dir)
+    try:
+        if args.action == "remove":
+            for gone in remove_voice(args.name, voices_dir):
+                print(f"removed {gone}")
+        else:
+            cache = Path(cfg.voices.cache_dir) if cfg.voices.cache_dir else default_cache_dir()
+            conf = Path(args.config_json) if args.config_json else None
+            voice = add_voice(Path(args.model), conf, voices_dir, cache, print)
+            print(f"{voice.name}: added, streaming ({voice.info.language})")
+    except VoiceError as exc:
+        print(f"ttsd: {exc}", file=sys.stderr)
+        return 1
+    print("a running daemon picks the change up on SIGHUP (systemctl reload ttsd)")
     return 0
 
 
@@ -127,7 +192,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             print(f"{name}: skipped ({path}): {' '.join(str(exc).split())[:300]}", file=sys.stderr)
             failed += 1
             continue
-        print(f"{name}: {'streaming' if voice.split_ok else 'whole-sentence'} ({voice.split_note})")
+        how = "streaming" if voice.split_ok else f"whole-sentence ({voice.split_note})"
+        print(f"{name}: {how}")  # the check's figures: at debug level (logging.level)
         prepare_engines(voice, cfg, functools.partial(_progress, name))
     return 1 if failed else 0
 
@@ -162,6 +228,17 @@ def main(argv: list[str] | None = None, seams: Seams | None = None) -> int:
     p = sub.add_parser("check-config", help="validate a config file")
     p.add_argument("file", nargs="?", default=None)
     p.set_defaults(fn=cmd_check_config)
+    p = sub.add_parser("voices", help="add or remove a Piper voice in voices.voices_dir")
+    p.add_argument("--config")
+    vsub = p.add_subparsers(dest="action", required=True)
+    v = vsub.add_parser("add", help="copy NAME.onnx (+ .onnx.json) in and prepare its cut")
+    v.add_argument("model", metavar="PATH.onnx")
+    v.add_argument("config_json", nargs="?", metavar="PATH.onnx.json")
+    v.add_argument("--config", default=argparse.SUPPRESS)
+    v = vsub.add_parser("remove", help="delete a voice's files from voices_dir")
+    v.add_argument("name")
+    v.add_argument("--config", default=argparse.SUPPRESS)
+    p.set_defaults(fn=cmd_voices)
     p = sub.add_parser("prepare", help="split voices and build engines ahead of time")
     p.add_argument("--config")
     p.set_defaults(fn=cmd_prepare)

@@ -27,10 +27,19 @@ class VoiceInfo:
     noise_scale: float
     length_scale: float
     noise_w: float
+    default_speaker: int = 0
+    """The ``sid`` used when a request names no speaker: Piper's ``default_speaker_id``
+    when it is one of the voice's, else 0."""
+    quality: str = ""
+    """Piper's ``audio.quality`` (x_low, low, medium, high), "" when the config has none."""
 
     @classmethod
     def from_config(cls, name: str, cfg: dict[str, Any]) -> VoiceInfo:
         inference = cfg.get("inference", {})
+        num_speakers = int(cfg.get("num_speakers", 1))
+        default_speaker = cfg.get("default_speaker_id", 0)
+        if type(default_speaker) is not int or not 0 <= default_speaker < num_speakers:
+            default_speaker = 0
         language = cfg.get("language", {}).get("code") or cfg.get("espeak", {}).get("voice", "")
         return cls(
             name=name,
@@ -38,12 +47,14 @@ class VoiceInfo:
             espeak_voice=str(cfg.get("espeak", {}).get("voice", "en-us")),
             sample_rate=int(cfg["audio"]["sample_rate"]),
             hop_length=int(cfg.get("hop_length", 256)),
-            num_speakers=int(cfg.get("num_speakers", 1)),
+            num_speakers=num_speakers,
             speaker_id_map={str(k): int(v) for k, v in cfg.get("speaker_id_map", {}).items()},
             phoneme_id_map={str(k): list(v) for k, v in cfg["phoneme_id_map"].items()},
             noise_scale=float(inference.get("noise_scale", 0.667)),
             length_scale=float(inference.get("length_scale", 1.0)),
             noise_w=float(inference.get("noise_w", 0.8)),
+            default_speaker=default_speaker,
+            quality=str(cfg.get("audio", {}).get("quality") or ""),
         )
 
     def speaker_id(self, speaker: str | int | None) -> int | None:
@@ -53,13 +64,17 @@ class VoiceInfo:
                 return None
             raise KeyError(speaker)
         if speaker is None:
-            return 0
+            return self.default_speaker
         if isinstance(speaker, int):
             if 0 <= speaker < self.num_speakers:
                 return speaker
             raise KeyError(speaker)
         if speaker in self.speaker_id_map:
             return self.speaker_id_map[speaker]
+        # A number written as text (HTTP's "voice:3"), when no speaker has that name; only
+        # ASCII digits and few of them ("²".isdigit() is true, int() of 5 000 digits raises).
+        if speaker.isascii() and speaker.isdigit() and len(speaker) <= 6:
+            return self.speaker_id(int(speaker))
         raise KeyError(speaker)
 
     def describe(self) -> dict[str, Any]:

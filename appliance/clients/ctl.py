@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--voice")
     p.add_argument("--ssml", action="store_true", help="TEXT is SSML")
     p.add_argument("--json", action="store_true", help="the daemon's whole answer as JSON")
+    p = sub.add_parser("voices", help="the voices the daemon serves (and files it skipped)")
+    p.add_argument("--json", action="store_true", help="one JSON object, for programs")
     for name in ("info", "stats", "health", "ping", "stop"):
         sub.add_parser(name)
     args = parser.parse_args(argv)
@@ -135,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                 return _say(client, args)
             if args.cmd == "phonemes":
                 return _phonemes(client, args)
+            if args.cmd == "voices":
+                return _voices(client.request("info"), args.json)
             if args.cmd == "ping":
                 ok = client.ping()
                 print("pong" if ok else "no answer")
@@ -179,6 +183,63 @@ def _phonemes(client: Client, args: argparse.Namespace) -> int:
     for clause in reply.get("clauses", []):
         for word in clause.get("words", []):
             print(f"{word.get('text')}\t{word.get('phonemes')}")
+    return 0
+
+
+VOICE_COLUMNS = ("name", "language", "rate", "speakers", "quality", "status")
+
+
+def voice_rows(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """``ttsctl voices``: one row per voice the daemon serves, then one per file it skipped."""
+    rows: list[dict[str, Any]] = []
+    for v in info.get("voices") or ():
+        speakers = list(v.get("speakers") or ())
+        rows.append(
+            {
+                "name": v.get("name"),
+                "language": v.get("language"),
+                "rate": v.get("sample_rate"),
+                "speakers": speakers,
+                "quality": v.get("quality") or "",
+                "status": ("loaded, streaming" if v.get("streaming") else "loaded, whole-sentence"),
+                "default": v.get("name") == info.get("default_voice"),
+            }
+        )
+    for s in info.get("voices_skipped") or ():
+        file = str(s.get("file", ""))
+        name = Path(file).name.removesuffix(".onnx")
+        rows.append({"name": name, "language": "", "rate": "", "speakers": [], "quality": ""})
+        rows[-1].update(status=f"skipped: {s.get('reason')}", file=file, default=False)
+    return rows
+
+
+def _speakers_cell(speakers: list[Any]) -> str:
+    if not speakers:
+        return "1"
+    shown = ", ".join(str(s) for s in speakers[:3])
+    return f"{len(speakers)} ({shown}{', …' if len(speakers) > 3 else ''})"
+
+
+def _voices(info: dict[str, Any], as_json: bool) -> int:
+    rows = voice_rows(info)
+    if as_json:
+        print(json.dumps({"voices": rows, "default": info.get("default_voice")}, indent=2))
+        return 0
+    cells = [
+        [
+            f"{r['name']}{' *' if r['default'] else ''}",
+            str(r["language"]),
+            str(r["rate"]),
+            _speakers_cell(r["speakers"]) if r["rate"] else "",
+            str(r["quality"]),
+            str(r["status"]),
+        ]
+        for r in rows
+    ]
+    widths = [max(len(c[i]) for c in [list(VOICE_COLUMNS), *cells]) for i in range(6)]
+    for line in [list(VOICE_COLUMNS), *cells]:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+    print("* default voice")
     return 0
 
 

@@ -28,6 +28,8 @@ from appliance.ops.paths import default_cache_dir
 from appliance.playback import Player
 from appliance.text.frontend import FrontendLimits
 from appliance.text.lexicon import Lexicon
+from appliance.text.normalize import family as normalize_family
+from appliance.text.normalize import supported_languages
 from appliance.text.phonemize import Phonemizer
 from appliance.voicetypes import Voice
 
@@ -44,12 +46,12 @@ class StartError(RuntimeError):
     """The daemon cannot start (no default voice): one line for the log, exit non-zero."""
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def _load_one(
+def load_one(
     name: str, path: Path, cache: Path, cfg: Config, pins: Pinning | None
 ) -> tuple[VoiceRuntime, Voice, dict[str, Any]]:
     """One voice, cut (or its cached cut) and on its backend."""
@@ -66,7 +68,7 @@ def _load_one(
         model=model,
         can_stream=voice.split_ok,
         defaults=Scales(info.noise_scale, info.length_scale, info.noise_w),
-        default_speaker=0 if info.num_speakers > 1 else None,
+        default_speaker=info.speaker_id(None),
         context=voice.context_frames
         if cfg.engine.context_frames is None
         else cfg.engine.context_frames,
@@ -81,6 +83,21 @@ def _load_one(
         else f"whole-sentence: {voice.split_note}",
     )
     return runtime, voice, dict(status)
+
+
+def _voice_extras(meta: Voice) -> dict[str, Any]:
+    """``info``'s per-voice fields added for issue 31 (v1 only grows)."""
+    info = meta.info
+    default = next(
+        (n for n, i in info.speaker_id_map.items() if i == info.default_speaker),
+        str(info.default_speaker),
+    )
+    return {
+        "quality": info.quality or None,
+        "num_speakers": info.num_speakers,
+        "default_speaker": default if info.num_speakers > 1 else None,
+        "normalized": normalize_family(info.language) in supported_languages(),
+    }
 
 
 @dataclass
@@ -99,6 +116,11 @@ class Runtime:
     stream_cost: float | None = None
     """CPU seconds per second of audio a stream's later clauses took at start-up (the
     costliest voice): admission's estimate until real streams have been measured."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Voice files left out (path → why, one line): ``info`` lists them, SIGHUP retries."""
+    pins: Pinning | None = None
+    """The thread placement the voices' sessions were made with (voices added on SIGHUP)."""
+    cache_dir: Path | None = None
 
     @classmethod
     def load(cls, cfg: Config, notifier: Notifier | None = None, *, warm: bool = True) -> Runtime:
@@ -108,7 +130,8 @@ class Runtime:
         ``warm=False`` leaves the warm-up and the workers to :meth:`finish_start`.
         """
         cache = Path(cfg.voices.cache_dir) if cfg.voices.cache_dir else default_cache_dir()
-        found = discover(cfg.voices.voices_dir)
+        skipped: dict[str, str] = {}
+        found = discover(cfg.voices.voices_dir, skipped)
         if cfg.voices.default not in found:
             raise StartError(
                 f"voices.default: voice {cfg.voices.default!r} not found"
@@ -123,16 +146,18 @@ class Runtime:
             if notifier is not None:
                 notifier.extend_timeout(120_000_000)
             try:
-                voices[name], metas[name], status = _load_one(name, path, cache, cfg, pins)
+                voices[name], metas[name], status = load_one(name, path, cache, cfg, pins)
             except Exception as exc:  # a foreign file: protobuf, onnxruntime, JSON errors …
-                why = _one_line(exc)
+                why = one_line(exc)
                 if name == cfg.voices.default:
                     raise StartError(
                         f"default voice {name} ({path}) cannot be loaded: {why}"
                     ) from None
                 log.error("voice %s (%s) skipped: %s", name, path, why)
+                skipped[str(path)] = why
         scheduler = Scheduler(cfg.engine.workers, cpus=pins.workers if pins else None)
         rt = cls(cfg, voices, metas, cfg.voices.default, scheduler, Metrics(), status)
+        rt.skipped, rt.pins, rt.cache_dir = skipped, pins, cache
         if warm:
             rt.finish_start()
         return rt
@@ -172,43 +197,51 @@ class Runtime:
         """
         cost: float | None = None
         for v in self.voices.values():
-            t0 = time.monotonic()
-            context = v.context
-            for text in (WARM_UP_FIRST, WARM_UP_LATER):
-                ids = v.phonemizer.ids(text)
-                if not v.can_stream:
-                    v.model.fused(ids, v.defaults, v.default_speaker)
-                    continue
-                cpu0 = process_cpu_s()
-                if text is WARM_UP_FIRST:
-                    # encode_prior + decode_span run the prior and the windowed flow, if any.
-                    enc = v.model.encode_prior(ids, v.defaults, v.default_speaker)
-                else:
-                    enc = v.model.encode(ids, v.defaults, v.default_speaker)
-                cpu = process_cpu_s() - cpu0
-                for width in (8, 16, 32):  # first chunks: the decoder a listener waits for
-                    t_dec = time.monotonic()
-                    decode_span(v.model, enc, 0, min(enc.frames, width), context, v.hop, True)
-                    if width == 16:
-                        v.costs.first_decode_s = time.monotonic() - t_dec
-                enc.ahead = None
-                a = 8
-                cpu0 = process_cpu_s()
-                while a < enc.frames:  # the stream's own windows, decoded ahead
-                    b = min(enc.frames, a + 2 * a)
-                    decode_span(v.model, enc, a, b, context, v.hop)
-                    a = b
-                cpu += process_cpu_s() - cpu0
-                if text is WARM_UP_LATER:  # a sentence-mode chunk: the longest decoder runs
-                    decode_span(v.model, enc, 0, enc.frames, context, v.hop)
-                    # What a whole sentence's prior costs per id: a quick start's estimate.
-                    t_prior = time.monotonic()
-                    v.model.encode_prior(ids, v.defaults, v.default_speaker)
-                    v.costs.prior_s_per_id = (time.monotonic() - t_prior) / len(ids)
-                    audio_s = enc.frames * v.hop / v.sample_rate
-                    if audio_s > 0:
-                        cost = max(cost or 0.0, cpu / audio_s)
-            log.debug("warm-up of %s: %.0f ms", v.name, (time.monotonic() - t0) * 1000)
+            one = self.warm_voice(v)
+            if one is not None:
+                cost = max(cost or 0.0, one)
+        return cost
+
+    def warm_voice(self, v: VoiceRuntime) -> float | None:
+        """One voice through :meth:`warm_up`'s shapes; its CPU seconds per audio second."""
+        cost: float | None = None
+        t0 = time.monotonic()
+        context = v.context
+        for text in (WARM_UP_FIRST, WARM_UP_LATER):
+            ids = v.phonemizer.ids(text)
+            if not v.can_stream:
+                v.model.fused(ids, v.defaults, v.default_speaker)
+                continue
+            cpu0 = process_cpu_s()
+            if text is WARM_UP_FIRST:
+                # encode_prior + decode_span run the prior and the windowed flow, if any.
+                enc = v.model.encode_prior(ids, v.defaults, v.default_speaker)
+            else:
+                enc = v.model.encode(ids, v.defaults, v.default_speaker)
+            cpu = process_cpu_s() - cpu0
+            for width in (8, 16, 32):  # first chunks: the decoder a listener waits for
+                t_dec = time.monotonic()
+                decode_span(v.model, enc, 0, min(enc.frames, width), context, v.hop, True)
+                if width == 16:
+                    v.costs.first_decode_s = time.monotonic() - t_dec
+            enc.ahead = None
+            a = 8
+            cpu0 = process_cpu_s()
+            while a < enc.frames:  # the stream's own windows, decoded ahead
+                b = min(enc.frames, a + 2 * a)
+                decode_span(v.model, enc, a, b, context, v.hop)
+                a = b
+            cpu += process_cpu_s() - cpu0
+            if text is WARM_UP_LATER:  # a sentence-mode chunk: the longest decoder runs
+                decode_span(v.model, enc, 0, enc.frames, context, v.hop)
+                # What a whole sentence's prior costs per id: a quick start's estimate.
+                t_prior = time.monotonic()
+                v.model.encode_prior(ids, v.defaults, v.default_speaker)
+                v.costs.prior_s_per_id = (time.monotonic() - t_prior) / len(ids)
+                audio_s = enc.frames * v.hop / v.sample_rate
+                if audio_s > 0:
+                    cost = max(cost or 0.0, cpu / audio_s)
+        log.debug("warm-up of %s: %.0f ms", v.name, (time.monotonic() - t0) * 1000)
         return cost
 
     def info(self) -> dict[str, Any]:
@@ -224,6 +257,7 @@ class Runtime:
                 d["margins"] = "cropped" if meta.margin_decoder_path is not None else "decoded"
             else:
                 d["note"] = meta.split_note
+            d.update(_voice_extras(meta))
             voices.append(d)
         return {
             "protocol": 1,
@@ -236,6 +270,9 @@ class Runtime:
                 "max_message_bytes": c.limits.max_message_bytes,
                 "max_inflight_per_connection": c.limits.max_inflight_per_connection,
             },
+            # Issue 31: what was left out, and which languages the normaliser has rules for.
+            "voices_skipped": [{"file": f, "reason": r} for f, r in sorted(self.skipped.items())],
+            "normalizer_languages": list(supported_languages()),
         }
 
     def close(self) -> None:

@@ -474,6 +474,15 @@ class HttpDoor:
             return self.cfg.voice_map.get(name.lower())
         return name
 
+    def _voice_and_speaker(self, name: str | None) -> tuple[str | None, str | None]:
+        """``voice`` (or what ``voice_map`` maps it to) as ``NAME`` or ``NAME:SPEAKER``
+        (a speaker's name or number): voice names never hold a colon."""
+        voice = self._voice_for(name)
+        if voice is None or ":" not in voice:
+            return voice, None
+        voice, _, speaker = voice.partition(":")
+        return voice or None, speaker
+
     async def speech(self, request: web.Request) -> web.StreamResponse:
         if self.draining or self.service.stopping:
             self.service.record_error(ErrorCode.SHUTTING_DOWN)
@@ -482,9 +491,11 @@ class HttpDoor:
             )
         try:
             body = await self._read_body(request)
+            voice, speaker = self._voice_and_speaker(body.voice)
             req = SpeechRequest(
                 text=body.input,
-                voice=self._voice_for(body.voice),
+                voice=voice,
+                speaker=speaker,
                 speed=body.applied_speed(),
                 noise_scale=body.noise_scale,
                 noise_w=body.noise_w,

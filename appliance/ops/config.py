@@ -265,7 +265,8 @@ class HttpConfig:
     api_key_file: str | None = None
     """A file holding the key (first line), read at start: keeps it out of the config."""
     voice_map: dict[str, str] = field(default_factory=dict)
-    """OpenAI voice name (``alloy`` …) → ttsd voice; unlisted OpenAI names get the default."""
+    """OpenAI voice name (``alloy`` …) → ttsd voice, or ``VOICE:SPEAKER`` for one speaker of a
+    multi-speaker voice; unlisted OpenAI names get the default."""
     max_connections: int = field(default=64, metadata=_rng(1, 100_000))
     """Connections at once, each counted from accept (the oldest one still waiting for a
     request gives way to a newcomer when the door is full)."""

@@ -374,6 +374,9 @@ class Module:
         wanted = self.settings.get("synthesis_voice")
         if wanted in names_:
             return str(wanted)
+        name, speaker = _voice_speaker(wanted)
+        if speaker is not None and name in names_:
+            return name
         language = self.settings.get("language")
         mapped = self.cfg.voice_for(language, self.settings.get("voice"))
         if mapped in names_:
@@ -400,6 +403,9 @@ class Module:
         voice = self.resolve_voice()
         if voice:
             opts["voice"] = voice
+            name, speaker = _voice_speaker(self.settings.get("synthesis_voice"))
+            if speaker is not None and name == voice:
+                opts["speaker"] = speaker
         rate = self.settings.get("rate")
         if isinstance(rate, int) and rate:
             # −100…100 onto 0.5×…2× (ttsd's range), 0 the voice's own pace.
@@ -532,8 +538,9 @@ class Module:
             self.out.line(wire.CANT_LIST_VOICES)
             return
         rows = [
-            f"{v['name']}\t{_speechd_language(str(v.get('language') or 'none'))}\tnone"
+            f"{name}\t{_speechd_language(str(v.get('language') or 'none'))}\tnone"
             for v in voices
+            for name in _listed_names(v)
         ]
         self.out.write(wire.multiline(200, rows, wire.VOICE_LIST_SENT))
 
@@ -611,6 +618,27 @@ class Module:
             self.out.line("200 OK DEBUGGING ON")
         else:
             self.out.line(wire.BAD_SYNTAX)
+
+
+SPEAKERS_LISTED = 32
+"""``LIST VOICES`` shows a multi-speaker voice as ``NAME:SPEAKER``, one row per speaker,
+for its first this many speakers (libritts_r has 904: a menu of them helps no one); any
+other speaker is still chosen by setting ``NAME:SPEAKER`` as the synthesis voice."""
+
+
+def _listed_names(voice: dict[str, Any]) -> list[str]:
+    speakers = voice.get("speakers") or []
+    if not isinstance(speakers, list) or len(speakers) < 2:
+        return [str(voice["name"])]
+    return [f"{voice['name']}:{s}" for s in speakers[:SPEAKERS_LISTED]]
+
+
+def _voice_speaker(wanted: object) -> tuple[str | None, str | None]:
+    """``NAME:SPEAKER`` → (NAME, SPEAKER); anything else → (it, None)."""
+    if not isinstance(wanted, str) or ":" not in wanted:
+        return (wanted if isinstance(wanted, str) else None), None
+    name, _, speaker = wanted.partition(":")
+    return name, speaker[:256] or None
 
 
 def _lang_matches(voice_language: str, wanted: str, exact: bool) -> bool:

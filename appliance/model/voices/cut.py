@@ -106,6 +106,13 @@ def find_flow(model: Any, names: CutNames) -> CutNames:
     for node in graph.node:
         if any(i in dynamic for i in node.input):
             dynamic.update(node.output)
+    # Tensors computed from the speaker conditioning alone (the flow's per-layer
+    # projections of g): the flow part computes them from g, its input.
+    from_g = {names.g} if names.g else set()
+    for node in graph.node:
+        moving = [i for i in node.input if i in dynamic]
+        if from_g and moving and all(i in from_g for i in moving):
+            from_g.update(node.output)
     producers = _producers(graph)
     before_durations = _ancestors(producers, names.durations)
     upstream_of_z = _ancestors(producers, names.z)
@@ -134,7 +141,7 @@ def find_flow(model: Any, names: CutNames) -> CutNames:
             for n in flow
             for i in n.input
             if i and i not in inside and i not in initializers and i in dynamic
-        } - {names.g}
+        } - from_g
         if len(outside) == 1:  # the frame mask
             reach = sum(_conv_reach(n, initializers) for n in flow if n.op_type == "Conv")
             found.append((z_p, outside.pop(), reach))
@@ -142,6 +149,20 @@ def find_flow(model: Any, names: CutNames) -> CutNames:
         raise VoiceError(f"expected one flow input (noise added to the prior), found {len(found)}")
     z_p, mask, reach = found[0]
     return dataclasses.replace(names, z_p=z_p, mask=mask, flow_context=reach)
+
+
+def _load_shaped(model_path: Path) -> Any:
+    """The voice's graph with its Constant nodes folded (:mod:`appliance.model.constants`)
+    and every intermediate tensor's type inferred: onnx's Extractor looks the cut tensors
+    up in ``value_info``, which newer exporters (torch ≥ 2.1's TorchScript path, as the
+    test voices) leave empty; without it no cut is possible."""
+    import onnx
+    import onnx.shape_inference
+
+    from appliance.model.constants import fold_constants
+
+    folded, _ = fold_constants(onnx.load(str(model_path)))
+    return onnx.shape_inference.infer_shapes(folded)
 
 
 def _atomic_write_model(model: Any, dest: Path) -> None:
@@ -227,7 +248,7 @@ def _optimised(
         try:
             want = _run_graph(model, feeds)
         except Exception as exc:  # onnxruntime's own exception types are not exported
-            log.info("%s left as exported: %s", what, exc)
+            log.debug("%s left as exported: %s", what, exc)
             return model
     tried: set[int] = set()
     for candidate, note in candidates:
@@ -238,12 +259,12 @@ def _optimised(
             got = _run_graph(candidate, feeds)
             worst = max(float(np.max(np.abs(a - b))) for a, b in zip(want, got, strict=True))
         except Exception as exc:  # as above
-            log.info("%s: %s failed to run: %s", what, note, exc)
+            log.debug("%s: %s failed to run: %s", what, note, exc)
             continue
         if worst <= CUT_TOLERANCE:
-            log.info("%s: %s (max abs difference %.2e)", what, note, worst)
+            log.debug("%s: %s (max abs difference %.2e)", what, note, worst)
             return candidate
-        log.info("%s: %s left out (max abs difference %.2e)", what, note, worst)
+        log.debug("%s: %s left out (max abs difference %.2e)", what, note, worst)
     return model
 
 
@@ -257,11 +278,12 @@ def cut_model(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     enc, dec = out_dir / "encoder.onnx", out_dir / "decoder.onnx"
-    model = onnx.load(str(model_path))
+    model = _load_shaped(model_path)
     enc_outputs = [names.z, names.durations] + ([names.g] if names.g else [])
     dec_inputs = [names.z] + ([names.g] if names.g else [])
-    encoder = onnx.utils.Extractor(model).extract_model(list(names.inputs), enc_outputs)
-    decoder = onnx.utils.Extractor(model).extract_model(dec_inputs, [names.output])
+    extractor = onnx.utils.Extractor(model)
+    encoder = extractor.extract_model(list(names.inputs), enc_outputs)
+    decoder = extractor.extract_model(dec_inputs, [names.output])
     _rank_latent_input(decoder, names.z)
     _atomic_write_model(_optimised(encoder, probe, "encoder"), enc)
     _atomic_write_model(decoder, dec)
@@ -285,12 +307,11 @@ def cut_flow(
     from appliance.model.margins import add_flow_margin_crops
 
     assert names.z_p is not None and names.mask is not None
-    model = onnx.load(str(model_path))
+    model = _load_shaped(model_path)
     extra = [names.g] if names.g else []
-    prior = onnx.utils.Extractor(model).extract_model(
-        list(names.inputs), [names.z_p, names.durations, *extra]
-    )
-    flow = onnx.utils.Extractor(model).extract_model([names.z_p, names.mask, *extra], [names.z])
+    extractor = onnx.utils.Extractor(model)
+    prior = extractor.extract_model(list(names.inputs), [names.z_p, names.durations, *extra])
+    flow = extractor.extract_model([names.z_p, names.mask, *extra], [names.z])
     split = FlowSplit(out_dir / "prior.onnx", out_dir / "flow.onnx")
     flow_feeds: Probe | None = None
     prior_out: list[np.ndarray] | None = None
@@ -298,7 +319,7 @@ def cut_flow(
         try:
             prior_out = _run_graph(prior, probe)
         except Exception as exc:  # onnxruntime's own exception types are not exported
-            log.info("prior does not run on the probe: %s", exc)
+            log.debug("prior does not run on the probe: %s", exc)
             probe = None  # nothing to check the prior's rewrites against
         else:
             z_p, _durations, *g = prior_out
@@ -311,7 +332,7 @@ def cut_flow(
         try:
             flow = add_flow_margin_crops(flow, names.mask)
         except ValueError as exc:  # a flow of another shape: written whole
-            log.info("flow: margins not cropped: %s", exc)
+            log.debug("flow: margins not cropped: %s", exc)
     _atomic_write_model(flow, split.flow_path)
     return split
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from appliance.voicetypes import CutNames, FlowSplit, Voice, VoiceInfo
 log = logging.getLogger("appliance.model.voices")
 
 
-_CUT_FORMAT = 9  # bump when the cut or the check changes
+_CUT_FORMAT = 10  # bump when the cut or the check changes
 
 
 def _cached(info: VoiceInfo, model_path: Path, digest: str, slot: Path) -> Voice | None:
@@ -86,7 +87,46 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
                 return voice
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("voice %s: cache entry unreadable (%s); cutting again", name, exc)
-    return _Preparation(info, model_path, digest, slot).run()
+    check_graph(model_path, info)  # a foreign or truncated file: said plainly, before the cut
+    about = prepare_estimate_s(model_path)
+    log.info("preparing %s for streaming (first start only, about %d s)…", name, about)
+    t0 = time.monotonic()
+    voice = _Preparation(info, model_path, digest, slot).run()
+    how = "streaming" if voice.split_ok else f"whole-sentence: {voice.split_note}"
+    log.info("%s ready in %.1f s (%s)", name, time.monotonic() - t0, how)
+    return voice
+
+
+def prepare_estimate_s(model_path: Path) -> int:
+    """Seconds a first cut takes on an idle CPU, roughly: a fixed part (the sessions the
+    checks make) and one that grows with the graph (the bundled 63 MB voice took 14–18 s on
+    a laptop, the 2 MB test voices 5–8 s; a busy box takes several times as long)."""
+    try:
+        mb = model_path.stat().st_size / 1e6
+    except OSError:
+        mb = 0.0
+    return max(1, round(5 + mb * 0.17))
+
+
+PIPER_INPUTS = frozenset({"input", "input_lengths", "scales"})
+"""The graph inputs every Piper VITS voice has (multi-speaker ones also ``sid``)."""
+
+
+def check_graph(model_path: Path, info: VoiceInfo) -> None:
+    """VoiceError unless ``model_path`` parses as ONNX with Piper's inputs (no session)."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(model_path), load_external_data=False).graph
+    except Exception as exc:  # protobuf's DecodeError and OSError: a truncated or foreign file
+        why = " ".join(str(exc).split())[:200]
+        raise VoiceError(f"not an ONNX model ({why})") from None
+    inputs = {i.name for i in graph.input}
+    if not PIPER_INPUTS <= inputs or not graph.output:
+        missing = ", ".join(sorted(PIPER_INPUTS - inputs)) or "an output"
+        raise VoiceError(f"not a Piper voice (no {missing})")
+    if info.num_speakers > 1 and "sid" not in inputs:
+        raise VoiceError(f"the config has {info.num_speakers} speakers, the graph no sid")
 
 
 def read_info(name: str, model_path: Path) -> VoiceInfo:
@@ -154,7 +194,7 @@ class _Preparation:
         assert self.enc is not None and self.dec is not None and self.names is not None
         self.ok, self.note = verify_cut(self.info, self.model_path, self.enc, self.dec, self.names)
         if self.ok:
-            log.info("voice %s: split verified (%s)", self.info.name, self.note)
+            log.debug("voice %s: split verified (%s)", self.info.name, self.note)
         else:
             log.warning(
                 "voice %s: split check failed (%s); running whole-sentence",
@@ -178,7 +218,7 @@ class _Preparation:
                 self.flow_note = f"margins cropped: {self.flow_note}; whole: {whole_note}"
             self.flow = flow if flow_ok else None
         shape = "windowed" if self.flow else "whole"
-        log.info("voice %s: flow %s (%s)", info.name, shape, self.flow_note)
+        log.debug("voice %s: flow %s (%s)", info.name, shape, self.flow_note)
 
     @property
     def _first(self) -> Path | FlowSplit:
@@ -191,7 +231,7 @@ class _Preparation:
         self.context, note = smallest_context(
             self.info, self.model_path, self.dec, self.names, self._first
         )
-        log.info("voice %s: decoder context %d frames (%s)", self.info.name, self.context, note)
+        log.debug("voice %s: decoder context %d frames (%s)", self.info.name, self.context, note)
 
     def crop_margins(self) -> None:
         assert self.dec is not None and self.names is not None
@@ -199,7 +239,7 @@ class _Preparation:
             self.info, self.model_path, self.dec, self.names, self._first, self.context, self.slot
         )
         kept = f"cropped to {self.keep} frame(s)" if self.keep is not None else "not cropped"
-        log.info("voice %s: decoder margins %s (%s)", self.info.name, kept, self.margins_note)
+        log.debug("voice %s: decoder margins %s (%s)", self.info.name, kept, self.margins_note)
 
     def lift_2d(self) -> None:
         assert self.dec is not None and self.names is not None
@@ -214,7 +254,7 @@ class _Preparation:
             self.keep,
         )
         used = "used" if self.lean else "not used"
-        log.info("voice %s: 2-D decoder %s (%s)", self.info.name, used, self.lean_note)
+        log.debug("voice %s: 2-D decoder %s (%s)", self.info.name, used, self.lean_note)
 
     def write_meta(self) -> None:
         assert self.names is not None

@@ -115,7 +115,7 @@ def _check_model(
         )
         ids = Phonemizer(info).ids(VERIFY_SENTENCE)
         scales = Scales(0.0, info.length_scale, 0.0)
-        sid = 0 if info.num_speakers > 1 else None
+        sid = info.speaker_id(None)
         fused = model.fused(ids, scales, sid)
         for context in contexts:
             worst = 0.0

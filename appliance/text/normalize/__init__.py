@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from appliance.text.normalize import en
+from appliance.text.normalize import de, en, es
 from appliance.text.textmap import MappedText
 
 LanguageNormalizer = Callable[[MappedText, str], MappedText]
@@ -17,6 +17,8 @@ SayAs = Callable[[str, str, str | None, str], str | None]
 
 _LANGUAGES: dict[str, LanguageNormalizer] = {
     "en": en.normalize,
+    "de": de.normalize,
+    "es": es.normalize,
 }
 _SAY_AS: dict[str, SayAs] = {
     "en": en.say_as,
@@ -33,11 +35,12 @@ def normalize(text: MappedText, language: str) -> MappedText:
 
     Languages without rules pass through unchanged.
     """
-    rules = _LANGUAGES.get(_family(language))
+    rules = _LANGUAGES.get(family(language))
     return text if rules is None else rules(text, language)
 
 
-def _family(language: str) -> str:
+def family(language: str) -> str:
+    """The registry's key for a voice language: ``de`` of ``de_DE`` or ``de-AT``."""
     return language.replace("-", "_").split("_", 1)[0].lower()
 
 
@@ -48,7 +51,7 @@ def say_as(text: MappedText, kind: str, fmt: str | None, language: str) -> Mappe
     no rule for, or a language without rules: the text is normalised as usual.  The spoken
     form maps to the whole span of ``text``.
     """
-    rule = _SAY_AS.get(_family(language))
+    rule = _SAY_AS.get(family(language))
     spoken = rule(kind, text.text, fmt, language) if rule is not None else None
     if spoken is None:
         return normalize(text, language)
