@@ -44,6 +44,7 @@ from appliance.playback import NoAudioDevice, Utterance
 from appliance.playback.speak import Speech
 from appliance.speech import Chunk, SpeechRequest
 from appliance.text.frontend import Clause, FrontendLimits, prepare
+from appliance.text.markdown import MarkdownOptions
 
 log = logging.getLogger(__name__)
 reqlog = logging.getLogger("ttsd.request")
@@ -517,7 +518,9 @@ class Service:
         later = FrontendLimits(limits.max_chars, limits.sentence_chars)
 
         async def prepare_segment(text: str, first: bool) -> list[Clause]:
-            return await self.prepare_text(text, language, limits if first else later)
+            return await self.prepare_text(
+                text, language, limits if first else later, req.text_format
+            )
 
         s = self.runtime.config.streaming
         stream.feed = TextFeed(
@@ -549,8 +552,14 @@ class Service:
             limits,
             text_format=text_format,
             lexicon=self.runtime.lexicon,
+            markdown_options=self.markdown_options(),
         )
         return await loop.run_in_executor(self._frontend_pool, work)
+
+    def markdown_options(self) -> MarkdownOptions:
+        """How ``text_format: markdown`` is read, from the config's ``markdown:``."""
+        m = self.runtime.config.markdown
+        return MarkdownOptions(m.code_blocks, m.code_phrase, m.heading_pause_ms, m.rule_pause_ms)
 
     async def phonemes(
         self, text: str, voice_name: str | None, text_format: str = "text"

@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from appliance.errors import ErrorCode
 from appliance.errors import ServiceError as ProtocolError
-from appliance.text import ssml
+from appliance.text import markdown, ssml
 from appliance.text.normalize import normalize, say_as
 from appliance.text.textmap import Builder, MappedText
 
 if TYPE_CHECKING:
     from appliance.text.lexicon import LanguageLexicon, Lexicon
 
-TEXT_FORMATS = ("text", "ssml")
+TEXT_FORMATS = ("text", "ssml", "markdown")
 
 
 @dataclass(frozen=True)
@@ -397,25 +397,8 @@ class FrontendLimits:
     """The latency option's cut of the first sentence; 0: off (see :func:`split_clauses`)."""
 
 
-def prepare(
-    text: str,
-    language: str,
-    limits: FrontendLimits,
-    *,
-    text_format: str = "text",
-    lexicon: Lexicon | None = None,
-) -> list[Clause]:
-    """The whole frontend for one request.  Raises :class:`ProtocolError`.
-
-    ``text_format="ssml"``: ``text`` is SSML (see :func:`prepare_ssml`).  ``lexicon``: the
-    user's pronunciations, applied after normalisation.
-    """
-    if text_format == "ssml":
-        return prepare_ssml(text, language, limits, lexicon=lexicon)
-    if text_format != "text":
-        raise ProtocolError(
-            ErrorCode.BAD_REQUEST, f"text_format must be one of {', '.join(TEXT_FORMATS)}"
-        )
+def _check_source(text: str, limits: FrontendLimits) -> None:
+    """The checks before any parsing: length, UTF-8, not blank."""
     if len(text) > limits.max_chars:
         raise ProtocolError(
             ErrorCode.TEXT_TOO_LONG,
@@ -425,14 +408,53 @@ def prepare(
         raise ProtocolError(ErrorCode.BAD_REQUEST, "text is not valid UTF-8")
     if not text.strip():
         raise ProtocolError(ErrorCode.EMPTY_TEXT, "text is empty")
+
+
+def prepare(
+    text: str,
+    language: str,
+    limits: FrontendLimits,
+    *,
+    text_format: str = "text",
+    lexicon: Lexicon | None = None,
+    markdown_options: markdown.MarkdownOptions | None = None,
+) -> list[Clause]:
+    """The whole frontend for one request.  Raises :class:`ProtocolError`.
+
+    ``text_format="ssml"``: ``text`` is SSML (see :func:`prepare_ssml`); ``"markdown"``:
+    Markdown read as a person reads it (:func:`prepare_markdown`, with
+    ``markdown_options``).  ``lexicon``: the user's pronunciations, applied after
+    normalisation.
+    """
+    if text_format == "ssml":
+        return prepare_ssml(text, language, limits, lexicon=lexicon)
+    if text_format == "markdown":
+        return prepare_markdown(text, language, limits, lexicon=lexicon, options=markdown_options)
+    if text_format != "text":
+        raise ProtocolError(
+            ErrorCode.BAD_REQUEST, f"text_format must be one of {', '.join(TEXT_FORMATS)}"
+        )
+    _check_source(text, limits)
     mt = clean(text)
     if not any(c.isalnum() for c in mt.text):
         raise ProtocolError(ErrorCode.EMPTY_TEXT, "text has nothing to speak")
-    mt = check_script(mt, language)
-    mt = normalize(mt, language)
     words = lexicon.for_language(language) if lexicon is not None else None
+    clauses = _plain_clauses(check_script(mt, language), language, limits, words, True)
+    if not clauses:
+        raise ProtocolError(ErrorCode.EMPTY_TEXT, "text has nothing to speak")
+    return clauses
+
+
+def _plain_clauses(
+    mt: MappedText,
+    language: str,
+    limits: FrontendLimits,
+    words: LanguageLexicon | None,
+    first: bool,
+) -> list[Clause]:
+    """Cleaned, script-checked text → its clauses (normalised, split, lexicon applied)."""
+    mt = normalize(mt, language)
     clauses: list[Clause] = []
-    first = True
     for sentence in split_sentences(mt):
         parts = split_clauses(
             sentence, limits.sentence_chars, limits.first_clause_chars if first else 0
@@ -442,8 +464,36 @@ def prepare(
             if not any(c.isalnum() for c in part.text):
                 continue
             clauses.append(_clause(part, k == len(parts) - 1, words))
+    return clauses
+
+
+# --- Markdown ----------------------------------------------------------------------------------
+
+
+def prepare_markdown(
+    source: str,
+    language: str,
+    limits: FrontendLimits,
+    *,
+    lexicon: Lexicon | None = None,
+    options: markdown.MarkdownOptions | None = None,
+) -> list[Clause]:
+    """Markdown → clauses, each block (heading, paragraph, list item, table row …) its own
+    sentence; spans index ``source`` as sent.  See :mod:`appliance.text.markdown`."""
+    _check_source(source, limits)
+    words = lexicon.for_language(language) if lexicon is not None else None
+    clauses: list[Clause] = []
+    for block in markdown.parse(source, options):
+        mt = clean_mapped(block.text)
+        if any(c.isalnum() for c in mt.text):
+            made = _plain_clauses(check_script(mt, language), language, limits, words, not clauses)
+            clauses.extend(made)
+        if block.pause_after_ms and clauses:
+            last = clauses[-1]
+            pause = min(ssml.MAX_BREAK_MS, last.pause_after_ms + block.pause_after_ms)
+            clauses[-1] = dataclasses.replace(last, pause_after_ms=pause)
     if not clauses:
-        raise ProtocolError(ErrorCode.EMPTY_TEXT, "text has nothing to speak")
+        raise ProtocolError(ErrorCode.EMPTY_TEXT, "Markdown has nothing to speak")
     return clauses
 
 
