@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from appliance.core.admission import RTF_PRIOR, Admission, CpuShare, Decision, StreamLoad
+from appliance.core.markdownstream import markdown_release_point
 from appliance.core.runtime import Runtime
 from appliance.core.streaming import ClauseQueue, JobSettings, JobStats, SynthesisJob, VoiceRuntime
-from appliance.core.textstream import SegmentRule, TextFeed
+from appliance.core.textstream import SegmentRule, TextFeed, release_point
 from appliance.errors import ErrorCode, ServiceError
 from appliance.model.engine.base import Scales
 from appliance.ops.metrics import LiveNumbers
@@ -536,6 +537,7 @@ class Service:
             s.text_timeout_s,
             stream.fail,
             audio_left=stream.audio_left_s,
+            release=markdown_release_point if req.text_format == "markdown" else release_point,
         )
         if req.text:
             stream.feed.append(req.text)

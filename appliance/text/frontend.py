@@ -296,6 +296,35 @@ def is_sentence_end_at(text: str, pos: int) -> bool:
     return m is not None and _ends_sentence(text, m)
 
 
+_FINAL_TAIL = re.compile(r"(?<![.!?])(?:\.|[!?]++)[\"')\]]*+$")
+_OPENERS = "\"'([{*_`~"
+_URL_CHARS = frozenset("/=&@:#%\\")
+
+
+def ends_finally(text: str) -> int:
+    """Where a sentence end that no text after it can undo ends ``text``; 0: none.
+
+    ``?`` and ``!`` after a word, and a single ``.`` after a word of two or more letters
+    that is no abbreviation: "Dr.", "e.g.", "U.S.", "J.", "3." and "etc." may still be
+    followed by more of their sentence ("3.50", "J. R. R. Tolkien") and wait for the text
+    after them, as does "..." (it may grow) and a word with a URL's characters ("x.com/a?b").
+    """
+    m = _FINAL_TAIL.search(text)
+    if m is None or m.start() == 0 or text[m.start() - 1].isspace():
+        return 0
+    word = text[: m.start()].rsplit(None, 1)[-1] if text[: m.start()].strip() else ""
+    word = word.lstrip(_OPENERS)
+    if not word or _URL_CHARS.intersection(word):
+        return 0
+    if m.group().startswith("."):
+        letters = word.replace("'", "").replace("-", "")
+        if len(letters) < 2 or not letters.isalpha() or word.lower() in ABBREVIATIONS:
+            return 0
+    elif not any(c.isalnum() for c in word):
+        return 0
+    return m.end() if is_sentence_end_at(text, m.start()) else 0
+
+
 def split_sentences(mt: MappedText) -> list[MappedText]:
     """Sentences of ``mt``, in time linear in its length."""
     out: list[MappedText] = []
