@@ -10,6 +10,13 @@ every 1/rate s on one text-stream request and reads chunks as they come.  Report
   release: the streaming overhead is the difference.  (A request after ~1 s of idleness
   has its first packet 5–10 ms later than one right after another — cold caches, cores
   in a power state — so back-to-back plain requests would flatter the plain side.)
+- **sentence end → first chunk** (issue 28): from the append of the token that carries the
+  first sentence's final punctuation to the first chunk read — the figure a listener
+  feels, whatever the rule; with a sentence end released as it arrives it is the plain
+  TTFP plus the streaming overhead (the goal: within 15 ms of the plain TTFP at 20 /s).
+- The ``markdown`` text is a language model's Markdown reply fed with
+  ``text_format: markdown`` (its release rule:
+  :func:`appliance.core.markdownstream.markdown_release_point`).
 - **stalls** after the first chunk: a client playing from its first chunk with a 100 ms
   jitter buffer runs dry before a chunk arrives.
 - **wyoming-piper's rule**: when the same feed would let wyoming-piper start its first
@@ -26,7 +33,9 @@ import time
 from typing import Any
 
 from appliance.clients.client import AsyncClient
+from appliance.core.markdownstream import markdown_release_point
 from appliance.core.textstream import SegmentRule, release_point
+from appliance.text.frontend import clean, split_sentences
 
 TEXTS = {
     "assistant": (
@@ -38,6 +47,14 @@ TEXTS = {
         "library building which would replace the old structure that had stood in the town "
         "square for more than one hundred years. Everyone agreed it was far too small."
     ),
+}
+MARKDOWN = {
+    "markdown": (
+        "**Sure!** Here are three options for dinner:\n\n"
+        "1. **Pasta** with tomatoes and basil\n"
+        "2. A *quick* stir-fry\n\n"
+        "## Drinks\n\nWater is fine. Enjoy your meal!"
+    )
 }
 RATES = (20.0, 50.0)
 _JITTER_S = 0.1
@@ -54,15 +71,29 @@ def tokens(text: str, seed: int = 7) -> list[str]:
     return out
 
 
-def first_release(toks: list[str]) -> tuple[int, str]:
+def first_release(toks: list[str], markdown: bool = False) -> tuple[int, str]:
     """Index of the token whose append releases the first segment, and that segment."""
+    rule = markdown_release_point if markdown else release_point
     text = ""
     for k, t in enumerate(toks):
         text += t
-        n = release_point(text, _RULE, first=True)
+        n = rule(text, _RULE, first=True)
         if n:
             return k, text[:n]
     return len(toks) - 1, text
+
+
+def sentence_end_token(toks: list[str]) -> int:
+    """Index of the token that carries the first sentence's final punctuation."""
+    text = "".join(toks)
+    first = split_sentences(clean(text))[0]
+    end = first.span(0, len(first))[1]  # just past its last character, in the text as sent
+    pos = 0
+    for k, t in enumerate(toks):
+        pos += len(t)
+        if pos >= end:
+            return k
+    return len(toks) - 1
 
 
 def wyoming_piper_start(toks: list[str]) -> int:
@@ -82,9 +113,9 @@ def wyoming_piper_start(toks: list[str]) -> int:
     return len(toks) - 1
 
 
-async def _feed(sock: str, toks: list[str], rate: float) -> dict[str, Any]:
+async def _feed(sock: str, toks: list[str], rate: float, fmt: str = "text") -> dict[str, Any]:
     async with await AsyncClient.connect(sock) as ac:
-        stream = await ac.text_stream()
+        stream = await ac.text_stream(text_format=fmt)
         t_tok: list[float] = []
 
         async def feed() -> None:
@@ -112,7 +143,7 @@ async def _feed(sock: str, toks: list[str], rate: float) -> dict[str, Any]:
     return {"t_tok": t_tok, "arrivals": arrivals, "stalls": stalls}
 
 
-async def _plain_ttfp(sock: str, text: str, runs: int, idle_s: float) -> float:
+async def _plain_ttfp(sock: str, text: str, runs: int, idle_s: float, fmt: str = "text") -> float:
     """Median TTFP of ``text`` as an ordinary request, each after ``idle_s`` of quiet."""
     async with await AsyncClient.connect(sock) as ac:
         samples = []
@@ -120,7 +151,7 @@ async def _plain_ttfp(sock: str, text: str, runs: int, idle_s: float) -> float:
             await asyncio.sleep(idle_s)
             t0 = time.perf_counter()
             first = None
-            async for ev in ac.synthesize(text):
+            async for ev in ac.synthesize(text, text_format=fmt):
                 if ev.get("event") == "chunk" and first is None:
                     first = time.perf_counter() - t0
             assert first is not None
@@ -130,19 +161,22 @@ async def _plain_ttfp(sock: str, text: str, runs: int, idle_s: float) -> float:
 
 def run(sock: str, runs: int = 3) -> list[dict[str, Any]]:
     rows = []
-    for name, text in TEXTS.items():
+    for name, text in {**TEXTS, **MARKDOWN}.items():
+        fmt = "markdown" if name in MARKDOWN else "text"
         toks = tokens(text)
-        k_rel, segment = first_release(toks)
+        k_rel, segment = first_release(toks, markdown=fmt == "markdown")
+        k_end = sentence_end_token(toks)
         k_wp = wyoming_piper_start(toks)
         for rate in RATES:
             # The feed keeps the daemon idle for k_rel tokens before the release.
-            plain = asyncio.run(_plain_ttfp(sock, segment, runs + 1, k_rel / rate))
-            lat, stalls, ours_start, wp_start = [], 0, [], []
+            plain = asyncio.run(_plain_ttfp(sock, segment, runs + 1, k_rel / rate, fmt))
+            lat, end_lat, stalls, ours_start, wp_start = [], [], 0, [], []
             for _ in range(runs):
-                r = asyncio.run(_feed(sock, toks, rate))
+                r = asyncio.run(_feed(sock, toks, rate, fmt))
                 t0 = r["t_tok"][0]
                 first = r["arrivals"][0][0]
                 lat.append((first - r["t_tok"][k_rel]) * 1000.0)
+                end_lat.append((first - r["t_tok"][k_end]) * 1000.0)
                 stalls += r["stalls"]
                 ours_start.append((first - t0) * 1000.0)
                 wp_start.append((r["t_tok"][k_wp] - t0) * 1000.0)
@@ -153,6 +187,9 @@ def run(sock: str, runs: int = 3) -> list[dict[str, Any]]:
                     "tokens": len(toks),
                     "segment_chars": len(segment),
                     "release_to_first_chunk_ms": statistics.median(lat),
+                    "sentence_end_to_first_chunk_ms": statistics.median(end_lat),
+                    "sentence_end_token": k_end,
+                    "release_token": k_rel,
                     "plain_ttfp_ms": plain,
                     "overhead_ms": statistics.median(lat) - plain,
                     "stalls": stalls,
@@ -167,15 +204,16 @@ def run(sock: str, runs: int = 3) -> list[dict[str, Any]]:
 def format_table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| text | tokens/s | first segment | release → first chunk P50 "
-        "| plain TTFP of it (same idle gap) "
+        "| sentence end → first chunk P50 | plain TTFP of it (same idle gap) "
         "| overhead | stalls | ttsd first audio (from first token) "
         "| wyoming-piper's rule would start at |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['text']} | {r['rate']:.0f} | {r['segment_chars']} chars "
-            f"| {r['release_to_first_chunk_ms']:.1f} ms | {r['plain_ttfp_ms']:.1f} ms "
+            f"| {r['release_to_first_chunk_ms']:.1f} ms "
+            f"| {r['sentence_end_to_first_chunk_ms']:.1f} ms | {r['plain_ttfp_ms']:.1f} ms "
             f"| {r['overhead_ms']:+.1f} ms | {r['stalls']} / {r['runs']} runs "
             f"| {r['ttsd_first_audio_ms']:.0f} ms | {r['wyoming_piper_rule_start_ms']:.0f} ms "
             "(+ its synthesis) |"

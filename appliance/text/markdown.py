@@ -43,10 +43,11 @@ from appliance.text.textmap import Builder, MappedText
 CODE_BLOCKS = ("skip", "say", "read")
 MAX_NESTING = 20
 """Block and inline nesting markdown-it follows; deeper content is not read."""
-MAX_BRACKETS = 256
-"""'[' characters after this many are not markup (markdown-it's link scan is quadratic in
-unmatched brackets: 20 000 of them took 200 ms, 1 000 still 30 ms); they are dropped, as
-the plain frontend's reading says nothing for a bracket."""
+MAX_BRACKETS = 64
+"""'[' characters of one paragraph (text between blank lines) after this many are not markup:
+markdown-it's link scan is quadratic in them within a paragraph (20 000 unmatched brackets
+took 200 ms, 256 unclosed links before 20 000 characters 90 ms).  They are dropped, as the
+plain reading says nothing for a bracket; a link past them is read with its address."""
 _PLACEHOLDER = "\ue000"
 """Stands for a '[' past :data:`MAX_BRACKETS` (private use: the frontend's cleaning drops it)."""
 
@@ -89,6 +90,7 @@ _STRAY = re.compile(r"[*~`]+|(?<!\w)_+|_+(?!\w)")
 # Heading hashes and table pipes where markdown-it saw none (a model's one-line "## x | y |").
 _MARKS = re.compile(r"(?<!\w)#{1,6}(?!\w)|\|")
 _FOOTNOTE = re.compile(r"\[\^[^\]\s]{1,64}\](?::)?")
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _TAG = re.compile(r"<[^<>]*>")
 _HIDDEN_HTML = re.compile(
     r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|\Z)|<!--.*?(?:-->|\Z)", re.I | re.S
@@ -171,7 +173,7 @@ class _Reader:
             out.add(text if text is not None else piece, self.cursor, self.cursor)
             return
         if text is None:
-            out.copy(self.slice(at, at + len(piece)), 0, len(piece))
+            out.add_source(piece, at)
         else:
             out.add(text, at, at + len(piece))
         self.cursor = at + len(piece)
@@ -229,13 +231,22 @@ class _Reader:
 
 
 def _cap_brackets(text: str) -> str:
-    """``text`` with the '[' s past :data:`MAX_BRACKETS` replaced (same length)."""
+    """``text`` with each paragraph's '[' s past :data:`MAX_BRACKETS` replaced (same length)."""
     if text.count("[") <= MAX_BRACKETS:
         return text
-    at = -1
-    for _ in range(MAX_BRACKETS):
-        at = text.index("[", at + 1)
-    return text[: at + 1] + text[at + 1 :].replace("[", _PLACEHOLDER)
+    parts = []
+    pos = 0
+    for m in [*_BLANK_LINE.finditer(text), None]:
+        end = m.end() if m else len(text)
+        part = text[pos:end]
+        if part.count("[") > MAX_BRACKETS:
+            at = -1
+            for _ in range(MAX_BRACKETS):
+                at = part.index("[", at + 1)
+            part = part[: at + 1] + part[at + 1 :].replace("[", _PLACEHOLDER)
+        parts.append(part)
+        pos = end
+    return "".join(parts)
 
 
 def _drop_stray(mt: MappedText) -> MappedText:
