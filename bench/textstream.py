@@ -1,6 +1,7 @@
 """Text that streams in: a language model's tokens fed to ttsd at 20 and 50 tokens/s.
 
-For each bench text, split into 3–5-character tokens (seeded), the feed appends one token
+For each bench text, split into 3–5-character tokens (seeded; a sentence end closes its
+token, as a language model's tokenizer writes it), the feed appends one token
 every 1/rate s on one text-stream request and reads chunks as they come.  Reported:
 
 - **release → first chunk**: from the append that completes the first segment (by the
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import statistics
 import time
 from typing import Any
@@ -35,7 +37,7 @@ from typing import Any
 from appliance.clients.client import AsyncClient
 from appliance.core.markdownstream import markdown_release_point
 from appliance.core.textstream import SegmentRule, release_point
-from appliance.text.frontend import clean, split_sentences
+from appliance.text.frontend import FrontendLimits, prepare
 
 TEXTS = {
     "assistant": (
@@ -61,11 +63,19 @@ _JITTER_S = 0.1
 _RULE = SegmentRule()
 
 
+_END_THEN_SPACE = re.compile(r"[.!?][\"')*]*(?=\s)")
+
+
 def tokens(text: str, seed: int = 7) -> list[str]:
+    """3–5-character tokens, a sentence end closing its token ("there." then " How"), as a
+    language model's tokenizer writes them (words carry their leading space)."""
     rng = random.Random(seed)
     out, i = [], 0
     while i < len(text):
         n = rng.randint(3, 5)
+        m = _END_THEN_SPACE.search(text, i, i + n)
+        if m is not None and m.end() < i + n:
+            n = m.end() - i
         out.append(text[i : i + n])
         i += n
     return out
@@ -83,15 +93,25 @@ def first_release(toks: list[str], markdown: bool = False) -> tuple[int, str]:
     return len(toks) - 1, text
 
 
-def sentence_end_token(toks: list[str]) -> int:
-    """Index of the token that carries the first sentence's final punctuation."""
+def sentence_end_token(toks: list[str], fmt: str = "text") -> int:
+    """Index of the token that carries the first sentence's final punctuation (the first
+    sentence as the frontend reads the whole text: Markdown's "**Sure!**" ends at "!")."""
     text = "".join(toks)
-    first = split_sentences(clean(text))[0]
-    end = first.span(0, len(first))[1]  # just past its last character, in the text as sent
+    clauses = prepare(text, "en_US", FrontendLimits(20000, 400), text_format=fmt)
+    end = next(c.span[1] for c in clauses if c.sentence_end)
     pos = 0
     for k, t in enumerate(toks):
         pos += len(t)
         if pos >= end:
+            return k
+    return len(toks) - 1
+
+
+def whitespace_token(toks: list[str], k_end: int) -> int:
+    """The token that brings the whitespace after token ``k_end``: where the rule before
+    issue 28 (a sentence end waits for the whitespace after it) released the sentence."""
+    for k in range(k_end + 1, len(toks)):
+        if any(c.isspace() for c in toks[k]):
             return k
     return len(toks) - 1
 
@@ -165,18 +185,20 @@ def run(sock: str, runs: int = 3) -> list[dict[str, Any]]:
         fmt = "markdown" if name in MARKDOWN else "text"
         toks = tokens(text)
         k_rel, segment = first_release(toks, markdown=fmt == "markdown")
-        k_end = sentence_end_token(toks)
+        k_end = sentence_end_token(toks, fmt)
+        k_ws = whitespace_token(toks, k_end)
         k_wp = wyoming_piper_start(toks)
         for rate in RATES:
             # The feed keeps the daemon idle for k_rel tokens before the release.
             plain = asyncio.run(_plain_ttfp(sock, segment, runs + 1, k_rel / rate, fmt))
-            lat, end_lat, stalls, ours_start, wp_start = [], [], 0, [], []
+            lat, end_lat, stalls, ours_start, wp_start, ws_wait = [], [], 0, [], [], []
             for _ in range(runs):
                 r = asyncio.run(_feed(sock, toks, rate, fmt))
                 t0 = r["t_tok"][0]
                 first = r["arrivals"][0][0]
                 lat.append((first - r["t_tok"][k_rel]) * 1000.0)
                 end_lat.append((first - r["t_tok"][k_end]) * 1000.0)
+                ws_wait.append((r["t_tok"][k_ws] - r["t_tok"][k_end]) * 1000.0)
                 stalls += r["stalls"]
                 ours_start.append((first - t0) * 1000.0)
                 wp_start.append((r["t_tok"][k_wp] - t0) * 1000.0)
@@ -189,6 +211,7 @@ def run(sock: str, runs: int = 3) -> list[dict[str, Any]]:
                     "release_to_first_chunk_ms": statistics.median(lat),
                     "sentence_end_to_first_chunk_ms": statistics.median(end_lat),
                     "sentence_end_token": k_end,
+                    "whitespace_wait_ms": statistics.median(ws_wait),
                     "release_token": k_rel,
                     "plain_ttfp_ms": plain,
                     "overhead_ms": statistics.median(lat) - plain,
@@ -205,16 +228,18 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| text | tokens/s | first segment | release → first chunk P50 "
         "| sentence end → first chunk P50 | plain TTFP of it (same idle gap) "
-        "| overhead | stalls | ttsd first audio (from first token) "
+        "| overhead | waiting for the whitespace would add "
+        "| stalls | ttsd first audio (from first token) "
         "| wyoming-piper's rule would start at |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['text']} | {r['rate']:.0f} | {r['segment_chars']} chars "
             f"| {r['release_to_first_chunk_ms']:.1f} ms "
             f"| {r['sentence_end_to_first_chunk_ms']:.1f} ms | {r['plain_ttfp_ms']:.1f} ms "
-            f"| {r['overhead_ms']:+.1f} ms | {r['stalls']} / {r['runs']} runs "
+            f"| {r['overhead_ms']:+.1f} ms | {r['whitespace_wait_ms']:.0f} ms "
+            f"| {r['stalls']} / {r['runs']} runs "
             f"| {r['ttsd_first_audio_ms']:.0f} ms | {r['wyoming_piper_rule_start_ms']:.0f} ms "
             "(+ its synthesis) |"
         )
