@@ -55,6 +55,7 @@ HOSTILE = {
     "20 000 unmatched brackets": "[" * 20000,
     "5 000 unclosed links": "[a](" * 4990,
     "emphasis runs": "*a _b " * 3300,
+    "code spans over lines": "`a\nb` " * 3000,
     "scripts and entities": "<script>alert(1)</script>&amp;&#0;" * 550,
 }
 

@@ -112,6 +112,9 @@ class _Reader:
     cursor: int = 0
     """Source offset before which no inline text is looked for any more."""
     line_starts: list[int] = field(default_factory=list)
+    limit: int = 0
+    """Source offset where the current block ends: text is looked for before it only (a
+    piece not found costs the block's length, not the rest of the source)."""
     in_script: bool = False
     depth: int = 0
     """Lists open around the current token."""
@@ -124,6 +127,7 @@ class _Reader:
         self.line_starts = [0]
         self.line_starts.extend(m.end() for m in re.finditer("\n", self.text))
         self.line_starts.append(len(self.text))
+        self.limit = len(self.text)
 
     def line(self, k: int) -> int:
         return self.line_starts[min(k, len(self.line_starts) - 1)]
@@ -168,7 +172,7 @@ class _Reader:
         """Add ``text`` (default ``piece``) mapped to ``piece``'s next place in the source."""
         if not piece:
             return
-        at = self.text.find(piece, self.cursor)
+        at = self.text.find(piece, self.cursor, self.limit)
         if at < 0:  # not found as written: said, at the cursor, zero width
             out.add(text if text is not None else piece, self.cursor, self.cursor)
             return
@@ -181,6 +185,8 @@ class _Reader:
     def inline(self, tok: Token) -> MappedText:
         if tok.map:
             self.cursor = max(self.cursor, self.line(tok.map[0]))
+            self.limit = max(self.cursor, self.line(tok.map[1]))
+        self.in_script = False  # an inline <script> left open ends with its paragraph
         out = Builder()
         self.children(tok.children or [], out)
         return _drop_stray(out.build().sub(_FOOTNOTE, ""))
@@ -192,14 +198,34 @@ class _Reader:
                 self.tag(child.content, out)
             elif self.in_script:
                 continue
-            elif kind in ("text", "code_inline"):
+            elif kind == "text":
                 self.find(child.content, out)
+            elif kind == "code_inline":
+                self.code_span(child, out)
             elif kind == "text_special":
                 self.find(child.markup, out, child.content)
             elif kind in ("softbreak", "hardbreak"):
                 out.add(" ", self.cursor, self.cursor)
             elif kind == "image":
                 self.children(child.children or [], out)
+
+    def code_span(self, tok: Token, out: Builder) -> None:
+        """Inline code: its text, found between its backticks (its line breaks are spaces
+        in ``tok.content``, so it is not looked for as written)."""
+        at = self.text.find(tok.markup, self.cursor, self.limit)
+        close = self.text.find(tok.markup, at + len(tok.markup), self.limit) if at >= 0 else -1
+        if close < 0:
+            self.find(tok.content, out)
+            return
+        start, end = at + len(tok.markup), close
+        inner = self.text[start:end]
+        if len(inner) > 2 and inner[0] in " \n" and inner[-1] in " \n" and inner.strip():
+            start, end = start + 1, end - 1  # CommonMark strips one space each side
+        if end - start == len(tok.content):
+            out.add_source(tok.content, start)
+        else:
+            out.add(tok.content, start, end)
+        self.cursor = close + len(tok.markup)
 
     def tag(self, tag: str, out: Builder) -> None:
         """An inline HTML tag: dropped (a line break is a space); script text is not read."""
@@ -215,6 +241,7 @@ class _Reader:
         a = self.line(tok.map[0]) if tok.map else self.cursor
         b = self.line(tok.map[1]) if tok.map else self.cursor
         self.cursor = max(self.cursor, a)
+        self.limit = max(self.cursor, b)
         blocks: list[Block] = []
         if mode == "say" and self.options.code_phrase.strip():
             out = Builder()

@@ -41,6 +41,10 @@ CASES: list[tuple[str, str, str]] = [
         "[click](javascript:alert(1)) or [file](file:///etc/passwd).",
         "click or file.",
     ),
+    ("autolink", "Visit <https://example.com> today.", "Visit example dot com today."),
+    # symbols a reader skips are skipped as in plain text (the same frontend steps)
+    ("symbols", "Done ✅ → next • item ─── end.", "Done → next • item end."),
+    ("footnote", "Note[^1] here.\n\n[^1]: The source.", "Note here. The source."),
     (
         "one line",
         "**Sure!** Here are options: ## Weather | Day | Rain |",

@@ -115,6 +115,7 @@ HOSTILE = {
     "unclosed links": "[a](" * 4900,
     "images": "![" * 9900,
     "emphasis": "*a _b " * 3300,
+    "code spans over lines": "`a\nb` " * 3000,
     "scripts and entities": "<script>alert(1)</script>&amp;&#0;&#x110000;" * 400,
 }
 
