@@ -47,6 +47,7 @@ _UNDECIDED = re.compile(r"[ \t]*(?:#{1,6}|[-*+]|\d{1,9}[.)]?|`{1,2}|~{1,2})?")
 """The start of a line too short to say whether it starts a block."""
 _HEADING = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
 _ROW = re.compile(r"[ \t]*\|")
+_NOT_ROW = re.compile(r"^(?![ \t]*\|)", re.M)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,36 @@ class _Scan:
     """Start of an open fence or table (nothing from there is released); None: none."""
 
 
+def _held_at_start(pending: str) -> _Scan | None:
+    """A fence or a table at the start of ``pending``, found with one regular-expression
+    search (not line by line): held text is asked about again after every append."""
+    fence = _FENCE.match(pending)
+    if fence:
+        opener = fence.group(1)
+        first_nl = pending.find("\n")
+        close = (
+            re.compile(rf"^ {{0,3}}{re.escape(opener[0])}{{{len(opener)},}}[ \t]*\n", re.M).search(
+                pending, first_nl + 1
+            )
+            if first_nl >= 0
+            else None
+        )
+        return _Scan([close.end()], None) if close else _Scan([], 0)
+    if _ROW.match(pending):
+        after = _NOT_ROW.search(pending)
+        if after is None or after.start() == len(pending):
+            return _Scan([], 0)
+        rest = pending[after.start() :].split("\n", 1)
+        if len(rest) == 1 and not rest[0].strip():
+            return _Scan([], 0)  # may still become a row
+        return _Scan([after.start() + _indent(rest[0])], None)
+    return None
+
+
 def _scan(pending: str) -> _Scan:
+    held = _held_at_start(pending)
+    if held is not None:
+        return held
     lines = _lines(pending)
     boundaries: list[int] = []
     k = 0

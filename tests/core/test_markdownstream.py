@@ -50,13 +50,23 @@ LIMITS = FrontendLimits(max_chars=20000, sentence_chars=300)
         ("```\ncode. more\n```\nAfter", "```\ncode. more\n```\n"),
         ("Look:\n```\ncode", "Look:\n"),
         ("| a | b |\n|---|---|\n| c | d |\n", ""),
-        ("| a | b |\n|---|---|\n| c | d |\n\n", "| a | b |\n|---|---|\n| c | d |\n\n"),
+        ("| a | b |\n|---|---|\n| c | d |\n\n", "| a | b |\n|---|---|\n| c | d |\n"),
         ("| a | b |\n|---|---|\n| c | d |\nText", "| a | b |\n|---|---|\n| c | d |\n"),
     ],
 )
 def test_markdown_release_point(pending: str, released: str) -> None:
     n = markdown_release_point(pending, RULE, first=False)
     assert pending[:n] == released
+
+
+@pytest.mark.timeout(60)
+def test_a_held_fence_costs_little_per_append() -> None:
+    """A fence or table being written is asked about after every append: one search each."""
+    for held in ("```python\n" + "x = 1\n" * 3000, "| a |\n|---|\n" + "| b |\n" * 3000):
+        t0 = time.perf_counter()
+        for _ in range(200):
+            assert markdown_release_point(held, RULE, first=False) == 0
+        assert (time.perf_counter() - t0) / 200 < 0.005
 
 
 def test_flush_releases_an_open_fence_or_table() -> None:
