@@ -48,8 +48,13 @@ MAX_BRACKETS = 64
 markdown-it's link scan is quadratic in them within a paragraph (20 000 unmatched brackets
 took 200 ms, 256 unclosed links before 20 000 characters 90 ms).  They are dropped, as the
 plain reading says nothing for a bracket; a link past them is read with its address."""
+MAX_DELIMITERS = 256
+"""Emphasis, strike and code delimiters (``*``, ``~``, a backtick, ``_`` at a word's edge)
+of one paragraph after this many are not markup either: markdown-it's cost per delimiter
+is high (6 600 of them in 20 000 characters took 60–180 ms).  They are dropped, as an
+unmatched delimiter is."""
 _PLACEHOLDER = "\ue000"
-"""Stands for a '[' past :data:`MAX_BRACKETS` (private use: the frontend's cleaning drops it)."""
+"""Stands for markup past the caps (private use: the frontend's cleaning drops it)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,8 @@ _STRAY = re.compile(r"[*~`]+|(?<!\w)_+|_+(?!\w)")
 # Heading hashes and table pipes where markdown-it saw none (a model's one-line "## x | y |").
 _MARKS = re.compile(r"(?<!\w)#{1,6}(?!\w)|\|")
 _FOOTNOTE = re.compile(r"\[\^[^\]\s]{1,64}\](?::)?")
+_BRACKET = re.compile(r"\[")
+_DELIMITER = re.compile(r"[*~`]|(?<!\w)_|_(?!\w)")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _TAG = re.compile(r"<[^<>]*>")
 _HIDDEN_HTML = re.compile(
@@ -123,7 +130,7 @@ class _Reader:
         # markdown-it folds CR LF and CR to LF: done here with the same length, so offsets
         # into what it parses are offsets into the source.
         self.text = self.source.replace("\r\n", " \n").replace("\r", "\n")
-        self.text = _cap_brackets(self.text)
+        self.text = _cap_markup(self.text)
         self.line_starts = [0]
         self.line_starts.extend(m.end() for m in re.finditer("\n", self.text))
         self.line_starts.append(len(self.text))
@@ -257,23 +264,29 @@ class _Reader:
         return blocks
 
 
-def _cap_brackets(text: str) -> str:
-    """``text`` with each paragraph's '[' s past :data:`MAX_BRACKETS` replaced (same length)."""
-    if text.count("[") <= MAX_BRACKETS:
+def _cap_markup(text: str) -> str:
+    """``text`` with each paragraph's brackets and delimiters past the caps replaced (same
+    length): markdown-it's cost stays linear and small whatever the source."""
+    if text.count("[") <= MAX_BRACKETS and len(_DELIMITER.findall(text)) <= MAX_DELIMITERS:
         return text
     parts = []
     pos = 0
     for m in [*_BLANK_LINE.finditer(text), None]:
         end = m.end() if m else len(text)
-        part = text[pos:end]
-        if part.count("[") > MAX_BRACKETS:
-            at = -1
-            for _ in range(MAX_BRACKETS):
-                at = part.index("[", at + 1)
-            part = part[: at + 1] + part[at + 1 :].replace("[", _PLACEHOLDER)
-        parts.append(part)
+        parts.append(_cap(_cap(text[pos:end], _BRACKET, MAX_BRACKETS), _DELIMITER, MAX_DELIMITERS))
         pos = end
     return "".join(parts)
+
+
+def _cap(part: str, pattern: re.Pattern[str], keep: int) -> str:
+    seen = 0
+
+    def past_cap(m: re.Match[str]) -> str:
+        nonlocal seen
+        seen += 1
+        return m.group() if seen <= keep else _PLACEHOLDER
+
+    return pattern.sub(past_cap, part)
 
 
 def _drop_stray(mt: MappedText) -> MappedText:
