@@ -25,8 +25,10 @@ block tokens line ranges only; inline text is found by walking the source from a
 that only moves forward, so the cost is linear in the source.  Bounds: the source is at
 most ``limits.max_text_chars`` (checked before parsing); markdown-it's ``maxNesting``
 (:data:`MAX_NESTING`) stops deeper block nesting — what lies deeper is not read (10 000
-nested list levels parse in milliseconds and say the outer items).  Pure functions; the
-daemon calls them in its frontend executor.
+nested list levels parse in milliseconds and say the outer items); brackets and
+delimiters past :data:`MAX_BRACKETS` and :data:`MAX_DELIMITERS` in one paragraph are not
+markup (where markdown-it's cost grows fastest).  Pure functions; the daemon calls them in
+its frontend executor.
 """
 
 from __future__ import annotations
