@@ -96,6 +96,7 @@ _MD = _parser()
 _STRAY = re.compile(r"[*~`]+|(?<!\w)_+|_+(?!\w)")
 # Heading hashes and table pipes where markdown-it saw none (a model's one-line "## x | y |").
 _MARKS = re.compile(r"(?<!\w)#{1,6}(?!\w)|\|")
+_MARKUP_CHARS = frozenset("*~`_#|")
 _FOOTNOTE = re.compile(r"\[\^[^\]\s]{1,64}\](?::)?")
 _BRACKET = re.compile(r"\[")
 _DELIMITER = re.compile(r"[*~`]|(?<!\w)_|_(?!\w)")
@@ -198,7 +199,8 @@ class _Reader:
         self.in_script = False  # an inline <script> left open ends with its paragraph
         out = Builder()
         self.children(tok.children or [], out)
-        return _drop_stray(out.build().sub(_FOOTNOTE, ""))
+        mt = out.build()
+        return _drop_stray(mt.sub(_FOOTNOTE, "") if "[^" in mt.text else mt)
 
     def children(self, children: list[Token], out: Builder) -> None:
         for child in children:
@@ -295,6 +297,8 @@ def _drop_stray(mt: MappedText) -> MappedText:
     """Delimiters markdown-it left as text, dropped; a run with space on both sides is text
     ("2 * 3"), not markup, and stays."""
     text = mt.text
+    if _MARKUP_CHARS.isdisjoint(text):  # most inline text: no scan at all
+        return mt
 
     def spaced(m: re.Match[str]) -> str | None:
         before = text[m.start() - 1 : m.start()]
