@@ -21,7 +21,7 @@ IntArray = npt.NDArray[np.int64]
 
 MODES = ("dialog", "reading", "sentence")
 PRIORITIES = ("important", "message", "text", "notification", "progress")
-TEXT_FORMATS = ("text", "ssml")
+TEXT_FORMATS = ("text", "ssml", "markdown")
 
 
 @dataclass(frozen=True)

@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         nargs="*",
         default=None,
-        help="core http normalizer ssml concurrency speed prosody playback textstream speechd "
-        "wyoming",
+        help="core http normalizer ssml markdown concurrency speed prosody playback textstream "
+        "speechd wyoming",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             "http",
             "normalizer",
             "ssml",
+            "markdown",
             "concurrency",
             "speed",
             "prosody",
@@ -179,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         results["normalizer"] = _optional("normalizer", _bench_normalizer)
     if "ssml" in want:
         results["ssml"] = _optional("ssml", _bench_ssml)
+    if "markdown" in want:  # issue 28: Markdown parsing cost per reply
+        results["markdown"] = _optional("markdown", lambda: _bench_markdown(args.quick))
     if "concurrency" in want:
         results["concurrency"] = _optional(
             "concurrency", lambda: _bench_concurrency(out, args.quick, args.soak)
@@ -245,6 +248,15 @@ def _bench_ssml() -> dict[str, Any]:
 
     r: dict[str, Any] = bench_ssml()
     print("\n## SSML cost per sentence (goal ≤ 1 ms)\n")
+    print(format_table(r))
+    return r
+
+
+def _bench_markdown(quick: bool) -> dict[str, Any]:
+    from bench.markdown import bench_markdown, format_table
+
+    r = bench_markdown(runs=50 if quick else 200)
+    print("\n## Markdown parsing cost per reply\n")
     print(format_table(r))
     return r
 

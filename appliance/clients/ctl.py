@@ -90,9 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         "--stream", action="store_true", help="with -: speak standard input as it arrives"
     )
     p.add_argument("--ssml", action="store_true", help="TEXT is SSML (docs/ssml.md)")
+    p.add_argument("--markdown", action="store_true", help="TEXT is Markdown (docs/markdown.md)")
     p = sub.add_parser("say", help="speak TEXT (or -) on the daemon's speaker")
     p.add_argument("text")
     p.add_argument("--ssml", action="store_true", help="TEXT is SSML (docs/ssml.md)")
+    p.add_argument("--markdown", action="store_true", help="TEXT is Markdown (docs/markdown.md)")
     p.add_argument(
         "--stream", action="store_true", help="with -: speak standard input as it arrives"
     )
@@ -109,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("text")
     p.add_argument("--voice")
     p.add_argument("--ssml", action="store_true", help="TEXT is SSML")
+    p.add_argument("--markdown", action="store_true", help="TEXT is Markdown")
     p.add_argument("--json", action="store_true", help="the daemon's whole answer as JSON")
     p = sub.add_parser("voices", help="the voices the daemon serves (and files it skipped)")
     p.add_argument("--json", action="store_true", help="one JSON object, for programs")
@@ -165,6 +168,8 @@ def _synth_opts(args: argparse.Namespace) -> dict[str, Any]:
         opts["sample_rate"] = args.sample_rate
     if getattr(args, "ssml", False):
         opts["text_format"] = "ssml"
+    if getattr(args, "markdown", False):
+        opts["text_format"] = "markdown"
     return opts
 
 
@@ -176,6 +181,8 @@ def _phonemes(client: Client, args: argparse.Namespace) -> int:
         fields["voice"] = args.voice
     if args.ssml:
         fields["text_format"] = "ssml"
+    if args.markdown:
+        fields["text_format"] = "markdown"
     reply = client.request("phonemes", **fields)
     if args.json:
         _print(reply)
@@ -272,6 +279,8 @@ async def _stream_stdin(args: argparse.Namespace) -> int:
             opts: dict[str, Any] = {"priority": args.priority}
             if args.voice:
                 opts["voice"] = args.voice
+            if args.markdown:
+                opts["text_format"] = "markdown"
             stream = await client.text_stream(op="speak", **opts)
         events = [ev async for ev in _feed_and_read(stream, loop, utf8)]
     if args.cmd == "synth":
@@ -326,6 +335,8 @@ def _say(client: Client, args: argparse.Namespace) -> int:
         msg["voice"] = args.voice
     if args.ssml:
         msg["text_format"] = "ssml"
+    if args.markdown:
+        msg["text_format"] = "markdown"
     client.send(msg)
     for ev in client.events(rid):
         kind = ev.get("event")

@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from appliance.core.admission import RTF_PRIOR, Admission, CpuShare, Decision, StreamLoad
+from appliance.core.markdownstream import markdown_release_point
 from appliance.core.runtime import Runtime
 from appliance.core.streaming import ClauseQueue, JobSettings, JobStats, SynthesisJob, VoiceRuntime
-from appliance.core.textstream import SegmentRule, TextFeed
+from appliance.core.textstream import SegmentRule, TextFeed, release_point
 from appliance.errors import ErrorCode, ServiceError
 from appliance.model.engine.base import Scales
 from appliance.ops.metrics import LiveNumbers
@@ -44,6 +45,7 @@ from appliance.playback import NoAudioDevice, Utterance
 from appliance.playback.speak import Speech
 from appliance.speech import Chunk, SpeechRequest
 from appliance.text.frontend import Clause, FrontendLimits, prepare
+from appliance.text.markdown import MarkdownOptions
 
 log = logging.getLogger(__name__)
 reqlog = logging.getLogger("ttsd.request")
@@ -517,7 +519,9 @@ class Service:
         later = FrontendLimits(limits.max_chars, limits.sentence_chars)
 
         async def prepare_segment(text: str, first: bool) -> list[Clause]:
-            return await self.prepare_text(text, language, limits if first else later)
+            return await self.prepare_text(
+                text, language, limits if first else later, req.text_format
+            )
 
         s = self.runtime.config.streaming
         stream.feed = TextFeed(
@@ -533,6 +537,7 @@ class Service:
             s.text_timeout_s,
             stream.fail,
             audio_left=stream.audio_left_s,
+            release=markdown_release_point if req.text_format == "markdown" else release_point,
         )
         if req.text:
             stream.feed.append(req.text)
@@ -549,8 +554,14 @@ class Service:
             limits,
             text_format=text_format,
             lexicon=self.runtime.lexicon,
+            markdown_options=self.markdown_options(),
         )
         return await loop.run_in_executor(self._frontend_pool, work)
+
+    def markdown_options(self) -> MarkdownOptions:
+        """How ``text_format: markdown`` is read, from the config's ``markdown:``."""
+        m = self.runtime.config.markdown
+        return MarkdownOptions(m.code_blocks, m.code_phrase, m.heading_pause_ms, m.rule_pause_ms)
 
     async def phonemes(
         self, text: str, voice_name: str | None, text_format: str = "text"

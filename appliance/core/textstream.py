@@ -7,6 +7,11 @@ of the text not yet spoken may be spoken now.
   letter is not awaited).  Sentence ends are the frontend's own
   (:func:`appliance.text.frontend.split_sentences`), so "Dr.", "e.g.", "3.50", "3:30 pm"
   are never cut.
+- A sentence end that nothing after it can undo (``?``, ``!``, a full stop after a word
+  that is no abbreviation, initial or number: :func:`appliance.text.frontend.ends_finally`)
+  is released as it arrives, without waiting for the whitespace after it: the first
+  sound no longer waits for the writer's next token.  A closing quote or a second dot that
+  comes in the next token then goes with the next segment (nothing is said for it).
 - The first segment of a request is also released at a clause mark (``, ; :`` or a
   spaced dash, followed by whitespace) once it holds ``first_chars`` characters: the one
   documented trade of prosody for latency in a stream (the rest of the sentence has not
@@ -35,12 +40,14 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from appliance.core.streaming import ClauseQueue
 from appliance.errors import ErrorCode, ServiceError
 from appliance.text.frontend import (
     Clause,
     clean,
+    ends_finally,
     is_sentence_end_at,
     long_sentence_cut,
     split_sentences,
@@ -140,6 +147,9 @@ def release_point(
     cut = _sentence_cut(pending)
     if cut:
         return cut
+    final = ends_finally(pending)
+    if final:
+        return final
     if first:
         for m in _CLAUSE_MARK.finditer(pending):
             if m.end() >= rule.first_chars:
@@ -154,6 +164,22 @@ def release_point(
     if len(pending) > rule.max_chars:
         return long_sentence_cut(pending, rule.max_chars)
     return 0
+
+
+class Release(Protocol):
+    """A release rule: :func:`release_point`, or Markdown's
+    (:func:`appliance.core.markdownstream.markdown_release_point`)."""
+
+    def __call__(
+        self,
+        pending: str,
+        rule: SegmentRule,
+        *,
+        first: bool,
+        idle: bool = False,
+        flush: bool = False,
+        low: bool = False,
+    ) -> int: ...
 
 
 Prepare = Callable[[str, bool], Awaitable[list[Clause]]]
@@ -173,8 +199,10 @@ class TextFeed:
         timeout_s: float,
         on_error: Callable[[ServiceError], None],
         audio_left: Callable[[], float | None] = lambda: None,
+        release: Release = release_point,
     ) -> None:
         self._queue = queue
+        self._release_point = release
         self._prepare = prepare
         self._rule = rule
         self._max_total = max_total_chars
@@ -240,7 +268,7 @@ class TextFeed:
     def _release(self, flush: bool = False, idle: bool = False, low: bool = False) -> None:
         while self._spoken < len(self.text):
             pending = self.text[self._spoken :]
-            n = release_point(
+            n = self._release_point(
                 pending, self._rule, first=self._first, idle=idle, flush=flush, low=low
             )
             if n <= 0:

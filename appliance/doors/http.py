@@ -52,7 +52,7 @@ from appliance.doors.net import ClientTooSlow, Outbox, drop_connection, quiet_ac
 from appliance.errors import ErrorCode, ServiceError
 from appliance.ops.config import HttpConfig, LimitsConfig
 from appliance.ops.logsetup import Throttle
-from appliance.speech import Chunk, SpeechRequest
+from appliance.speech import TEXT_FORMATS, Chunk, SpeechRequest
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,8 @@ class SpeechBody:
     noise_scale: float | None = None
     noise_w: float | None = None
     """ttsd extensions (protocol v1's meanings; 0 = the same audio every time)."""
+    text_format: str | None = None
+    """ttsd extension: ``text``, ``ssml`` or ``markdown``; None: ``http.text_format``."""
 
     @classmethod
     def from_dict(cls, d: Any) -> SpeechBody:
@@ -179,7 +181,10 @@ class SpeechBody:
             if value is not None and not 0.0 <= value <= 2.0:
                 raise BadField(key, f"'{key}' must be a number within 0.0–2.0")
             noise[key] = value
-        return cls(text, voice, fmt, speed, sfmt, model, **noise)
+        text_format = d.get("text_format")
+        if text_format is not None and text_format not in TEXT_FORMATS:
+            raise BadField("text_format", f"'text_format' must be one of {', '.join(TEXT_FORMATS)}")
+        return cls(text, voice, fmt, speed, sfmt, model, **noise, text_format=text_format)
 
     def applied_speed(self) -> float:
         """OpenAI allows 0.25–4.0; the voices stay intelligible within 0.5–2.0: clamped."""
@@ -195,6 +200,7 @@ class SpeechBody:
             "model": self.model,
             "noise_scale": self.noise_scale,
             "noise_w": self.noise_w,
+            "text_format": self.text_format,
         }
 
 
@@ -499,6 +505,7 @@ class HttpDoor:
                 speed=body.applied_speed(),
                 noise_scale=body.noise_scale,
                 noise_w=body.noise_w,
+                text_format=body.text_format or self.cfg.text_format,
             )
         except BadField as exc:
             self.service.record_error(exc.code)

@@ -237,13 +237,14 @@ class SynthesizeMessage:
     text_format: str = "text"
 
     @classmethod
-    def from_event(cls, event: Event) -> SynthesizeMessage:
+    def from_event(cls, event: Event, default_format: str = "text") -> SynthesizeMessage:
+        """``default_format`` (``wyoming.text_format``) when the event names none."""
         data = event.data
         stream = SynthesizeStart.is_type(event.type)
         text = data.get("text", "")
         if not stream and not isinstance(text, str):
             raise ServiceError(ErrorCode.BAD_REQUEST, "'text' must be a string")
-        text_format = data.get("text_format") or "text"
+        text_format = data.get("text_format") or default_format
         if not isinstance(text_format, str):
             raise ServiceError(ErrorCode.BAD_REQUEST, "'text_format' must be a string")
         return cls(
@@ -765,7 +766,8 @@ class _Connection:
 
     def _job(self, event: Event) -> _Job:
         try:
-            return _Job(message=SynthesizeMessage.from_event(event))
+            default = self.cfg.wyoming.text_format
+            return _Job(message=SynthesizeMessage.from_event(event, default))
         except ServiceError as exc:
             self.service.record_error(exc.code)
             return _Job(error=exc, dead=True)

@@ -49,6 +49,8 @@ class V1Config:
     """Extra uids allowed to connect (the daemon's own uid and root always are)."""
     allowed_gids: tuple[int, ...] = ()
     """Extra gids allowed to connect (members of the socket's group always are)."""
+    text_format: Literal["text", "markdown"] = "text"
+    """How a request that names no ``text_format`` is read (docs/markdown.md)."""
 
 
 @dataclass(frozen=True)
@@ -278,6 +280,9 @@ class HttpConfig:
     one that has not passed the key check) and never pause longer."""
     head_timeout_s: float = field(default=10.0, metadata=_rng(0.1, 3600))
     """The whole request head within this of its first byte (slowloris): 408, closed."""
+    text_format: Literal["text", "markdown"] = "markdown"
+    """How ``input`` is read when the body names no ``text_format``: chat UIs send what a
+    language model wrote (docs/markdown.md)."""
 
 
 @dataclass(frozen=True)
@@ -286,6 +291,9 @@ class WyomingConfig:
 
     uri: str | None = None
     """``tcp://HOST:PORT`` or ``unix://PATH``; None = off."""
+    text_format: Literal["text", "markdown"] = "markdown"
+    """How a ``synthesize`` that names no ``text_format`` is read: Home Assistant's
+    conversation agents send what a language model wrote (docs/markdown.md)."""
     zeroconf: bool = False
     """Advertise ``_wyoming._tcp.local.`` (tcp only; needs the ``zeroconf`` package)."""
     zeroconf_name: str | None = None
@@ -322,6 +330,23 @@ def wyoming_endpoint(uri: str) -> tuple[str, str, int]:
 
 
 @dataclass(frozen=True)
+class MarkdownConfig:
+    """How ``text_format: markdown`` is read (docs/markdown.md)."""
+
+    code_blocks: Literal["skip", "say", "read"] = "skip"
+    """Fenced and indented code: not read, ``code_phrase`` said instead, or read."""
+    code_phrase: str = "There is a code sample here."
+    heading_pause_ms: int = field(default=300, metadata=_rng(0, 5000))
+    """Silence after a heading."""
+    rule_pause_ms: int = field(default=500, metadata=_rng(0, 5000))
+    """Silence at a horizontal rule."""
+
+    def __post_init__(self) -> None:
+        if len(self.code_phrase) > 200:
+            raise ConfigError("markdown.code_phrase: at most 200 characters")
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -340,6 +365,7 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     wyoming: WyomingConfig = field(default_factory=WyomingConfig)
+    markdown: MarkdownConfig = field(default_factory=MarkdownConfig)
 
 
 # Keys that can change while the daemon runs (SIGHUP); everything else needs a restart.

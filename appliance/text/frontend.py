@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from appliance.errors import ErrorCode
 from appliance.errors import ServiceError as ProtocolError
-from appliance.text import ssml
+from appliance.text import markdown, ssml
 from appliance.text.normalize import normalize, say_as
 from appliance.text.textmap import Builder, MappedText
 
 if TYPE_CHECKING:
     from appliance.text.lexicon import LanguageLexicon, Lexicon
 
-TEXT_FORMATS = ("text", "ssml")
+TEXT_FORMATS = ("text", "ssml", "markdown")
 
 
 @dataclass(frozen=True)
@@ -296,6 +296,35 @@ def is_sentence_end_at(text: str, pos: int) -> bool:
     return m is not None and _ends_sentence(text, m)
 
 
+_FINAL_TAIL = re.compile(r"(?<![.!?])(?:\.|[!?]++)[\"')\]]*+$")
+_OPENERS = "\"'([{*_`~"
+_URL_CHARS = frozenset("/=&@:#%\\")
+
+
+def ends_finally(text: str) -> int:
+    """Where a sentence end that no text after it can undo ends ``text``; 0: none.
+
+    ``?`` and ``!`` after a word, and a single ``.`` after a word of two or more letters
+    that is no abbreviation: "Dr.", "e.g.", "U.S.", "J.", "3." and "etc." may still be
+    followed by more of their sentence ("3.50", "J. R. R. Tolkien") and wait for the text
+    after them, as does "..." (it may grow) and a word with a URL's characters ("x.com/a?b").
+    """
+    m = _FINAL_TAIL.search(text)
+    if m is None or m.start() == 0 or text[m.start() - 1].isspace():
+        return 0
+    word = text[: m.start()].rsplit(None, 1)[-1] if text[: m.start()].strip() else ""
+    word = word.lstrip(_OPENERS)
+    if not word or _URL_CHARS.intersection(word):
+        return 0
+    if m.group().startswith("."):
+        letters = word.replace("'", "").replace("-", "")
+        if len(letters) < 2 or not letters.isalpha() or word.lower() in ABBREVIATIONS:
+            return 0
+    elif not any(c.isalnum() for c in word):
+        return 0
+    return m.end() if is_sentence_end_at(text, m.start()) else 0
+
+
 def split_sentences(mt: MappedText) -> list[MappedText]:
     """Sentences of ``mt``, in time linear in its length."""
     out: list[MappedText] = []
@@ -397,25 +426,8 @@ class FrontendLimits:
     """The latency option's cut of the first sentence; 0: off (see :func:`split_clauses`)."""
 
 
-def prepare(
-    text: str,
-    language: str,
-    limits: FrontendLimits,
-    *,
-    text_format: str = "text",
-    lexicon: Lexicon | None = None,
-) -> list[Clause]:
-    """The whole frontend for one request.  Raises :class:`ProtocolError`.
-
-    ``text_format="ssml"``: ``text`` is SSML (see :func:`prepare_ssml`).  ``lexicon``: the
-    user's pronunciations, applied after normalisation.
-    """
-    if text_format == "ssml":
-        return prepare_ssml(text, language, limits, lexicon=lexicon)
-    if text_format != "text":
-        raise ProtocolError(
-            ErrorCode.BAD_REQUEST, f"text_format must be one of {', '.join(TEXT_FORMATS)}"
-        )
+def _check_source(text: str, limits: FrontendLimits) -> None:
+    """The checks before any parsing: length, UTF-8, not blank."""
     if len(text) > limits.max_chars:
         raise ProtocolError(
             ErrorCode.TEXT_TOO_LONG,
@@ -425,14 +437,53 @@ def prepare(
         raise ProtocolError(ErrorCode.BAD_REQUEST, "text is not valid UTF-8")
     if not text.strip():
         raise ProtocolError(ErrorCode.EMPTY_TEXT, "text is empty")
+
+
+def prepare(
+    text: str,
+    language: str,
+    limits: FrontendLimits,
+    *,
+    text_format: str = "text",
+    lexicon: Lexicon | None = None,
+    markdown_options: markdown.MarkdownOptions | None = None,
+) -> list[Clause]:
+    """The whole frontend for one request.  Raises :class:`ProtocolError`.
+
+    ``text_format="ssml"``: ``text`` is SSML (see :func:`prepare_ssml`); ``"markdown"``:
+    Markdown read as a person reads it (:func:`prepare_markdown`, with
+    ``markdown_options``).  ``lexicon``: the user's pronunciations, applied after
+    normalisation.
+    """
+    if text_format == "ssml":
+        return prepare_ssml(text, language, limits, lexicon=lexicon)
+    if text_format == "markdown":
+        return prepare_markdown(text, language, limits, lexicon=lexicon, options=markdown_options)
+    if text_format != "text":
+        raise ProtocolError(
+            ErrorCode.BAD_REQUEST, f"text_format must be one of {', '.join(TEXT_FORMATS)}"
+        )
+    _check_source(text, limits)
     mt = clean(text)
     if not any(c.isalnum() for c in mt.text):
         raise ProtocolError(ErrorCode.EMPTY_TEXT, "text has nothing to speak")
-    mt = check_script(mt, language)
-    mt = normalize(mt, language)
     words = lexicon.for_language(language) if lexicon is not None else None
+    clauses = _plain_clauses(check_script(mt, language), language, limits, words, True)
+    if not clauses:
+        raise ProtocolError(ErrorCode.EMPTY_TEXT, "text has nothing to speak")
+    return clauses
+
+
+def _plain_clauses(
+    mt: MappedText,
+    language: str,
+    limits: FrontendLimits,
+    words: LanguageLexicon | None,
+    first: bool,
+) -> list[Clause]:
+    """Cleaned, script-checked text → its clauses (normalised, split, lexicon applied)."""
+    mt = normalize(mt, language)
     clauses: list[Clause] = []
-    first = True
     for sentence in split_sentences(mt):
         parts = split_clauses(
             sentence, limits.sentence_chars, limits.first_clause_chars if first else 0
@@ -442,8 +493,36 @@ def prepare(
             if not any(c.isalnum() for c in part.text):
                 continue
             clauses.append(_clause(part, k == len(parts) - 1, words))
+    return clauses
+
+
+# --- Markdown ----------------------------------------------------------------------------------
+
+
+def prepare_markdown(
+    source: str,
+    language: str,
+    limits: FrontendLimits,
+    *,
+    lexicon: Lexicon | None = None,
+    options: markdown.MarkdownOptions | None = None,
+) -> list[Clause]:
+    """Markdown → clauses, each block (heading, paragraph, list item, table row …) its own
+    sentence; spans index ``source`` as sent.  See :mod:`appliance.text.markdown`."""
+    _check_source(source, limits)
+    words = lexicon.for_language(language) if lexicon is not None else None
+    clauses: list[Clause] = []
+    for block in markdown.parse(source, options):
+        mt = clean_mapped(block.text)
+        if any(c.isalnum() for c in mt.text):
+            made = _plain_clauses(check_script(mt, language), language, limits, words, not clauses)
+            clauses.extend(made)
+        if block.pause_after_ms and clauses:
+            last = clauses[-1]
+            pause = min(ssml.MAX_BREAK_MS, last.pause_after_ms + block.pause_after_ms)
+            clauses[-1] = dataclasses.replace(last, pause_after_ms=pause)
     if not clauses:
-        raise ProtocolError(ErrorCode.EMPTY_TEXT, "text has nothing to speak")
+        raise ProtocolError(ErrorCode.EMPTY_TEXT, "Markdown has nothing to speak")
     return clauses
 
 

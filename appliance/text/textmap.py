@@ -105,6 +105,12 @@ class Builder:
         self._starts.extend([start] * len(text))
         self._ends.extend([end] * len(text))
 
+    def add_source(self, text: str, start: int) -> None:
+        """Append ``text`` as it stands in the original at ``start`` (one to one)."""
+        self._parts.append(text)
+        self._starts.extend(range(start, start + len(text)))
+        self._ends.extend(range(start + 1, start + len(text) + 1))
+
     def copy(self, src: MappedText, i: int, j: int) -> None:
         """Append characters [i, j) of ``src`` with their own map."""
         if j <= i:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -171,3 +172,13 @@ def test_ttsctl_stop_and_phonemes_speak_plainly(daemon: Daemon) -> None:
     r = _ttsctl(daemon, "--socket", daemon.socket, "phonemes", "--json", "Hello")
     assert r.returncode == 0, r.stderr
     assert "həlˈoʊ" in r.stdout and "\\u" not in r.stdout  # the IPA, not its escapes
+
+
+def test_ttsctl_phonemes_markdown(daemon: Daemon) -> None:
+    """The issue's example: the markup is not read (it was "asterisk asterisk sure …")."""
+    src = "**Sure!** Here are three options: 1. **Pasta** ## Weather | Day | Rain |"
+    r = _ttsctl(daemon, "--socket", daemon.socket, "phonemes", "--json", "--markdown", src)
+    assert r.returncode == 0, r.stderr
+    said = " ".join(c["text"] for c in json.loads(r.stdout)["clauses"])
+    assert "*" not in said and "#" not in said and "|" not in said
+    assert said.startswith("Sure! Here are three options:") and "Weather" in said

@@ -30,9 +30,23 @@ RULE = SegmentRule(first_chars=40, max_chars=250, idle_ms=300)
         ("Hello there. How", True, "Hello there."),
         ("Hello there. ", False, "Hello there."),
         ("Wow! Really? And", False, "Wow! Really?"),
-        # ... but not before the whitespace arrives (it might be "3.50")
-        ("Hello there.", True, ""),
+        # a sentence end nothing can undo is released as it arrives (issue 28) ...
+        ("Hello there.", True, "Hello there."),
+        ("Wow!", False, "Wow!"),
+        ("Really?", True, "Really?"),
+        ('He said "Hi."', True, 'He said "Hi."'),
+        ("Is it (really?)", True, "Is it (really?)"),
+        # ... an ambiguous one waits for the whitespace (it might be "3.50", "Dr. Smith")
         ("It costs 3.", True, ""),
+        ("Ask Dr.", True, ""),
+        ("Made in the U.S.", True, ""),
+        ("Fruit, e.g.", True, ""),
+        ("By J.", True, ""),
+        ("Apples, pears, etc.", True, ""),
+        ("Wait..", True, ""),
+        ("Wait...", True, ""),
+        ("See example.", True, "See example."),
+        ("Open https://x.org/a?", True, ""),
         ("It costs 3.50 now. Then", True, "It costs 3.50 now."),
         # abbreviations, times, money are never cut
         ("Dr. Smith is", True, ""),

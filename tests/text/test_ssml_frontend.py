@@ -61,7 +61,7 @@ def test_plain_and_ssml_agree_on_plain_content() -> None:
 
 def test_unknown_text_format_is_bad_request() -> None:
     with pytest.raises(ProtocolError) as exc:
-        prepare("hi", "en_US", LIMITS, text_format="markdown")
+        prepare("hi", "en_US", LIMITS, text_format="rtf")
     assert exc.value.code == ErrorCode.BAD_REQUEST
 
 

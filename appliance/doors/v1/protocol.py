@@ -124,7 +124,8 @@ class SynthesizeRequest:
     mode: str | None = None
     realtime: bool = True
     text_stream: bool = False
-    text_format: str = "text"
+    text_format: str | None = None
+    """``text``, ``ssml`` or ``markdown``; None: the door's default (``v1.text_format``)."""
     # speak only
     priority: str = "message"
     op: str = "synthesize"
@@ -159,7 +160,7 @@ class SynthesizeRequest:
             mode=_opt_choice(d, "mode", MODES),
             realtime=r if (r := _opt_bool(d, "realtime")) is not None else True,
             text_stream=text_stream,
-            text_format=_opt_choice(d, "text_format", TEXT_FORMATS) or "text",
+            text_format=_opt_choice(d, "text_format", TEXT_FORMATS),
             priority=(_opt_choice(d, "priority", PRIORITIES) or "message")
             if op == "speak"
             else "message",
@@ -182,16 +183,17 @@ class SynthesizeRequest:
             d["realtime"] = False
         if self.text_stream:
             d["text_stream"] = True
-        if self.text_format != "text":
+        if self.text_format is not None:
             d["text_format"] = self.text_format
         return d
 
-    def speech(self) -> SpeechRequest:
-        """The neutral request the service core takes."""
+    def speech(self, default_format: str = "text") -> SpeechRequest:
+        """The neutral request the service core takes (``default_format`` when the request
+        names no ``text_format``)."""
         return SpeechRequest(
             text=self.text,
             text_stream=self.text_stream,
-            text_format=self.text_format,
+            text_format=self.text_format or default_format,
             voice=self.voice,
             speaker=self.speaker,
             speed=self.speed,
@@ -284,7 +286,8 @@ class PhonemesRequest:
     id: int
     text: str
     voice: str | None = None
-    text_format: str = "text"
+    text_format: str | None = None
+    """As synthesize's: None is the door's default."""
     op: str = "phonemes"
 
     @classmethod
@@ -297,14 +300,14 @@ class PhonemesRequest:
             id=rid,
             text=text,
             voice=_opt_str(d, "voice"),
-            text_format=_opt_choice(d, "text_format", TEXT_FORMATS) or "text",
+            text_format=_opt_choice(d, "text_format", TEXT_FORMATS),
         )
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"op": self.op, "id": self.id, "text": self.text}
         if self.voice is not None:
             d["voice"] = self.voice
-        if self.text_format != "text":
+        if self.text_format is not None:
             d["text_format"] = self.text_format
         return d
 

@@ -610,7 +610,8 @@ class Connection:
 
     async def _phonemes(self, req: PhonemesRequest) -> None:
         try:
-            result = await self.service.phonemes(req.text, req.voice, req.text_format)
+            fmt = req.text_format or self.service.runtime.config.v1.text_format
+            result = await self.service.phonemes(req.text, req.voice, fmt)
             await self.send(SimpleEvent(req.id, "phonemes", result).to_dict())
         except ServiceError as exc:
             self._error_soon(req.id, exc)
@@ -648,7 +649,7 @@ class Connection:
         speak = req.op == "speak"
         try:
             stream = await self.service.open_stream(
-                req.speech(),
+                req.speech(self.service.runtime.config.v1.text_format),
                 door="protocol-v1",
                 label={"connection": self.number, "id": req.id},
                 speak_key=self.client_key if speak else None,

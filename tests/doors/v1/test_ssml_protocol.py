@@ -13,7 +13,12 @@ def test_text_format_round_trip() -> None:
     assert isinstance(req, SynthesizeRequest) and req.text_format == "ssml"
     assert parse_request(req.to_dict()) == req
     plain = parse_request({"op": "speak", "id": 2, "text": "hi"})
-    assert isinstance(plain, SynthesizeRequest) and plain.text_format == "text"
+    # None: the door's default (v1.text_format), text unless the config says otherwise.
+    assert isinstance(plain, SynthesizeRequest) and plain.text_format is None
+    assert plain.speech().text_format == "text"
+    assert plain.speech("markdown").text_format == "markdown"
+    md = parse_request({"op": "synthesize", "id": 5, "text": "**x**", "text_format": "markdown"})
+    assert isinstance(md, SynthesizeRequest) and md.speech().text_format == "markdown"
 
 
 def test_phonemes_round_trip() -> None:
@@ -35,7 +40,7 @@ def test_phonemes_round_trip() -> None:
         {"op": "phonemes", "id": 1, "text": 3},
         {"op": "phonemes", "id": 1, "text": "x", "text_format": "html"},
         {"op": "phonemes", "id": 1, "text": "x", "voice": 7},
-        {"op": "synthesize", "id": 1, "text": "x", "text_format": "markdown"},
+        {"op": "synthesize", "id": 1, "text": "x", "text_format": "rtf"},
     ],
 )
 def test_bad_messages(msg: dict[str, object]) -> None:

@@ -1,0 +1,145 @@
+"""Markdown read as a person reads a language model's reply (appliance.text.markdown)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+
+from appliance.errors import ErrorCode, ServiceError
+from appliance.text.frontend import FrontendLimits, prepare
+from appliance.text.markdown import MAX_BRACKETS, MarkdownOptions, parse
+from tests.text.markdown_cases import CASES, MARKUP
+
+LIMITS = FrontendLimits(max_chars=20000, sentence_chars=300)
+
+
+def said(source: str, **kw: object) -> str:
+    clauses = prepare(source, "en_US", LIMITS, text_format="markdown", **kw)  # type: ignore[arg-type]
+    return " ".join(c.text for c in clauses)
+
+
+@pytest.mark.parametrize(("name", "source", "words"), CASES, ids=[c[0] for c in CASES])
+def test_markdown_is_read_as_a_person_reads_it(name: str, source: str, words: str) -> None:
+    assert said(source) == words
+    clauses = prepare(source, "en_US", LIMITS, text_format="markdown")
+    for c in clauses:
+        assert not MARKUP.search(c.text), (name, c.text)
+        a, b = c.span
+        assert 0 <= a < b <= len(source), (name, c.span)
+        for x, y in c.word_spans:
+            assert a <= x <= y <= b
+    # Spans follow the reading order and do not overlap.
+    ends = [c.span for c in clauses]
+    assert all(p[1] <= q[0] for p, q in itertools.pairwise(ends)), ends
+
+
+def test_spans_index_the_source_as_sent() -> None:
+    src = "## Weather\r\n\r\n**Sure!** The *rain* stops at noon."
+    clauses = prepare(src, "en_US", LIMITS, text_format="markdown")
+    assert [src[a:b] for a, b in (c.span for c in clauses)] == [
+        "Weather",
+        "Sure!",
+        "The *rain* stops at noon.",
+    ]
+    words = [src[x:y] for c in clauses for x, y in c.word_spans]
+    assert words[:4] == ["Weather", "Sure!", "The", "*rain*"] or words[:4] == [
+        "Weather",
+        "Sure!",
+        "The",
+        "rain",
+    ]
+
+
+def test_a_paragraph_is_read_as_plain_text() -> None:
+    """No full stop is added to a paragraph: the same clauses, so the same audio."""
+    for text in ("Hello world", "It is 3:30 pm, Dr. Smith. See you at 5!"):
+        md = prepare(text, "en_US", LIMITS, text_format="markdown")
+        plain = prepare(text, "en_US", LIMITS)
+        assert [(c.text, c.span) for c in md] == [(c.text, c.span) for c in plain]
+
+
+def test_headings_and_rules_pause() -> None:
+    clauses = prepare("# Title\n\nBody.\n\n***\n\nMore.", "en_US", LIMITS, text_format="markdown")
+    assert [(c.text, c.pause_after_ms) for c in clauses] == [
+        ("Title.", 300),
+        ("Body.", 500),
+        ("More.", 0),
+    ]
+    opts = MarkdownOptions(heading_pause_ms=0)
+    assert [b.pause_after_ms for b in parse("# T", opts)] == [0]
+
+
+def test_code_blocks_skip_say_or_read() -> None:
+    src = "Look:\n\n```sh\nls -l\n```\n\n    indented\n\nEnd."
+    assert said(src) == "Look: End."
+    say = MarkdownOptions(code_blocks="say", code_phrase="Code here.")
+    assert said(src, markdown_options=say) == "Look: Code here. Code here. End."
+    read = MarkdownOptions(code_blocks="read")
+    assert said(src, markdown_options=read) == "Look: ls -l. indented. End."
+    # The phrase's span is the whole block in the source.
+    clauses = prepare(src, "en_US", LIMITS, text_format="markdown", markdown_options=say)
+    a, b = clauses[1].span
+    assert src[a:b].startswith("```sh") and "ls -l" in src[a:b]
+
+
+def test_html_is_text_only_nothing_opened() -> None:
+    src = (
+        '<div onclick="x()">Hi &eacute;t&#233; <img src="http://evil/x.png"> '
+        "<style>p{}</style><!-- note --></div>\n\n"
+        "An <a href='file:///etc/passwd'>inline</a> tag &lt;b&gt; &#x41;."
+    )
+    assert said(src) == "Hi été. An inline tag <b> A."
+
+
+def test_nothing_to_say_is_empty_text() -> None:
+    for src in ("```\ncode only\n```", "---", "** **", "<br>"):
+        with pytest.raises(ServiceError) as exc:
+            prepare(src, "en_US", LIMITS, text_format="markdown")
+        assert exc.value.code == ErrorCode.EMPTY_TEXT, src
+
+
+def test_too_long_is_refused_before_parsing() -> None:
+    with pytest.raises(ServiceError) as exc:
+        prepare("*a* " * 6000, "en_US", LIMITS, text_format="markdown")
+    assert exc.value.code == ErrorCode.TEXT_TOO_LONG
+
+
+HOSTILE = {
+    "10 000 nested lists": "- " * 9990 + "deep",
+    "10 000 nested quotes": ">" * 10000 + " deep",
+    "unclosed fence": "Intro.\n\n```\n" + "x = 1\n" * 3000,
+    "one long table row": "| a | b |\n|---|---|\n|" + " c |" * 4900,
+    "unmatched brackets": "[" * 19000,
+    "unclosed links": "[a](" * 4900,
+    "images": "![" * 9900,
+    "emphasis": "*a _b " * 3300,
+    "code spans over lines": "`a\nb` " * 3000,
+    "scripts and entities": "<script>alert(1)</script>&amp;&#0;&#x110000;" * 400,
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_markdown_is_bounded(name: str) -> None:
+    src = HOSTILE[name]
+    assert len(src) <= LIMITS.max_chars
+    t0 = time.perf_counter()
+    blocks = parse(src)
+    elapsed = time.perf_counter() - t0
+    # Generous: the bench measures; this box is shared (50 ms alone, 20 000 characters).
+    assert elapsed < 1.0, (name, elapsed)
+    for b in blocks:
+        assert all(0 <= s <= e <= len(src) for s, e in zip(b.text.starts, b.text.ends, strict=True))
+
+
+def test_deep_nesting_says_the_outer_levels_only() -> None:
+    src = "\n".join("  " * k + "- item" for k in range(40))
+    items = said(src).split()
+    assert set(items) == {"item."} and 5 <= len(items) < 40, items
+
+
+def test_brackets_past_the_cap_are_plain() -> None:
+    src = "[x](u) " * (MAX_BRACKETS + 10)
+    text = " ".join(b.text.text for b in parse(src))
+    assert "x" in text and "(u)" in text  # links past the cap keep their source
