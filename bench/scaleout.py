@@ -318,11 +318,14 @@ async def _newcomers(hx: HAProxy, seconds: float, t0: float) -> list[Result]:
     return out
 
 
-async def _drain(hx: HAProxy, stop_box1: Callable[[], int], listeners: int) -> dict[str, Any]:
+async def _drain(
+    hx: HAProxy, box1: Box, stop_box1: Callable[[], int], listeners: int
+) -> dict[str, Any]:
     t0 = time.monotonic()
     streams = await _listeners(hx, listeners, t0)
     await asyncio.sleep(2.0)  # audio flowing on both boxes
     loop = asyncio.get_running_loop()
+    before = (status(hx.servers()["box1"]), await loop.run_in_executor(None, box1.agent))
     t_term = time.monotonic() - t0
     exit_code = loop.run_in_executor(None, stop_box1)
     seen = loop.run_in_executor(None, hx.wait, "box1", drained, 5.0)
@@ -340,12 +343,15 @@ async def _drain(hx: HAProxy, stop_box1: Callable[[], int], listeners: int) -> d
         ),
         "reroute_s": round(reroute_s, 2),
         "box1_exit": await exit_code,
+        "box1_before": before,
     }
 
 
-def drain(hx: HAProxy, stop_box1: Callable[[], int], listeners: int = 4) -> dict[str, Any]:
+def drain(
+    hx: HAProxy, box1: Box, stop_box1: Callable[[], int], listeners: int = 4
+) -> dict[str, Any]:
     """(c) SIGTERM box1 under load: its streams end whole, new work goes to box2."""
-    return asyncio.run(_drain(hx, stop_box1, listeners))
+    return asyncio.run(_drain(hx, box1, stop_box1, listeners))
 
 
 async def _kill(hx: HAProxy, kill_box1: Callable[[], None], listeners: int) -> dict[str, Any]:
@@ -415,7 +421,7 @@ def bench_scaleout(out: Path) -> dict[str, Any]:
             p.send_signal(signal.SIGTERM)
             return p.wait(timeout=60)
 
-        results["drain"] = drain(hx, stop_box1)
+        results["drain"] = drain(hx, boxes[0], stop_box1)
         procs["box1"] = _start_box(out, boxes[0])
         hx.wait("box1", up, 30.0)
         results["kill"] = kill(hx, lambda: os.kill(procs["box1"].pid, signal.SIGKILL))

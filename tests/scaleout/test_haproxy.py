@@ -57,8 +57,10 @@ def test_c_a_drained_box_finishes_its_streams(
     def stop_box1() -> int:
         return daemons["box1"].stop(signal.SIGTERM, timeout=60)
 
-    r = scaleout.drain(hx, stop_box1)
+    r = scaleout.drain(hx, BOXES[0], stop_box1)
     show("drain", r)
+    # box1 was in rotation when told to stop (else this shows nothing about the drain).
+    assert r["box1_before"][0] == "UP" and r["box1_before"][1].startswith("up ready"), r
     assert r["box1_exit"] == 0, r
     assert r["box1_streams"] >= 1 and r["box1_streams_whole"] == r["box1_streams"], r
     assert r["listeners"]["errors"] == 0 and r["new"]["errors"] == 0, r
