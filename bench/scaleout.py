@@ -65,6 +65,10 @@ class Box:
             "http": {"listen": f"127.0.0.1:{self.http_port}"},
             "agent": {"listen": f"127.0.0.1:{self.agent_port}", "timeout_s": 1.0},
             "wyoming": {"uri": f"tcp://127.0.0.1:{self.wyoming_port}"},
+            # Room for a few listeners even when the CPUs are shared (the bench and the
+            # test run both boxes and HAProxy on one machine): a box's capacity is its
+            # measured cost, which contention inflates.
+            "scheduler": {"admission_max_load": 1.0, "admission_backlog_ms": 3000.0},
             "limits": {
                 "drain_notice_s": 1.5,
                 "shutdown_timeout_s": 30.0,
@@ -265,6 +269,9 @@ def tally(results: list[Result]) -> dict[str, Any]:
         "served": boxes,
         "busy": sum(1 for r in results if r.status == 429),
         "errors": sum(1 for r in results if not r.complete and r.status != 429),
+        "failures": [
+            f"{r.status} {r.box or '-'} {r.error[:80]}" for r in results if not r.complete
+        ][:8],
     }
 
 
@@ -272,21 +279,24 @@ def tally(results: list[Result]) -> dict[str, Any]:
 
 
 def saturated(hx: HAProxy, box1: Box, requests: int = 6, max_fill: int = 40) -> dict[str, Any]:
-    """(a) box1 full of its own clients → HAProxy's new requests all go to box2."""
+    """(a) box1 kept full by clients of its own → HAProxy's new requests all go to box2.
+
+    A box's room is its measured cost, which moves (contention, the fillers' own
+    figures): before each request box1 is topped up until its agent says ``drain`` and
+    HAProxy shows it out of rotation."""
     fillers: list[socket.socket] = []
+    reroute: list[float] = []
+    results: list[Result] = []
+    t0 = time.monotonic()
     try:
-        while not box1.agent().startswith("up drain"):
-            if len(fillers) >= max_fill:
-                raise RuntimeError(f"box1 still has room after {max_fill} streams")
-            fillers.append(fill(box1))
-            time.sleep(0.3)
-        reroute_s = hx.wait("box1", drained, 10.0)
-        loop_t0 = time.monotonic()
-        results = [
-            asyncio.run(speech(hx.http_port, SHORT, paced=False, t0=loop_t0))
-            for _ in range(requests)
-        ]
-        still_full = box1.agent().startswith("up drain")
+        for _ in range(requests):
+            while not box1.agent().startswith("up drain"):
+                if len(fillers) >= max_fill:
+                    raise RuntimeError(f"box1 still has room after {max_fill} streams")
+                fillers.append(fill(box1))
+                time.sleep(0.3)
+            reroute.append(hx.wait("box1", drained, 10.0))
+            results.append(asyncio.run(speech(hx.http_port, SHORT, paced=False, t0=t0)))
     finally:
         for s in fillers:
             with contextlib.suppress(OSError):
@@ -295,8 +305,7 @@ def saturated(hx: HAProxy, box1: Box, requests: int = 6, max_fill: int = 40) -> 
     return {
         **tally(results),
         "fillers": len(fillers),
-        "box1_full_throughout": still_full,
-        "reroute_s": round(reroute_s, 2),
+        "reroute_s": round(reroute[0], 2),
         "back_in_rotation_s": round(back_s, 2),
     }
 

@@ -118,20 +118,18 @@ class AgentDoor:
             drop_connection(writer.transport)
             return
         self._open.add(task)
+        closed = asyncio.ensure_future(read_to_eof(reader))
         try:
             async with asyncio.timeout(self.cfg.timeout_s):
-                await refuse(
-                    writer.transport,
-                    self.answer().encode("ascii"),
-                    read_to_eof(reader),
-                    linger_s=self.cfg.timeout_s,
-                )
+                line = self.answer().encode("ascii")
+                await refuse(writer.transport, line, closed, linger_s=self.cfg.timeout_s)
         except (TimeoutError, ConnectionError, OSError):
             drop_connection(writer.transport)
         except Exception as exc:  # a bug: this check goes unanswered, the door goes on
             _THROTTLE.log(log, logging.ERROR, "agent", "agent: check failed: %s", exc, exc_info=exc)
             drop_connection(writer.transport)
         finally:
+            closed.cancel()
             self._open.discard(task)
 
     def _admit(self, writer: asyncio.StreamWriter) -> bool:
