@@ -278,8 +278,21 @@ def tally(results: list[Result]) -> dict[str, Any]:
 # ---------------------------------------------------------------- scenarios
 
 
-def saturated(hx: HAProxy, box1: Box, requests: int = 6, max_fill: int = 40) -> dict[str, Any]:
+def top_up(hx: HAProxy, box: Box, fillers: list[socket.socket], max_fill: int) -> float:
+    """Fill ``box`` until its agent says ``drain``; seconds until HAProxy shows it."""
+    while not box.agent().startswith("up drain"):
+        if len(fillers) >= max_fill:
+            raise RuntimeError(f"{box.name} still has room after {max_fill} streams")
+        fillers.append(fill(box))
+        time.sleep(0.3)
+    return hx.wait(box.name, drained, 10.0)
+
+
+def saturated(
+    hx: HAProxy, box1: Box, box2: Box, requests: int = 6, max_fill: int = 60
+) -> dict[str, Any]:
     """(a) box1 kept full by clients of its own → HAProxy's new requests all go to box2.
+    Then box2 full too → HAProxy's own answer, 503 ``busy`` with Retry-After.
 
     A box's room is its measured cost, which moves (contention, the fillers' own
     figures): before each request box1 is topped up until its agent says ``drain`` and
@@ -290,23 +303,22 @@ def saturated(hx: HAProxy, box1: Box, requests: int = 6, max_fill: int = 40) -> 
     t0 = time.monotonic()
     try:
         for _ in range(requests):
-            while not box1.agent().startswith("up drain"):
-                if len(fillers) >= max_fill:
-                    raise RuntimeError(f"box1 still has room after {max_fill} streams")
-                fillers.append(fill(box1))
-                time.sleep(0.3)
-            reroute.append(hx.wait("box1", drained, 10.0))
+            reroute.append(top_up(hx, box1, fillers, max_fill))
             results.append(asyncio.run(speech(hx.http_port, SHORT, paced=False, t0=t0)))
+        top_up(hx, box2, fillers, max_fill)
+        top_up(hx, box1, fillers, max_fill)
+        full = asyncio.run(speech(hx.http_port, SHORT, paced=False, t0=t0))
     finally:
         for s in fillers:
             with contextlib.suppress(OSError):
                 s.close()
-    back_s = hx.wait("box1", up, 30.0)
+    back_s = max(hx.wait("box1", up, 30.0), hx.wait("box2", up, 30.0))
     return {
         **tally(results),
         "fillers": len(fillers),
         "reroute_s": round(reroute[0], 2),
         "back_in_rotation_s": round(back_s, 2),
+        "all_full": f"{full.status} {full.error[:120]}",
     }
 
 
@@ -423,7 +435,7 @@ def bench_scaleout(out: Path) -> dict[str, Any]:
     try:
         for b in boxes:
             hx.wait(b.name, up, 30.0)
-        results["saturated"] = saturated(hx, boxes[0])
+        results["saturated"] = saturated(hx, boxes[0], boxes[1])
 
         def stop_box1() -> int:
             p = procs["box1"]

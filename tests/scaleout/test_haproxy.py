@@ -43,8 +43,10 @@ def show(name: str, figures: dict[str, object]) -> None:
 
 def test_a_full_box_is_out_of_rotation(rig: tuple[scaleout.HAProxy, dict[str, Daemon]]) -> None:
     hx, _ = rig
-    r = scaleout.saturated(hx, BOXES[0])
+    r = scaleout.saturated(hx, BOXES[0], BOXES[1])
     show("saturated", r)
+    # Both full: HAProxy's own answer is the JSON error a box would give (code busy).
+    assert r["all_full"].startswith("503 ") and '"code":"busy"' in r["all_full"], r
     assert r["served"] == {"box2": r["sent"]} and r["busy"] == 0 and r["errors"] == 0, r
 
 
