@@ -172,6 +172,15 @@ class HAProxy:
             if r["pxname"] == backend and r["svname"] not in ("FRONTEND", "BACKEND")
         }
 
+    def wait_row(self, backend: str, server: str, timeout: float = 30.0) -> dict[str, str]:
+        """``server``'s row in ``backend`` once its checks have run (not ``INI``/no check)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            row = self.servers(backend).get(server, {})
+            if status(row) in ("UP", "DOWN", "DRAIN") or time.monotonic() > deadline:
+                return row
+            time.sleep(0.05)
+
     def wait(self, server: str, want: Callable[[dict[str, str]], bool], timeout: float) -> float:
         """Seconds until ``want`` holds for ``server``'s row; TimeoutError past ``timeout``."""
         t0 = time.monotonic()

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -70,6 +71,18 @@ def test_c_a_drained_box_finishes_its_streams(
     # box1 back for the next scenario, on the same ports.
     daemons["box1"] = daemon_factory(BOXES[0].config())
     hx.wait("box1", scaleout.up, 30.0)
+
+
+def test_wyoming_goes_through_tcp_mode(rig: tuple[scaleout.HAProxy, dict[str, Daemon]]) -> None:
+    """The recipe's Wyoming frontend: checked on the boxes' HTTP door and agent, a
+    ``describe`` through it answered by a box."""
+    hx, _ = rig
+    for b in BOXES:
+        assert scaleout.up(hx.wait_row("ttsd_wyoming", b.name)), hx.servers("ttsd_wyoming")
+    with socket.create_connection(("127.0.0.1", hx.wyoming_port), timeout=10) as s:
+        s.sendall(b'{"type": "describe"}\n')
+        header = json.loads(s.makefile("rb").readline())
+    assert header["type"] == "info", header
 
 
 def test_b_a_killed_box_loses_only_its_streams(
