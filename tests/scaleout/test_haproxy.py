@@ -78,7 +78,7 @@ def test_wyoming_goes_through_tcp_mode(rig: tuple[scaleout.HAProxy, dict[str, Da
     ``describe`` through it answered by a box."""
     hx, _ = rig
     for b in BOXES:
-        assert scaleout.up(hx.wait_row("ttsd_wyoming", b.name)), hx.servers("ttsd_wyoming")
+        hx.wait(b.name, scaleout.up, 30.0, backend="ttsd_wyoming")
     with socket.create_connection(("127.0.0.1", hx.wyoming_port), timeout=10) as s:
         s.sendall(b'{"type": "describe"}\n')
         header = json.loads(s.makefile("rb").readline())
