@@ -77,9 +77,23 @@ class Box:
                 "client_too_slow_s": 60.0,
                 # A box idle on a fast machine projects room for 100+ streams; filling that
                 # would take the HTTP door's connections and the test's time.
-                "max_streams": 24,
+                "max_streams": 40,
             },
         }
+
+    def readiness(self) -> dict[str, Any]:
+        """``/readyz``: the same answer as the agent's, with its reason."""
+        import json
+        import urllib.error
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.http_port}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                body: dict[str, Any] = json.load(r)
+        except urllib.error.HTTPError as exc:
+            body = json.load(exc)
+        return body
 
     def agent(self, timeout: float = 2.0) -> str:
         """What HAProxy's agent check reads now."""
@@ -223,9 +237,12 @@ class Result:
     audio_bytes: int = 0
 
 
-async def speech(port: int, text: str, paced: bool, t0: float) -> Result:
+async def speech(
+    port: int, text: str, paced: bool, t0: float, paced_s: float = float("inf")
+) -> Result:
     """One POST /v1/audio/speech through ``port``, its PCM read whole (at 1x when
-    ``paced``, as a caller listens); a truncated stream is an error, never silent."""
+    ``paced``, as a caller listens, for its first ``paced_s`` seconds); a truncated stream
+    is an error, never silent."""
     import aiohttp
 
     r = Result(sent_at=time.monotonic() - t0)
@@ -242,7 +259,8 @@ async def speech(port: int, text: str, paced: bool, t0: float) -> Result:
                 started = time.monotonic()
                 async for chunk in resp.content.iter_chunked(8192):
                     r.audio_bytes += len(chunk)
-                    if paced:  # hold at most half a second ahead of the listener
+                    if paced and time.monotonic() - started < paced_s:
+                        # Hold at most half a second ahead of the listener.
                         ahead = r.audio_bytes / BYTES_PER_S - (time.monotonic() - started)
                         if ahead > 0.5:
                             await asyncio.sleep(ahead - 0.5)
@@ -313,7 +331,7 @@ def top_up(hx: HAProxy, box: Box, fillers: list[socket.socket], max_fill: int) -
 
 
 def saturated(
-    hx: HAProxy, box1: Box, box2: Box, requests: int = 6, max_fill: int = 60
+    hx: HAProxy, box1: Box, box2: Box, requests: int = 6, max_fill: int = 90
 ) -> dict[str, Any]:
     """(a) box1 kept full by clients of its own → HAProxy's new requests all go to box2.
     Then box2 full too → HAProxy's own answer, 503 ``busy`` with Retry-After.
@@ -329,6 +347,7 @@ def saturated(
         for _ in range(requests):
             reroute.append(top_up(hx, box1, fillers, max_fill))
             results.append(asyncio.run(speech(hx.http_port, SHORT, paced=False, t0=t0)))
+        reason = box1.readiness().get("reason", "")
         top_up(hx, box2, fillers, max_fill)
         top_up(hx, box1, fillers, max_fill)
         full = asyncio.run(speech(hx.http_port, SHORT, paced=False, t0=t0))
@@ -343,13 +362,25 @@ def saturated(
         "reroute_s": round(reroute[0], 2),
         "back_in_rotation_s": round(back_s, 2),
         "all_full": f"{full.status} {full.error[:120]}",
+        "box1_full_because": reason,
     }
 
 
-async def _listeners(hx: HAProxy, n: int, t0: float) -> list[asyncio.Task[Result]]:
+async def _both_up(hx: HAProxy, timeout: float = 30.0) -> None:
+    """Both boxes in rotation: a scenario before starts from a box still catching up
+    (admission's backlog window) otherwise."""
+    loop = asyncio.get_running_loop()
+    for name in ("box1", "box2"):
+        await loop.run_in_executor(None, hx.wait, name, up, timeout)
+
+
+async def _listeners(
+    hx: HAProxy, n: int, t0: float, text: str = LONG, paced_s: float = float("inf")
+) -> list[asyncio.Task[Result]]:
     tasks = []
     for _ in range(n):
-        tasks.append(asyncio.create_task(speech(hx.http_port, LONG, paced=True, t0=t0)))
+        talk = speech(hx.http_port, text, paced=True, t0=t0, paced_s=paced_s)
+        tasks.append(asyncio.create_task(talk))
         await asyncio.sleep(0.1)  # leastconn sees each one before the next
     return tasks
 
@@ -366,6 +397,7 @@ async def _newcomers(hx: HAProxy, seconds: float, t0: float) -> list[Result]:
 async def _drain(
     hx: HAProxy, box1: Box, stop_box1: Callable[[], int], listeners: int
 ) -> dict[str, Any]:
+    await _both_up(hx)
     t0 = time.monotonic()
     streams = await _listeners(hx, listeners, t0)
     await asyncio.sleep(2.0)  # audio flowing on both boxes
@@ -400,9 +432,13 @@ def drain(
 
 
 async def _kill(hx: HAProxy, kill_box1: Callable[[], None], listeners: int) -> dict[str, Any]:
+    await _both_up(hx)
     t0 = time.monotonic()
-    streams = await _listeners(hx, listeners, t0)
-    await asyncio.sleep(2.0)
+    # Half a minute of audio, killed a second in: box1 is still producing it however fast
+    # the machine (else its streams were whole before the kill).  Read at 1x for 4 s, then
+    # as fast as it comes, so box2's end soon.
+    streams = await _listeners(hx, listeners, t0, LONG * 4, paced_s=4.0)
+    await asyncio.sleep(1.0)
     kill_box1()
     t_kill = time.monotonic()
     loop = asyncio.get_running_loop()
