@@ -11,8 +11,12 @@
   (a hung file must neither stall the loop nor keep SIGTERM waiting), the live keys
   applied, ``voices_dir`` scanned for voices added or removed (:mod:`appliance.core.voiceset`);
   one reload at a time, a SIGHUP during one asks for one more after it.
-- **stop** — every door closes its listener, then the core drains what is in flight up
-  to ``limits.shutdown_timeout_s`` and ends the rest with ``shutting_down``.
+- **stop** — SIGTERM first gives notice when a balancer can read it (the HTTP door or
+  the agent is on): for ``limits.drain_notice_s`` the box still serves but says ``drain``
+  (agent) and 503 (``/healthz``, ``/readyz``), so new work goes elsewhere (a second
+  SIGTERM cuts the notice short).  Then every door closes its listener, the core drains
+  what is in flight up to ``limits.shutdown_timeout_s`` and ends the rest with
+  ``shutting_down``: a request that got ``start`` gets its end or that error.
 - **close** — the doors (their connections, socket files), the core, the voices.
 
 State lives in attributes; tests reach in only through :class:`Seams`, passed in by the
@@ -86,6 +90,7 @@ class Daemon:
         self.file_reads = FileReads()
         self.reloads = Reloads()
         self._stop = asyncio.Event()
+        self._notice: asyncio.TimerHandle | None = None
         self._player_started: asyncio.Future[None] | None = None
         self._last_status = 0.0
         self._last_trim = time.monotonic()
@@ -181,6 +186,10 @@ class Daemon:
             from appliance.doors.wyoming import WyomingDoor
 
             doors.append(WyomingDoor(self.service, self.cfg.wyoming.uri))
+        if self.cfg.agent.listen:
+            from appliance.doors.agent import AgentDoor
+
+            doors.append(AgentDoor(self.service, self.cfg.agent))
         return doors
 
     async def _start_doors(self) -> bool:
@@ -272,8 +281,31 @@ class Daemon:
     # ------------------------------------------------------------ stop
 
     def request_stop(self) -> None:
-        """SIGTERM, SIGINT: every door stops taking connections at once; :meth:`stop`
-        drains what is in flight."""
+        """SIGTERM, SIGINT: the drain notice first when a balancer can read it, then
+        :meth:`stop_now`; a second signal during the notice stops at once."""
+        if self._stop.is_set():
+            return
+        notice = self._drain_notice_s()
+        if notice > 0 and self.service is not None and self._notice is None:
+            self.notifier.stopping()
+            self.service.draining = True
+            log.info("draining: telling load balancers for %.1f s before stopping", notice)
+            self._notice = asyncio.get_running_loop().call_later(notice, self.stop_now)
+            return
+        self.stop_now()
+
+    def _drain_notice_s(self) -> float:
+        """The notice applies only where a balancer reads this box: HTTP or the agent."""
+        cfg = self.runtime.config if self.runtime is not None else self.cfg
+        if not (self.cfg.http.listen or self.cfg.agent.listen):
+            return 0.0
+        return cfg.limits.drain_notice_s
+
+    def stop_now(self) -> None:
+        """Every door stops taking connections at once; :meth:`stop` drains what is in
+        flight."""
+        if self._notice is not None:
+            self._notice.cancel()
         self.notifier.stopping()
         for t in list(self.tasks):
             t.cancel()

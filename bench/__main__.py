@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=None,
         help="core http normalizer ssml markdown concurrency speed prosody playback textstream "
-        "speechd wyoming",
+        "speechd wyoming scaleout",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             "textstream",
             "speechd",
             "wyoming",
+            "scaleout",
         ]
     )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
@@ -205,6 +206,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.wyoming import bench_wyoming
 
         results["wyoming"] = _optional("wyoming", lambda: bench_wyoming(out, args.quick))
+    if "scaleout" in want:  # issue 33: two daemons behind the real haproxy
+        from bench.scaleout import bench_scaleout
+
+        results["scaleout"] = _optional("scaleout", lambda: bench_scaleout(out))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0

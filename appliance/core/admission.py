@@ -169,6 +169,23 @@ class Admission:
         mean_lateness_s: float,
         overdue_s: float,
     ) -> Decision:
+        d = self.judge(cfg, streams, mean_lateness_s, overdue_s)
+        if d.admit:
+            self.admitted += 1
+        else:
+            self.rejected += 1
+        self.last = d
+        return d
+
+    def judge(
+        self,
+        cfg: SchedulerConfig,
+        streams: list[StreamLoad],
+        mean_lateness_s: float,
+        overdue_s: float,
+    ) -> Decision:
+        """The decision :meth:`decide` would take now, counting nothing (a balancer's
+        check asks it: appliance.core.capacity)."""
         load = self.projected_load(streams)
         backlog_s = cfg.admission_backlog_ms / 1000.0
         behind = backlog_s > 0 and max(mean_lateness_s, overdue_s) > backlog_s
@@ -188,11 +205,6 @@ class Admission:
             )
         else:
             d = Decision(True, load=load)
-        if d.admit:
-            self.admitted += 1
-        else:
-            self.rejected += 1
-        self.last = d
         return d
 
     @staticmethod

@@ -376,6 +376,9 @@ class Service:
     admission: Admission = field(init=False)
     streams: set[Stream] = field(default_factory=set)
     stopping: bool = False
+    draining: bool = False
+    """SIGTERM's notice (appliance.daemon): still serving, but telling balancers to move
+    new work away (health says ``draining``; appliance.core.capacity says ``drain``)."""
     doors: list[_DoorStats] = field(default_factory=list)
     on_request_done: list[Callable[[], None]] = field(default_factory=list)
 
@@ -738,6 +741,7 @@ class Service:
             # starts (READY=1 comes when this is false).
             "starting": not (self._warm.is_set() and self._speaker.is_set()),
             "serving": not self.stopping and status != "failing",
+            "draining": self.draining or self.stopping,
             "backend": backend.get("backend", "onnx-cpu"),
             "gpu": backend.get("gpu"),
             "failovers": backend.get("failovers", 0),

@@ -8,6 +8,9 @@ HTTP server that streams responses; no HTTP parsing here).  Endpoints:
   transfer) or as Server-Sent Events (``speech.audio.delta`` / ``speech.audio.done``).
 - ``GET /v1/audio/voices``, ``GET /v1/models`` — for clients that list them.
 - ``GET /healthz`` — 200 while serving, 503 while draining or when nothing can serve.
+- ``GET /readyz`` — 200 while the box would take a new stream now, 503 while it is full
+  (admission would say ``busy``), starting or draining: a balancer's HTTP check
+  (:mod:`appliance.core.capacity`, docs/scale-out.md).  Like ``/healthz``, no key.
 - ``GET /metrics`` — the daemon's Prometheus registry (:mod:`appliance.ops.metrics`).
 
 Limits as protocol v1's: a key is required off loopback (constant-time compare), the
@@ -45,6 +48,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from appliance.core.capacity import Capacity, capacity_of
 from appliance.core.service import Service, Stream, StreamResult
 from appliance.doors.formats import FORMATS, Encoder, SoundfileOut, make_encoder
 from appliance.doors.httpguard import Guard, GuardedHandler
@@ -57,6 +61,8 @@ from appliance.speech import TEXT_FORMATS, Chunk, SpeechRequest
 log = logging.getLogger(__name__)
 
 DOOR = "http"
+_OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+"""Answered without the key: what a load balancer's check reads."""
 
 OPENAI_VOICES = (
     "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer",
@@ -299,6 +305,7 @@ class HttpDoor:
         app.router.add_get("/v1/audio/voices", self.voices)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
         srv = self.service.runtime.config.limits
         handler_args: dict[str, Any] = {
@@ -364,7 +371,7 @@ class HttpDoor:
     @web.middleware
     async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
         # (The connection cap is applied at accept: appliance.doors.httpguard.)
-        if self.api_key is not None and request.path != "/healthz":
+        if self.api_key is not None and request.path not in _OPEN_PATHS:
             if not self._key_ok(request):
                 self.service.record_error(ErrorCode.UNAUTHORIZED)
                 refused = error_response(
@@ -372,7 +379,7 @@ class HttpDoor:
                 )
                 refused.force_close()  # no second try on this connection
                 return refused
-        if isinstance(request.protocol, GuardedHandler) and request.path != "/healthz":
+        if isinstance(request.protocol, GuardedHandler) and request.path not in _OPEN_PATHS:
             request.protocol.authenticated = True  # may wait as long as any keep-alive
         try:
             return await self._handle(request, handler)
@@ -456,11 +463,17 @@ class HttpDoor:
 
     async def healthz(self, request: web.Request) -> web.Response:
         health = self.service.health()
-        if self.draining or self.service.stopping:
+        if self.draining or self.service.stopping or self.service.draining:
             health["status"] = "draining"
             health["serving"] = False
         code = 200 if health["serving"] and health["status"] in ("ok", "degraded") else 503
         return web.json_response(health, status=code)
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        cap = capacity_of(self.service)
+        if self.draining and cap.state == "ready":
+            cap = Capacity("drain", reason="stopping")
+        return web.json_response(cap.to_dict(), status=200 if cap.state == "ready" else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.service.runtime.metrics.registry)

@@ -223,6 +223,8 @@ def fds_needed(cfg: Config) -> int:
         need += s.max_connections
     if cfg.http.listen:
         need += cfg.http.max_connections + REFUSING_FDS
+    if cfg.agent.listen:
+        need += cfg.agent.max_connections
     return need
 
 

@@ -81,6 +81,11 @@ class LimitsConfig:
     daemon's own files still get one however many TCP connections arrive.  More than a
     listener accepts in one go (asyncio takes up to its backlog, 128, before the door
     sees the first) plus the HTTP door's refusals in flight (32)."""
+    drain_notice_s: float = field(default=2.0, metadata=_rng(0, 600))
+    """On SIGTERM, how long the box says ``drain`` (agent) and 503 (``/healthz``,
+    ``/readyz``) while still serving, before it stops taking requests: a load balancer's
+    check interval or two, so it moves new work away first (docs/scale-out.md).  Only
+    when the HTTP door or the agent is on; a second SIGTERM skips it."""
 
 
 @dataclass(frozen=True)
@@ -347,6 +352,30 @@ class MarkdownConfig:
 
 
 @dataclass(frozen=True)
+class AgentConfig:
+    """HAProxy's agent-check responder (appliance.doors.agent, docs/scale-out.md)."""
+
+    listen: str | None = None
+    """``HOST:PORT``; None = off.  Anything but loopback needs ``allowed_networks`` naming
+    the balancers (the agent protocol carries no key)."""
+    allowed_networks: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
+    """Addresses the balancers check from; others are closed unanswered."""
+    max_connections: int = field(default=16, metadata=_rng(1, 10_000))
+    """Checks answered at once; beyond, a newcomer is closed at once."""
+    timeout_s: float = field(default=2.0, metadata=_rng(0.1, 60))
+    """A check's whole life: the answer, then the balancer's close."""
+
+    def __post_init__(self) -> None:
+        import ipaddress
+
+        for i, net in enumerate(self.allowed_networks):
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError as exc:
+                raise ConfigError(f"agent.allowed_networks[{i}]: {exc}") from None
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -366,6 +395,7 @@ class Config:
     http: HttpConfig = field(default_factory=HttpConfig)
     wyoming: WyomingConfig = field(default_factory=WyomingConfig)
     markdown: MarkdownConfig = field(default_factory=MarkdownConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
 
 
 # Keys that can change while the daemon runs (SIGHUP); everything else needs a restart.
@@ -383,6 +413,7 @@ LIVE_KEYS: frozenset[str] = frozenset(
         "limits.idle_timeout_s",
         "limits.frame_timeout_s",
         "limits.reserved_fds",
+        "limits.drain_notice_s",
         "streaming.text_first_chars",
         "streaming.text_max_chars",
         "streaming.text_idle_ms",

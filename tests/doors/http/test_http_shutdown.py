@@ -18,7 +18,10 @@ LONG = "Every spring someone paints the chapel door blue, and nobody knows who. 
 
 
 def test_healthz_is_503_while_draining(daemon_factory: DaemonFactory) -> None:
-    d = start_http(daemon_factory, cli_flag=True, limits={"shutdown_timeout_s": 60.0})
+    # No drain notice: the drain itself (the notice is tests/daemon/test_drain.py's).
+    d = start_http(
+        daemon_factory, cli_flag=True, limits={"shutdown_timeout_s": 60.0, "drain_notice_s": 0}
+    )
 
     async def go() -> dict[str, Any]:
         out: dict[str, Any] = {}
