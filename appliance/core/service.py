@@ -500,6 +500,7 @@ class Service:
             volume=1.0 if speak else req.volume,
             quick_start=cfg.streaming.quick_start,
             max_phonemes=cfg.engine.max_phonemes,
+            word_timings=req.word_timings,
         )
 
     async def _clauses(self, stream: Stream, req: SpeechRequest) -> ClauseQueue:
