@@ -237,18 +237,3 @@ def timed_words(words: Sequence[WrittenWord], at: IdTime) -> list[Word]:
         end = at(w.end, False)
         out.append(Word(w.span, start, max(0.0, end - start)))
     return out
-
-
-def heard_span(words: Sequence[Word], played_ms: float, slack_ms: float = 2.0) -> tuple[int, int]:
-    """The text fully played when ``played_ms`` of the audio was: from the first word's
-    start to the end of the last word whose sound ended by then (empty at the first word
-    when none did; (0, 0) with no words)."""
-    if not words:
-        return (0, 0)
-    start = words[0].text_span[0]
-    end = start
-    for w in words:
-        if w.offset_ms + w.duration_ms > played_ms + slack_ms:
-            break
-        end = w.text_span[1]
-    return (start, end)

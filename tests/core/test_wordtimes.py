@@ -12,12 +12,12 @@ import pytest
 
 from appliance.core.wordtimes import (
     WrittenWord,
-    heard_span,
     spoken_words,
     timed_words,
     written_words,
 )
 from appliance.model.voices import VoiceInfo, bundled_voice_path
+from appliance.playback.speak import heard_span
 from appliance.speech import Word
 from appliance.text.frontend import FrontendLimits, prepare
 from appliance.text.phonemize import Phonemizer
