@@ -46,13 +46,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from appliance.core.service import Service, Stream, StreamResult
+from appliance.doors import captions
 from appliance.doors.formats import FORMATS, Encoder, SoundfileOut, make_encoder
 from appliance.doors.httpguard import Guard, GuardedHandler
 from appliance.doors.net import ClientTooSlow, Outbox, drop_connection, quiet_accept_errors
 from appliance.errors import ErrorCode, ServiceError
 from appliance.ops.config import HttpConfig, LimitsConfig
 from appliance.ops.logsetup import Throttle
-from appliance.speech import Chunk, SpeechRequest
+from appliance.speech import Chunk, SpeechRequest, Word
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,8 @@ class SpeechBody:
     noise_scale: float | None = None
     noise_w: float | None = None
     """ttsd extensions (protocol v1's meanings; 0 = the same audio every time)."""
+    stream: bool = True
+    """``/dev/captioned_speech`` only (Kokoro-FastAPI's): NDJSON lines as it is made."""
 
     @classmethod
     def from_dict(cls, d: Any) -> SpeechBody:
@@ -160,7 +163,7 @@ class SpeechBody:
             raise BadField(
                 "response_format", "'aac' is not supported: use mp3, opus, flac, wav or pcm"
             )
-        if fmt not in FORMATS:
+        if fmt not in FORMATS and fmt not in captions.CAPTION_FORMATS:
             raise BadField(
                 "response_format", f"'response_format' must be one of {', '.join(FORMATS)}"
             )
@@ -179,7 +182,10 @@ class SpeechBody:
             if value is not None and not 0.0 <= value <= 2.0:
                 raise BadField(key, f"'{key}' must be a number within 0.0–2.0")
             noise[key] = value
-        return cls(text, voice, fmt, speed, sfmt, model, **noise)
+        stream = d.get("stream", True)
+        if not isinstance(stream, bool):
+            raise BadField("stream", "'stream' must be true or false")
+        return cls(text, voice, fmt, speed, sfmt, model, **noise, stream=stream)
 
     def applied_speed(self) -> float:
         """OpenAI allows 0.25–4.0; the voices stay intelligible within 0.5–2.0: clamped."""
@@ -290,6 +296,7 @@ class HttpDoor:
             middlewares=[self._guard],
         )
         app.router.add_post("/v1/audio/speech", self.speech)
+        app.router.add_post("/dev/captioned_speech", self.captioned_speech)
         app.router.add_get("/v1/audio/voices", self.voices)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", self.healthz)
@@ -475,6 +482,13 @@ class HttpDoor:
         return name
 
     async def speech(self, request: web.Request) -> web.StreamResponse:
+        return await self._speech(request, captioned=False)
+
+    async def captioned_speech(self, request: web.Request) -> web.StreamResponse:
+        """Kokoro-FastAPI's ``/dev/captioned_speech``: audio (base64) with word timestamps."""
+        return await self._speech(request, captioned=True)
+
+    async def _speech(self, request: web.Request, captioned: bool) -> web.StreamResponse:
         if self.draining or self.service.stopping:
             self.service.record_error(ErrorCode.SHUTTING_DOWN)
             return error_response(
@@ -488,7 +502,10 @@ class HttpDoor:
                 speed=body.applied_speed(),
                 noise_scale=body.noise_scale,
                 noise_w=body.noise_w,
+                word_timings=captioned or body.response_format in captions.CAPTION_FORMATS,
             )
+            if captioned and body.response_format in captions.CAPTION_FORMATS:
+                raise BadField("response_format", "captioned speech is audio: not vtt or srt")
         except BadField as exc:
             self.service.record_error(exc.code)
             return error_response(exc, exc.param or None)
@@ -503,7 +520,9 @@ class HttpDoor:
         except ServiceError as exc:  # counted by the core
             return error_response(exc, "voice" if exc.code == ErrorCode.UNKNOWN_VOICE else None)
         try:
-            return await self._stream(request, body, stream)
+            if body.response_format in captions.CAPTION_FORMATS or (captioned and not body.stream):
+                return await self._whole(request, body, stream, captioned)
+            return await self._stream(request, body, stream, captioned)
         except ServiceError as exc:  # before any audio (the encoder could not be made)
             self.service.record_error(exc.code)
             return error_response(exc)
@@ -539,8 +558,54 @@ class HttpDoor:
             raise BadField("", "the body is not valid JSON") from None
         return SpeechBody.from_dict(data)
 
+    async def _whole(
+        self, request: web.Request, body: SpeechBody, stream: Stream, captioned: bool
+    ) -> web.StreamResponse:
+        """A whole reply in one answer: its captions (``vtt``, ``srt``), or Kokoro's
+        captioned speech without ``stream`` (base64 audio and timestamps in one JSON)."""
+        cues = captions.CueBuilder(body.input)
+        encoder = await self._encoder(body, stream) if captioned else None
+        audio: list[bytes] = [encoder.header()] if encoder is not None else []
+        loop = asyncio.get_running_loop()
+
+        async def emit(chunk: Chunk) -> None:
+            cues.add(chunk.words or (), chunk.sentence_end)
+            if encoder is not None:
+                work = functools.partial(encoder.encode, chunk.samples, chunk.final)
+                audio.append(await loop.run_in_executor(self._pool, work))
+
+        try:
+            await self._run_emit(stream, emit)
+            if encoder is None:
+                text = captions.render(body.response_format, cues.finish())
+                mime = "text/vtt" if body.response_format == "vtt" else "application/x-subrip"
+                return web.Response(text=text, content_type=mime, charset="utf-8")
+            audio.append(await loop.run_in_executor(self._pool, encoder.finish))
+        except ServiceError as exc:
+            return error_response(exc)
+        finally:
+            if isinstance(encoder, SoundfileOut):
+                await loop.run_in_executor(self._pool, encoder.close)
+        reply = {
+            "audio": base64.b64encode(b"".join(audio)).decode(),
+            "audio_format": body.response_format,
+            "timestamps": captions.kokoro_timestamps(cues.words, body.input),
+        }
+        return web.json_response(reply)
+
+    @staticmethod
+    async def _run_emit(stream: Stream, emit: Callable[[Chunk], Any]) -> StreamResult:
+        run = asyncio.ensure_future(stream.run(emit))
+        try:
+            return await asyncio.shield(run)
+        except asyncio.CancelledError:
+            stream.cancel("disconnect")  # the client went away
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await run
+            raise
+
     async def _stream(
-        self, request: web.Request, body: SpeechBody, stream: Stream
+        self, request: web.Request, body: SpeechBody, stream: Stream, captioned: bool = False
     ) -> web.StreamResponse:
         sink = _AudioSink(
             request,
@@ -549,6 +614,7 @@ class HttpDoor:
             await self._encoder(body, stream),
             self._pool,
             lambda: self.service.runtime.config.limits,
+            captioned,
         )
         try:
             result = await self._run(sink, stream)
@@ -627,15 +693,20 @@ class _AudioSink:
         encoder: Encoder,
         pool: ThreadPoolExecutor | None,
         limits: Callable[[], LimitsConfig],
+        ndjson: bool = False,
     ) -> None:
         self.request, self.body, self.stream, self.encoder = request, body, stream, encoder
         self._pool = pool
         self._loop = asyncio.get_running_loop()
-        self.sse = body.stream_format == "sse"
+        self.sse = body.stream_format == "sse" and not ndjson
+        self.ndjson = ndjson
+        """Kokoro's streamed captioned speech: a JSON line per chunk, its words with it."""
+        self._words: tuple[Word, ...] = ()
+        kind = "text/event-stream" if self.sse else encoder.content_type
         self.resp = web.StreamResponse(
             status=200,
             headers={
-                "Content-Type": "text/event-stream" if self.sse else encoder.content_type,
+                "Content-Type": "application/x-ndjson" if ndjson else kind,
                 "Cache-Control": "no-cache",
                 "X-Sample-Rate": str(encoder.sample_rate),
                 "X-Voice": stream.voice_name,
@@ -651,6 +722,7 @@ class _AudioSink:
         """Why the client is lost ("too_slow", "disconnect"), once it is."""
 
     async def emit(self, chunk: Chunk) -> None:
+        self._words = chunk.words or ()
         data = await self._encode(chunk.samples, chunk.final)
         if self.first:
             self.first = False
@@ -661,9 +733,17 @@ class _AudioSink:
         await self.write(data)
 
     async def write(self, data: bytes) -> None:
-        if not data or self.gone is not None:
+        if (not data and not (self.ndjson and self._words)) or self.gone is not None:
             return
-        if self.sse:
+        if self.ndjson:
+            line = {
+                "audio": base64.b64encode(data).decode(),
+                "audio_format": self.body.response_format,
+                "timestamps": captions.kokoro_timestamps(self._words, self.body.input),
+            }
+            self._words = ()
+            data = (json.dumps(line) + "\n").encode()
+        elif self.sse:
             event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
             data = f"data: {json.dumps(event)}\n\n".encode()
             self.deltas += 1
