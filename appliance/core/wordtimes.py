@@ -80,6 +80,11 @@ def _proportional(n_tokens: int, n_spoken: int) -> list[tuple[int, int]]:
 
 MAX_JOIN = 3
 """Most tokens espeak says as one word ("in the" → ɪnðə), or spoken words of one token."""
+_STEPS = (
+    *((a, 1, 0.0 if a == 1 else 0.5) for a in range(1, MAX_JOIN + 1)),
+    *((1, b, 0.5) for b in range(2, MAX_JOIN + 1)),
+)
+"""(tokens, spoken words, penalty) of one alignment step: one to one is preferred."""
 
 
 def align(token_sizes: Sequence[int], word_sizes: Sequence[int]) -> list[tuple[int, int]]:
@@ -88,35 +93,38 @@ def align(token_sizes: Sequence[int], word_sizes: Sequence[int]) -> list[tuple[i
     espeak runs short function words together ("in the", "that the", "had been" are one
     word gap apart from their neighbours, not from each other), and may say one token as
     two.  ``token_sizes``: sounding ids of each token said alone; ``word_sizes``: of each
-    spoken word of the clause.  A monotonic alignment (dynamic programming, within a band
-    around the diagonal) where each step joins up to :data:`MAX_JOIN` tokens into one
-    word or splits one token into up to that many words, costing the difference in size
-    (and a little for not being one to one)."""
+    spoken word of the clause.  A monotonic alignment (dynamic programming, within the
+    band of j - i the net joins and splits allow) where each step joins up to
+    :data:`MAX_JOIN` tokens into one word or splits one token into up to that many words,
+    costing the difference in size (and a little for not being one to one).  ~0.9 ms for
+    a 300-character sentence with three joins (``python -m bench --only wordtimes``)."""
     n, m = len(token_sizes), len(word_sizes)
     if n == 0 or m == 0:
         return []
     tok = [0, *itertools.accumulate(token_sizes)]
     wrd = [0, *itertools.accumulate(word_sizes)]
-    band = 2 * MAX_JOIN + abs(n - m)
+    # Joins move j - i down, splits up: the path stays within the net count of them, and
+    # one step either side (a join and a split that cancel out).
+    low, high = min(0, m - n) - 1, max(0, m - n) + 1
     inf = float("inf")
     cost = [[inf] * (m + 1) for _ in range(n + 1)]
     back: list[list[tuple[int, int]]] = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
     cost[0][0] = 0.0
     for i in range(n + 1):
-        centre = i * m // n
-        for j in range(max(0, centre - band), min(m, centre + band) + 1):
-            here = cost[i][j]
+        row, ti = cost[i], tok[i]
+        for j in range(max(0, i + low), min(m, i + high) + 1):
+            here = row[j]
             if here == inf:
                 continue
-            steps = [(a, 1) for a in range(1, MAX_JOIN + 1)] + [(1, b) for b in range(2, 4)]
-            for a, b in steps:
-                if i + a > n or j + b > m:
+            wj = wrd[j]
+            for a, b, penalty in _STEPS:
+                ia, jb = i + a, j + b
+                if ia > n or jb > m:
                     continue
-                diff = abs((tok[i + a] - tok[i]) - (wrd[j + b] - wrd[j]))
-                c = here + diff + (0.0 if a == b == 1 else 0.5)
-                if c < cost[i + a][j + b]:
-                    cost[i + a][j + b] = c
-                    back[i + a][j + b] = (i, j)
+                c = here + abs(tok[ia] - ti - wrd[jb] + wj) + penalty
+                if c < cost[ia][jb]:
+                    cost[ia][jb] = c
+                    back[ia][jb] = (i, j)
     if cost[n][m] == inf:
         return _proportional(n, m)
     out: list[tuple[int, int]] = [(0, 0)] * n
