@@ -1,9 +1,11 @@
 """What word timings cost the first packet (issue 29; goal: +0.5 ms or less).
 
 Two measures on the same texts as the core table: the first packet over the socket with
-``word_timings`` off and on (requests interleaved, so both see the same machine), and the
-work itself in-process — the written words of the first clause (espeak word gaps, the
-alignment, spans) and their times — which the socket figure hides in its jitter.
+``word_timings`` off and on (requests interleaved, each first in turn, so both see the same
+machine), and the work itself in-process — the written words of the first clause (espeak
+word gaps, the alignment, spans) and their times — which the socket figure hides in its
+jitter (on a loaded machine, whether a long sentence gets a quick start moves its first
+packet by far more than the words cost).
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ def socket_cost(path: str, texts: dict[str, str], runs: int) -> dict[str, dict[s
         off: list[float] = []
         on: list[float] = []
         for i in range(runs + 2):
-            for timed, into in ((False, off), (True, on)):
+            # Alternate which goes first, so neither always follows the other.
+            pair = ((False, off), (True, on)) if i % 2 else ((True, on), (False, off))
+            for timed, into in pair:
                 rid += 1
                 ms = _first_packet(client, rid, text, timed)
                 if i >= 2:  # warm-up
