@@ -145,6 +145,8 @@ class SpeechBody:
     """ttsd extensions (protocol v1's meanings; 0 = the same audio every time)."""
     stream: bool = True
     """``/dev/captioned_speech`` only (Kokoro-FastAPI's): NDJSON lines as it is made."""
+    word_timings: bool = False
+    """ttsd extension: with ``stream_format: sse``, a ``ttsd.speech.word`` event per word."""
 
     @classmethod
     def from_dict(cls, d: Any) -> SpeechBody:
@@ -182,10 +184,22 @@ class SpeechBody:
             if value is not None and not 0.0 <= value <= 2.0:
                 raise BadField(key, f"'{key}' must be a number within 0.0–2.0")
             noise[key] = value
-        stream = d.get("stream", True)
-        if not isinstance(stream, bool):
-            raise BadField("stream", "'stream' must be true or false")
-        return cls(text, voice, fmt, speed, sfmt, model, **noise, stream=stream)
+        flags = {"stream": d.get("stream", True), "word_timings": d.get("word_timings", False)}
+        for key, flag in flags.items():
+            if not isinstance(flag, bool):
+                raise BadField(key, f"'{key}' must be true or false")
+        return cls(
+            text,
+            voice,
+            fmt,
+            speed,
+            sfmt,
+            model,
+            noise["noise_scale"],
+            noise["noise_w"],
+            flags["stream"],
+            flags["word_timings"],
+        )
 
     def applied_speed(self) -> float:
         """OpenAI allows 0.25–4.0; the voices stay intelligible within 0.5–2.0: clamped."""
@@ -201,6 +215,8 @@ class SpeechBody:
             "model": self.model,
             "noise_scale": self.noise_scale,
             "noise_w": self.noise_w,
+            "stream": self.stream,
+            "word_timings": self.word_timings,
         }
 
 
@@ -502,7 +518,9 @@ class HttpDoor:
                 speed=body.applied_speed(),
                 noise_scale=body.noise_scale,
                 noise_w=body.noise_w,
-                word_timings=captioned or body.response_format in captions.CAPTION_FORMATS,
+                word_timings=captioned
+                or body.word_timings
+                or body.response_format in captions.CAPTION_FORMATS,
             )
             if captioned and body.response_format in captions.CAPTION_FORMATS:
                 raise BadField("response_format", "captioned speech is audio: not vtt or srt")
@@ -733,7 +751,7 @@ class _AudioSink:
         await self.write(data)
 
     async def write(self, data: bytes) -> None:
-        if (not data and not (self.ndjson and self._words)) or self.gone is not None:
+        if (not data and not self._words) or self.gone is not None:
             return
         if self.ndjson:
             line = {
@@ -744,9 +762,18 @@ class _AudioSink:
             self._words = ()
             data = (json.dumps(line) + "\n").encode()
         elif self.sse:
-            event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
-            data = f"data: {json.dumps(event)}\n\n".encode()
-            self.deltas += 1
+            events: list[dict[str, Any]] = []
+            if data:
+                events.append(
+                    {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+                )
+                self.deltas += 1
+            for stamp in captions.kokoro_timestamps(self._words, self.body.input):
+                events.append({"type": "ttsd.speech.word", **stamp})
+            self._words = ()
+            data = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode()
+        elif not data:
+            return
         try:
             if not self.resp.prepared:
                 await self.resp.prepare(self.request)

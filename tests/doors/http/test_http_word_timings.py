@@ -114,3 +114,27 @@ def test_plain_speech_is_unchanged_and_bad_caption_fields_are_refused(
         status, _, raw = post(http_daemon, "/dev/captioned_speech", {**body, **bad})
         assert status == 400, raw
         assert json.loads(raw)["error"]["param"] in ("response_format", "stream")
+
+
+def test_sse_carries_word_events_when_asked(http_daemon: HttpDaemon) -> None:
+    body = {"input": TEXT, "voice": "alloy", "response_format": "pcm", "stream_format": "sse"}
+    status, ctype, raw = post(
+        http_daemon, "/v1/audio/speech", {**body, **ZERO, "word_timings": True}
+    )
+    assert status == 200 and ctype.startswith("text/event-stream")
+    events = [
+        json.loads(line[6:]) for line in raw.decode().split("\n") if line.startswith("data: ")
+    ]
+    kinds = [e["type"] for e in events]
+    assert kinds[-1] == "speech.audio.done" and "speech.audio.delta" in kinds
+    words = [e for e in events if e["type"] == "ttsd.speech.word"]
+    assert [w["text_span"] for w in words] == [w["text_span"] for w in v1_words(http_daemon, TEXT)]
+    # Each word after the audio it starts in: the audio before it reaches its start.
+    pcm = 0
+    for e in events:
+        if e["type"] == "speech.audio.delta":
+            pcm += len(base64.b64decode(e["audio"])) // 2
+        elif e["type"] == "ttsd.speech.word":
+            assert e["start_time"] * 22050 < pcm
+    status, _, plain = post(http_daemon, "/v1/audio/speech", {**body, **ZERO})
+    assert status == 200 and b"ttsd.speech.word" not in plain
