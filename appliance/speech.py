@@ -46,6 +46,8 @@ class SpeechRequest:
     """False: file/batch work, lowest priority, never refused as busy."""
     priority: str = "message"
     """For speech on the device only (speech-dispatcher's meanings)."""
+    word_timings: bool = False
+    """Chunks carry :class:`Word` timings (``Chunk.words``); off: chunks are as before."""
 
     def validate(self) -> None:
         """The checks every door shares; a door checks its own wire types first."""
@@ -78,6 +80,20 @@ class Mark:
 
 
 @dataclass(frozen=True)
+class Word:
+    """A written word of the text and where its sound lies in the request's audio
+    (``word_timings``): from the model's own phoneme durations, exact to a frame."""
+
+    text_span: tuple[int, int]
+    """[start, end) in the text as sent: one written token ("$49.95"), however many
+    spoken words it became."""
+    offset_ms: float
+    """Its first phoneme's start, from the start of the request's audio."""
+    duration_ms: float
+    """To its last phoneme's end (pauses between words are in no word)."""
+
+
+@dataclass(frozen=True)
 class Chunk:
     seq: int
     samples: FloatArray
@@ -93,3 +109,5 @@ class Chunk:
     """The request's last chunk, when that is known as it is made (not for text that
     streams in: the text may still grow)."""
     marks: tuple[Mark, ...] = ()
+    words: tuple[Word, ...] | None = None
+    """With ``word_timings``: the words whose sound starts in this chunk; None: not asked."""

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=None,
         help="core http normalizer ssml markdown concurrency speed prosody playback textstream "
-        "speechd wyoming scaleout",
+        "speechd wyoming scaleout wordtimes",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             "speechd",
             "wyoming",
             "scaleout",
+            "wordtimes",
         ]
     )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
@@ -210,9 +211,20 @@ def main(argv: list[str] | None = None) -> int:
         from bench.scaleout import bench_scaleout
 
         results["scaleout"] = _optional("scaleout", lambda: bench_scaleout(out))
+
+    if "wordtimes" in want:  # issue 29: what word timings cost the first packet
+        results["wordtimes"] = _optional("wordtimes", lambda: _bench_wordtimes(out, runs))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
+
+
+def _bench_wordtimes(out: Path, runs: int) -> dict[str, Any]:
+    from bench.wordtimes import bench_wordtimes, print_wordtimes
+
+    r = bench_wordtimes(out, runs, {"short": SHORT, "long": LONG})
+    print_wordtimes(r)
+    return r
 
 
 def _bench_http(out: Path, runs: int) -> dict[str, Any]:

@@ -21,7 +21,9 @@ from appliance.clients.client import (
     TtsdError,
     collect,
 )
+from appliance.doors import captions
 from appliance.doors.formats import make_encoder
+from appliance.speech import Word
 
 
 def _text(arg: str) -> str:
@@ -91,6 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--ssml", action="store_true", help="TEXT is SSML (docs/ssml.md)")
     p.add_argument("--markdown", action="store_true", help="TEXT is Markdown (docs/markdown.md)")
+    p.add_argument(
+        "--subtitles",
+        metavar="FILE",
+        help="also write captions: FILE.vtt (WebVTT) or FILE.srt, a cue per sentence",
+    )
+    p.add_argument(
+        "--cue-words", type=int, default=0, metavar="N", help="at most N words a cue (0: no limit)"
+    )
     p = sub.add_parser("say", help="speak TEXT (or -) on the daemon's speaker")
     p.add_argument("text")
     p.add_argument("--ssml", action="store_true", help="TEXT is SSML (docs/ssml.md)")
@@ -120,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         args.format = _output_format(args.output) if args.cmd == "synth" else None
+        args.captions = _subtitles_format(args) if args.cmd == "synth" else None
     except _Refused as exc:
         print(f"ttsctl: {exc}", file=sys.stderr)
         return 2
@@ -134,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Client(args.socket) as client:
             if args.cmd == "synth":
-                result = client.synthesize_all(_text(args.text), **_synth_opts(args))
-                return _report(args, result)
+                text = _text(args.text)
+                result = client.synthesize_all(text, **_synth_opts(args))
+                return _report(args, result) or _write_subtitles(args, result, text)
             if args.cmd == "say":
                 return _say(client, args)
             if args.cmd == "phonemes":
@@ -170,7 +182,44 @@ def _synth_opts(args: argparse.Namespace) -> dict[str, Any]:
         opts["text_format"] = "ssml"
     if getattr(args, "markdown", False):
         opts["text_format"] = "markdown"
+    if getattr(args, "captions", None):
+        opts["word_timings"] = True
     return opts
+
+
+def _subtitles_format(args: argparse.Namespace) -> str | None:
+    """``--subtitles``' format by its extension, checked before any synthesis."""
+    path = args.subtitles
+    if path is None:
+        return None
+    if args.stream:
+        raise _Refused("--subtitles needs the whole text: not with --stream")
+    fmt = Path(path).suffix.lower().lstrip(".")
+    if fmt not in captions.CAPTION_FORMATS:
+        raise _Refused(f"{path}: subtitles are .vtt or .srt")
+    if args.cue_words < 0:
+        raise _Refused("--cue-words must be 0 or more")
+    return fmt
+
+
+def _write_subtitles(args: argparse.Namespace, result: Synthesis, text: str) -> int:
+    """Cues from the chunks' word timings (one per sentence, or ``--cue-words``)."""
+    if args.captions is None:
+        return 0
+    cues = captions.CueBuilder(text, args.cue_words)
+    for chunk in result.chunks:
+        words = [
+            Word((int(w["text_span"][0]), int(w["text_span"][1])), w["offset_ms"], w["duration_ms"])
+            for w in chunk.get("words", [])
+        ]
+        cues.add(words, bool(chunk.get("sentence_end")))
+    try:
+        Path(args.subtitles).write_text(captions.render(args.captions, cues.finish()), "utf-8")
+    except OSError as exc:
+        print(f"ttsctl: {args.subtitles}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"{args.subtitles}: {len(cues.cues)} cues")
+    return 0
 
 
 def _phonemes(client: Client, args: argparse.Namespace) -> int:

@@ -82,6 +82,8 @@ class StreamResult:
     interrupted: bool | None = None
     """``speak`` only: cut off by a newer utterance."""
     reason: str = "end"
+    heard: tuple[int, int] | None = None
+    """``speak`` with word timings: the span of the text fully played."""
 
 
 @dataclass
@@ -308,10 +310,12 @@ class Stream:
         on_queued: Callable[[int], Awaitable[None]],
         on_started: Callable[[float], None],
         on_mark: Callable[[str], None] | None = None,
+        on_word: Callable[[tuple[int, int]], None] | None = None,
     ) -> StreamResult:
         """``speak``: synthesize into the player; ``on_queued(position)``, then
         ``on_started(latency_ms)`` when the first sample reaches the device, and
-        ``on_mark(name)`` for each SSML mark when the device is handed its sample."""
+        ``on_mark(name)`` for each SSML mark (``on_word(text_span)`` for each word, with
+        word timings) when the device is handed its sample."""
         outcome = "error"
         stats: dict[str, Any] = {}
         try:
@@ -322,7 +326,8 @@ class Stream:
             if self.cancel_reason is not None:
                 utt.cancel()
             waited_ms = (utt.created - self.t_request) * 1000.0
-            info = await Speech(utt, on_started, on_mark, waited_ms).play(self._produce)
+            speech = Speech(utt, on_started, on_mark, waited_ms, on_word)
+            info = await speech.play(self._produce)
             self._raise_if_ended()
             assert self.job is not None
             stats = {**self.job.stats.to_dict(), **info.stats, "reason": info.reason}
@@ -331,7 +336,8 @@ class Stream:
             cancelled = info.cancelled or self.cancel_reason is not None
             outcome = "cancelled" if cancelled else info.reason
             self.service.runtime.metrics.request_done(stats, cancelled, self.door)
-            return StreamResult(stats, cancelled, info.interrupted, outcome)
+            heard = speech.heard() if self.request.word_timings else None
+            return StreamResult(stats, cancelled, info.interrupted, outcome, heard)
         except ServiceError as exc:
             outcome = exc.code
             raise
@@ -505,6 +511,7 @@ class Service:
             volume=1.0 if speak else req.volume,
             quick_start=cfg.streaming.quick_start,
             max_phonemes=cfg.engine.max_phonemes,
+            word_timings=req.word_timings,
         )
 
     async def _clauses(self, stream: Stream, req: SpeechRequest) -> ClauseQueue:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from appliance.core import wordtimes
 from appliance.core.chunkplan import (
     QUICK_MAX_MS,
     QUICK_PREFIX_IDS,
@@ -43,7 +44,7 @@ from appliance.core.chunkplan import (
 from appliance.model.engine.base import Encoded, Scales, VoiceModel
 from appliance.model.engine.bounded import encode_bounded, fused_bounded
 from appliance.model.engine.windows import decode_span
-from appliance.speech import Chunk, FloatArray, IntArray, Mark
+from appliance.speech import Chunk, FloatArray, IntArray, Mark, Word
 
 if TYPE_CHECKING:
     from appliance.core.scheduler import Scheduler, WorkTiming
@@ -150,6 +151,8 @@ class JobSettings:
     """A long first sentence may start from a quick encoding (see :class:`QuickStart`)."""
     max_phonemes: int = 1024
     """Most ids of one encoder call (:mod:`appliance.model.engine.bounded`)."""
+    word_timings: bool = False
+    """Chunks carry their words' timings (:mod:`appliance.core.wordtimes`)."""
 
 
 @dataclass
@@ -190,6 +193,9 @@ class JobStats:
             },
         }
 
+
+IdKeep = Callable[[int], bool]
+"""Which words (by their first id's position) a call places."""
 
 Emit = Callable[[Chunk], Awaitable[None]]
 """Hands one chunk to its door (which applies back-pressure by taking its time)."""
@@ -275,6 +281,9 @@ class _Encoded:
     first_audio: FloatArray | None = None
     first_decode_s: float = 0.0
     quick: QuickStart | None = None
+    written: list[wordtimes.WrittenWord] | None = None
+    """With word timings: the clause's written words and their ids (made on the worker:
+    the alignment may phonemize words)."""
 
 
 @dataclass
@@ -332,6 +341,10 @@ class SynthesisJob:
         self._seq = 0
         self._marks: collections.deque[Mark] = collections.deque()
         """SSML marks placed in the audio but not yet sent with a chunk, in order."""
+        self._words: collections.deque[Word] | None = (
+            collections.deque() if settings.word_timings else None
+        )
+        """With word timings: words placed in the audio but not yet sent, in order."""
         self._next: tuple[Clause, asyncio.Future[Any]] | None = None
         """The next clause and its encode, submitted while this one plays."""
 
@@ -343,6 +356,55 @@ class SynthesisJob:
         while self._marks and (everything or self._marks[0].offset_ms < end_ms - 1e-3):
             out.append(self._marks.popleft())
         return tuple(out)
+
+    def _take_words(self, end_ms: float, everything: bool) -> tuple[Word, ...] | None:
+        """The words that start before ``end_ms`` (None: word timings were not asked)."""
+        if self._words is None:
+            return None
+        out: list[Word] = []
+        # Words start on frames, chunks end on frames plus whole-sample silences: a word
+        # within half a frame of the end starts the next chunk.
+        edge = end_ms - self._frame_ms / 2
+        while self._words and (everything or self._words[0].offset_ms < edge):
+            out.append(self._words.popleft())
+        return tuple(out)
+
+    def _place_words(
+        self, encoded: _Encoded, at: wordtimes.IdTime, keep: IdKeep | None = None
+    ) -> None:
+        """Queue the clause's written words (those whose first id ``keep`` takes) at their
+        output times (``at``)."""
+        if self._words is None or encoded.written is None:
+            return
+        words = encoded.written
+        if keep is not None:
+            words = [w for w in words if keep(w.start)]
+        self._words.extend(wordtimes.timed_words(words, at))
+
+    def _written(self, clause: Clause, ids: IntArray) -> list[wordtimes.WrittenWord]:
+        ph = self.voice.phonemizer
+        id_list = ids.tolist()
+        spoken = wordtimes.spoken_words(id_list, ph.is_space, ph.is_sound, ph.is_pad)
+        return wordtimes.written_words(
+            clause.text, clause.word_spans, id_list, spoken, ph.is_sound, ph.word_size
+        )
+
+    def _id_time(self, voiced: _Voiced) -> wordtimes.IdTime:
+        """Output ms of an id position of the clause (see :data:`wordtimes.IdTime`)."""
+        fm = self._frame_ms
+        enc = voiced.encoded.enc
+        if enc is None:  # a whole-clause voice: in proportion to the ids
+            n = max(1, len(voiced.encoded.ids))
+            return lambda p, after: voiced.at_ms(p / n * voiced.total, fm, lambda _: after)
+        cum = np.concatenate([[0.0], np.cumsum(enc.durations, dtype=np.float64)])
+        return lambda p, after: voiced.at_ms(float(cum[p]), fm, lambda _: after)
+
+    def _quick_time(self, quick: QuickStart, start_ms: float) -> wordtimes.IdTime:
+        """A quick start's words before the join, from the quick encoding's durations (its
+        ids are the sentence's up to past the join)."""
+        fm = self._frame_ms
+        qcum = np.concatenate([[0.0], np.cumsum(quick.durations, dtype=np.float64)])
+        return lambda p, _: start_ms + float(qcum[min(p, len(qcum) - 1)]) * fm
 
     # -- deadlines
 
@@ -414,8 +476,15 @@ class SynthesisJob:
 
     def _encode(self, clause: Clause, first_target: int | None = None) -> _Encoded:
         """Phonemize and encode a clause; with ``first_target``, also plan it and decode
-        its first chunk (the first clause of a request), from a quick start if it has one."""
+        its first chunk (the first clause of a request), from a quick start if it has one;
+        with word timings, find its written words' ids."""
         ids = self._ids(clause)
+        out = self._encode_ids(clause, ids, first_target)
+        if self._words is not None:
+            out.written = self._written(clause, out.ids)
+        return out
+
+    def _encode_ids(self, clause: Clause, ids: IntArray, first_target: int | None) -> _Encoded:
         v, s = self.voice, self.settings
         scales = self._rate_scales(ids, clause.speed) if clause.speed != 1.0 else s.scales
         if not v.can_stream:
@@ -679,6 +748,9 @@ class SynthesisJob:
         start_ms = self._audio_out_s * 1000 + clause.pause_before_ms
         first_marks = self._quick_marks(clause, quick, start_ms)
         self._marks.extend(first_marks)
+        at_quick = self._quick_time(quick, start_ms)
+        seam_id = quick.seam
+        self._place_words(encoded, at_quick, lambda p: p < seam_id)
         audio = self._gain(quick.audio, clause)
         if clause.pause_before_ms:
             audio = np.concatenate([silence(clause.pause_before_ms, self.voice.sample_rate), audio])
@@ -687,13 +759,15 @@ class SynthesisJob:
         self.stats.windows += 1
         self._target = min(self._plan.cap, max(self._target, 2 * quick.frames))
         enc, _ = await whole
-        rest = _Encoded(encoded.ids, enc, None)
+        rest = _Encoded(encoded.ids, enc, None, written=encoded.written)
         seam = int(np.cumsum(enc.durations)[quick.seam - 1])
         voiced = self._voiced(clause, rest, start=seam)
         voiced.speech_ms = start_ms
         voiced.seam, voiced.shift = seam, quick.frames - seam
         voiced.lead = quick.tail
         self._place_marks(voiced, skip=len(first_marks))
+        at_whole = self._id_time(voiced)
+        self._place_words(encoded, at_whole, lambda p: p >= seam_id)
         return voiced
 
     def _quick_marks(self, clause: Clause, quick: QuickStart, start_ms: float) -> list[Mark]:
@@ -711,8 +785,9 @@ class SynthesisJob:
     async def _speak(self, voiced: _Voiced, emit: Emit) -> None:
         """Decode, shape and send one clause's chunks."""
         clause, encoded = voiced.clause, voiced.encoded
-        if encoded.quick is None:
+        if encoded.quick is None and voiced.seam == 0:  # a quick start placed its own
             self._place_marks(voiced)
+            self._place_words(encoded, self._id_time(voiced))
         hop, rate = self.voice.hop, self.voice.sample_rate
         clause_audio_s = (voiced.total - voiced.seam) * hop / rate
         clause_out_s = 0.0
@@ -815,6 +890,7 @@ class SynthesisJob:
             sentence_end=sentence_end,
             final=final,
             marks=self._take_marks(end_ms, everything=final),
+            words=self._take_words(end_ms, everything=final),
         )
         t_w = time.monotonic()
         await emit(chunk)

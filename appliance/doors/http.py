@@ -50,13 +50,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from appliance.core.capacity import Capacity, capacity_of
 from appliance.core.service import Service, Stream, StreamResult
+from appliance.doors import captions
 from appliance.doors.formats import FORMATS, Encoder, SoundfileOut, make_encoder
 from appliance.doors.httpguard import Guard, GuardedHandler
 from appliance.doors.net import ClientTooSlow, Outbox, drop_connection, quiet_accept_errors
 from appliance.errors import ErrorCode, ServiceError
 from appliance.ops.config import HttpConfig, LimitsConfig
 from appliance.ops.logsetup import Throttle
-from appliance.speech import TEXT_FORMATS, Chunk, SpeechRequest
+from appliance.speech import TEXT_FORMATS, Chunk, SpeechRequest, Word
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,10 @@ class SpeechBody:
     """ttsd extensions (protocol v1's meanings; 0 = the same audio every time)."""
     text_format: str | None = None
     """ttsd extension: ``text``, ``ssml`` or ``markdown``; None: ``http.text_format``."""
+    stream: bool = True
+    """``/dev/captioned_speech`` only (Kokoro-FastAPI's): NDJSON lines as it is made."""
+    word_timings: bool = False
+    """ttsd extension: with ``stream_format: sse``, a ``ttsd.speech.word`` event per word."""
 
     @classmethod
     def from_dict(cls, d: Any) -> SpeechBody:
@@ -168,7 +173,7 @@ class SpeechBody:
             raise BadField(
                 "response_format", "'aac' is not supported: use mp3, opus, flac, wav or pcm"
             )
-        if fmt not in FORMATS:
+        if fmt not in FORMATS and fmt not in captions.CAPTION_FORMATS:
             raise BadField(
                 "response_format", f"'response_format' must be one of {', '.join(FORMATS)}"
             )
@@ -190,7 +195,23 @@ class SpeechBody:
         text_format = d.get("text_format")
         if text_format is not None and text_format not in TEXT_FORMATS:
             raise BadField("text_format", f"'text_format' must be one of {', '.join(TEXT_FORMATS)}")
-        return cls(text, voice, fmt, speed, sfmt, model, **noise, text_format=text_format)
+        flags = {"stream": d.get("stream", True), "word_timings": d.get("word_timings", False)}
+        for key, flag in flags.items():
+            if not isinstance(flag, bool):
+                raise BadField(key, f"'{key}' must be true or false")
+        return cls(
+            text,
+            voice,
+            fmt,
+            speed,
+            sfmt,
+            model,
+            noise["noise_scale"],
+            noise["noise_w"],
+            text_format,
+            flags["stream"],
+            flags["word_timings"],
+        )
 
     def applied_speed(self) -> float:
         """OpenAI allows 0.25–4.0; the voices stay intelligible within 0.5–2.0: clamped."""
@@ -207,6 +228,8 @@ class SpeechBody:
             "noise_scale": self.noise_scale,
             "noise_w": self.noise_w,
             "text_format": self.text_format,
+            "stream": self.stream,
+            "word_timings": self.word_timings,
         }
 
 
@@ -302,6 +325,7 @@ class HttpDoor:
             middlewares=[self._guard],
         )
         app.router.add_post("/v1/audio/speech", self.speech)
+        app.router.add_post("/dev/captioned_speech", self.captioned_speech)
         app.router.add_get("/v1/audio/voices", self.voices)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", self.healthz)
@@ -503,6 +527,13 @@ class HttpDoor:
         return voice or None, speaker
 
     async def speech(self, request: web.Request) -> web.StreamResponse:
+        return await self._speech(request, captioned=False)
+
+    async def captioned_speech(self, request: web.Request) -> web.StreamResponse:
+        """Kokoro-FastAPI's ``/dev/captioned_speech``: audio (base64) with word timestamps."""
+        return await self._speech(request, captioned=True)
+
+    async def _speech(self, request: web.Request, captioned: bool) -> web.StreamResponse:
         if self.draining or self.service.stopping:
             self.service.record_error(ErrorCode.SHUTTING_DOWN)
             return error_response(
@@ -519,7 +550,12 @@ class HttpDoor:
                 noise_scale=body.noise_scale,
                 noise_w=body.noise_w,
                 text_format=body.text_format or self.cfg.text_format,
+                word_timings=captioned
+                or body.word_timings
+                or body.response_format in captions.CAPTION_FORMATS,
             )
+            if captioned and body.response_format in captions.CAPTION_FORMATS:
+                raise BadField("response_format", "captioned speech is audio: not vtt or srt")
         except BadField as exc:
             self.service.record_error(exc.code)
             return error_response(exc, exc.param or None)
@@ -534,7 +570,9 @@ class HttpDoor:
         except ServiceError as exc:  # counted by the core
             return error_response(exc, "voice" if exc.code == ErrorCode.UNKNOWN_VOICE else None)
         try:
-            return await self._stream(request, body, stream)
+            if body.response_format in captions.CAPTION_FORMATS or (captioned and not body.stream):
+                return await self._whole(request, body, stream, captioned)
+            return await self._stream(request, body, stream, captioned)
         except ServiceError as exc:  # before any audio (the encoder could not be made)
             self.service.record_error(exc.code)
             return error_response(exc)
@@ -570,8 +608,54 @@ class HttpDoor:
             raise BadField("", "the body is not valid JSON") from None
         return SpeechBody.from_dict(data)
 
+    async def _whole(
+        self, request: web.Request, body: SpeechBody, stream: Stream, captioned: bool
+    ) -> web.StreamResponse:
+        """A whole reply in one answer: its captions (``vtt``, ``srt``), or Kokoro's
+        captioned speech without ``stream`` (base64 audio and timestamps in one JSON)."""
+        cues = captions.CueBuilder(body.input)
+        encoder = await self._encoder(body, stream) if captioned else None
+        audio: list[bytes] = [encoder.header()] if encoder is not None else []
+        loop = asyncio.get_running_loop()
+
+        async def emit(chunk: Chunk) -> None:
+            cues.add(chunk.words or (), chunk.sentence_end)
+            if encoder is not None:
+                work = functools.partial(encoder.encode, chunk.samples, chunk.final)
+                audio.append(await loop.run_in_executor(self._pool, work))
+
+        try:
+            await self._run_emit(stream, emit)
+            if encoder is None:
+                text = captions.render(body.response_format, cues.finish())
+                mime = "text/vtt" if body.response_format == "vtt" else "application/x-subrip"
+                return web.Response(text=text, content_type=mime, charset="utf-8")
+            audio.append(await loop.run_in_executor(self._pool, encoder.finish))
+        except ServiceError as exc:
+            return error_response(exc)
+        finally:
+            if isinstance(encoder, SoundfileOut):
+                await loop.run_in_executor(self._pool, encoder.close)
+        reply = {
+            "audio": base64.b64encode(b"".join(audio)).decode(),
+            "audio_format": body.response_format,
+            "timestamps": captions.kokoro_timestamps(cues.words, body.input),
+        }
+        return web.json_response(reply)
+
+    @staticmethod
+    async def _run_emit(stream: Stream, emit: Callable[[Chunk], Any]) -> StreamResult:
+        run = asyncio.ensure_future(stream.run(emit))
+        try:
+            return await asyncio.shield(run)
+        except asyncio.CancelledError:
+            stream.cancel("disconnect")  # the client went away
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await run
+            raise
+
     async def _stream(
-        self, request: web.Request, body: SpeechBody, stream: Stream
+        self, request: web.Request, body: SpeechBody, stream: Stream, captioned: bool = False
     ) -> web.StreamResponse:
         sink = _AudioSink(
             request,
@@ -580,6 +664,7 @@ class HttpDoor:
             await self._encoder(body, stream),
             self._pool,
             lambda: self.service.runtime.config.limits,
+            captioned,
         )
         try:
             result = await self._run(sink, stream)
@@ -658,15 +743,20 @@ class _AudioSink:
         encoder: Encoder,
         pool: ThreadPoolExecutor | None,
         limits: Callable[[], LimitsConfig],
+        ndjson: bool = False,
     ) -> None:
         self.request, self.body, self.stream, self.encoder = request, body, stream, encoder
         self._pool = pool
         self._loop = asyncio.get_running_loop()
-        self.sse = body.stream_format == "sse"
+        self.sse = body.stream_format == "sse" and not ndjson
+        self.ndjson = ndjson
+        """Kokoro's streamed captioned speech: a JSON line per chunk, its words with it."""
+        self._words: tuple[Word, ...] = ()
+        kind = "text/event-stream" if self.sse else encoder.content_type
         self.resp = web.StreamResponse(
             status=200,
             headers={
-                "Content-Type": "text/event-stream" if self.sse else encoder.content_type,
+                "Content-Type": "application/x-ndjson" if ndjson else kind,
                 "Cache-Control": "no-cache",
                 "X-Sample-Rate": str(encoder.sample_rate),
                 "X-Voice": stream.voice_name,
@@ -682,6 +772,7 @@ class _AudioSink:
         """Why the client is lost ("too_slow", "disconnect"), once it is."""
 
     async def emit(self, chunk: Chunk) -> None:
+        self._words = chunk.words or ()
         data = await self._encode(chunk.samples, chunk.final)
         if self.first:
             self.first = False
@@ -692,12 +783,29 @@ class _AudioSink:
         await self.write(data)
 
     async def write(self, data: bytes) -> None:
-        if not data or self.gone is not None:
+        if (not data and not self._words) or self.gone is not None:
             return
-        if self.sse:
-            event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
-            data = f"data: {json.dumps(event)}\n\n".encode()
-            self.deltas += 1
+        if self.ndjson:
+            line = {
+                "audio": base64.b64encode(data).decode(),
+                "audio_format": self.body.response_format,
+                "timestamps": captions.kokoro_timestamps(self._words, self.body.input),
+            }
+            self._words = ()
+            data = (json.dumps(line) + "\n").encode()
+        elif self.sse:
+            events: list[dict[str, Any]] = []
+            if data:
+                events.append(
+                    {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+                )
+                self.deltas += 1
+            for stamp in captions.kokoro_timestamps(self._words, self.body.input):
+                events.append({"type": "ttsd.speech.word", **stamp})
+            self._words = ()
+            data = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode()
+        elif not data:
+            return
         try:
             if not self.resp.prepared:
                 await self.resp.prepare(self.request)

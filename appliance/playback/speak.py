@@ -7,8 +7,13 @@ handed the mark's sample (polled every 5 ms from the event loop: the audio threa
 not call into the loop on every callback).  It knows nothing of the core: the producer
 (the stream's job) is handed in.
 
-Bounds: marks wait in a deque as long as the request's own (capped) text has marks; the
-tasks it starts end with the utterance.
+With word timings each chunk's words are reported the same way (``on_word(text_span)``
+when the word's first sample is handed to the device), and :meth:`Speech.heard` says which
+span of the text was fully played when the utterance ended (a ``stop``, ``cancel`` or a
+newer message cut it, or it played out).
+
+Bounds: marks and words wait in deques as long as the request's own (capped) text has
+marks and words; the tasks it starts end with the utterance.
 """
 
 from __future__ import annotations
@@ -16,15 +21,31 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import Awaitable, Callable
+import functools
+from collections.abc import Awaitable, Callable, Sequence
 
 from appliance.playback.utterance import EndInfo, Utterance
-from appliance.speech import Chunk, Mark
+from appliance.speech import Chunk, Word
 
 MARK_POLL_S = 0.005
 """How often the device's progress is looked at for a mark (well under a word)."""
 
 Emit = Callable[[Chunk], Awaitable[None]]
+
+
+def heard_span(words: Sequence[Word], played_ms: float, slack_ms: float = 2.0) -> tuple[int, int]:
+    """The text fully played when ``played_ms`` of the audio was: from the first word's
+    start to the end of the last word whose sound ended by then (empty at the first word
+    when none did; (0, 0) with no words)."""
+    if not words:
+        return (0, 0)
+    start = words[0].text_span[0]
+    end = start
+    for w in words:
+        if w.offset_ms + w.duration_ms > played_ms + slack_ms:
+            break
+        end = w.text_span[1]
+    return (start, end)
 
 
 class Speech:
@@ -36,6 +57,7 @@ class Speech:
         on_started: Callable[[float], None],
         on_mark: Callable[[str], None] | None,
         waited_ms: float,
+        on_word: Callable[[tuple[int, int]], None] | None = None,
     ) -> None:
         """``waited_ms``: how long the request waited before its utterance was made (the
         player counts its latency from there; ``started`` reports it from the request)."""
@@ -43,24 +65,47 @@ class Speech:
         self._on_started = on_started
         self._on_mark = on_mark
         self._waited_ms = waited_ms
-        self._marks: collections.deque[Mark] = collections.deque()
+        self._on_word = on_word
+        self._cues: collections.deque[tuple[float, Callable[[], None]]] = collections.deque()
+        """Marks and words to report: (offset ms, report), in order of the audio."""
         self._marks_changed = asyncio.Event()
+        self.words: list[Word] = []
+        """Every word pushed so far (``heard`` reads them)."""
 
     async def emit(self, chunk: Chunk) -> None:
         """The stream's emit: the chunk to the device, its marks to be reported."""
         if not self.utterance.push(chunk.samples):
             # Cut, dropped or stopped: no one will hear the rest, so stop making it.
             raise asyncio.CancelledError()
+        cues: list[tuple[float, Callable[[], None]]] = []
         if chunk.marks and self._on_mark is not None:
-            self._marks.extend(chunk.marks)
+            on_mark = self._on_mark
+            cues += [(m.offset_ms, functools.partial(on_mark, m.name)) for m in chunk.marks]
+        if chunk.words:
+            self.words.extend(chunk.words)
+            if self._on_word is not None:
+                on_word = self._on_word
+                cues += [
+                    (w.offset_ms, functools.partial(on_word, w.text_span)) for w in chunk.words
+                ]
+        if cues:
+            cues.sort(key=lambda c: c[0])  # stable: a mark before the word it precedes
+            self._cues.extend(cues)
             self._marks_changed.set()
+
+    def heard(self) -> tuple[int, int]:
+        """The span of the text whose words were fully played (see wordtimes.heard_span)."""
+        utt = self.utterance
+        played_ms = 1000.0 * utt.frames_played / utt.out_rate
+        return heard_span(self.words, played_ms)
 
     async def play(self, produce: Callable[[Emit], Awaitable[None]]) -> EndInfo:
         """Run ``produce(self.emit)``, then wait for the device to end the utterance; what
         happened to it (played out, cut, dropped, device lost)."""
         utt = self.utterance
         started = asyncio.create_task(self._relay_started())
-        marks = asyncio.create_task(self._relay_marks(started)) if self._on_mark else None
+        cued = self._on_mark is not None or self._on_word is not None
+        marks = asyncio.create_task(self._relay_marks(started)) if cued else None
         try:
             try:
                 await produce(self.emit)
@@ -86,21 +131,20 @@ class Speech:
             self._on_started(latency + self._waited_ms)
 
     async def _relay_marks(self, started: asyncio.Task[None]) -> None:
-        assert self._on_mark is not None
         utt = self.utterance
         await asyncio.shield(started)  # 'started' goes out first
         if utt.latency_ms is None and utt.end_info is not None:
             return  # never started: nothing was heard
         while True:
-            while not self._marks:
+            while not self._cues:
                 self._marks_changed.clear()
                 await self._marks_changed.wait()
-            mark = self._marks[0]
+            offset_ms, report = self._cues[0]
             # (2 ms early: the resampler may hand over a few frames fewer at the end)
-            target = max(0.0, mark.offset_ms - 2.0) * utt.out_rate / 1000.0
+            target = max(0.0, offset_ms - 2.0) * utt.out_rate / 1000.0
             while utt.frames_played < target:
                 if utt.end_info is not None:
                     return  # ended before that sample was played: not heard
                 await asyncio.sleep(MARK_POLL_S)
-            self._marks.popleft()
-            self._on_mark(mark.name)
+            self._cues.popleft()
+            report()

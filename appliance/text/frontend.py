@@ -416,6 +416,25 @@ def _latency_cut(text: str, limit: int) -> int:
 _WORD = re.compile(r"\S+")
 
 
+def _word_span(part: MappedText, i: int, j: int) -> tuple[int, int]:
+    """The source span of the spoken word ``part.text[i:j]``: its letters' and digits', and
+    the punctuation around them only where it stands beside them in the source too (a
+    Markdown link's "park." ends before "](https://…)", whose full stop comes after it)."""
+    text = part.text
+    core = [k for k in range(i, j) if text[k].isalnum()]
+    if not core:
+        return part.span(i, j)
+    a, b = core[0], core[-1] + 1
+    lo, hi = part.span(a, b)
+    while a > i and part.ends[a - 1] == lo:
+        a -= 1
+        lo = part.starts[a]
+    while b < j and part.starts[b] == hi:
+        hi = part.ends[b]
+        b += 1
+    return lo, hi
+
+
 @dataclass(frozen=True)
 class FrontendLimits:
     max_chars: int
@@ -576,7 +595,7 @@ def _clause(
             PhonemeOverride(i, j, ipa) for i, j, ipa in words.phoneme_matches(part.text, taken)
         )
     overrides.sort(key=lambda o: o.start)
-    spans = tuple(part.span(m.start(), m.end()) for m in _WORD.finditer(part.text))
+    spans = tuple(_word_span(part, m.start(), m.end()) for m in _WORD.finditer(part.text))
     return Clause(
         text=part.text,
         span=part.span(0, len(part)),

@@ -73,6 +73,7 @@ BOS, EOS, PAD = "^", "$", "_"
 BOUNDARY_PHONEMES = frozenset(" ,.;:!?—-")
 # Stop consonants: their closure is near silence, where two renderings join unheard.
 CLOSURE_PHONEMES = frozenset("pbtdkgɡ")
+WORD_SIZE_CACHE = 4096
 _LANG_SWITCH = re.compile(r"\([^)]+\)")
 
 _py_decref = ctypes.pythonapi.Py_DecRef
@@ -156,6 +157,11 @@ class Phonemizer:
         )
         self._space_ids = frozenset(self._id_map.get(" ", []))
         self._closure_ids = frozenset(i for p in CLOSURE_PHONEMES for i in self._id_map.get(p, []))
+        silent = (*BOUNDARY_PHONEMES, BOS, EOS, PAD)
+        self._silent_ids = frozenset(i for p in silent for i in self._id_map.get(p, []))
+        self._pad_ids = frozenset(self._id_map.get(PAD, []))
+        self._word_sizes: dict[str, int] = {}
+        """Sounding ids of words said alone (word timings' alignment); bounded."""
 
     def phonemes(self, text: str) -> list[str]:
         """All phonemes of ``text`` as one utterance (espeak's sentences joined by a space)."""
@@ -219,6 +225,26 @@ class Phonemizer:
     def is_space(self, phoneme_id: int) -> bool:
         """The id of a word gap (where SSML marks between words are placed)."""
         return phoneme_id in self._space_ids
+
+    def is_sound(self, phoneme_id: int) -> bool:
+        """The id of a word's own sound: not a pad, a word gap, punctuation or an end
+        (word timings start and end words at these)."""
+        return phoneme_id not in self._silent_ids
+
+    def word_size(self, word: str) -> int:
+        """How many sounding ids ``word`` has when said alone (cached, at most
+        :data:`WORD_SIZE_CACHE` words)."""
+        size = self._word_sizes.get(word)
+        if size is None:
+            size = sum(1 for i in self.ids(word).tolist() if self.is_sound(int(i)))
+            if len(self._word_sizes) >= WORD_SIZE_CACHE:
+                self._word_sizes.clear()
+            self._word_sizes[word] = size
+        return size
+
+    def is_pad(self, phoneme_id: int) -> bool:
+        """The blank id between phonemes (where the voice moves from one to the next)."""
+        return phoneme_id in self._pad_ids
 
     def is_closure(self, phoneme_id: int) -> bool:
         """The id of a stop consonant (see :data:`CLOSURE_PHONEMES`)."""

@@ -16,7 +16,7 @@ import msgpack
 
 from appliance.doors.pcm import PCM_FORMATS
 from appliance.errors import ErrorCode, ServiceError
-from appliance.speech import MODES, PRIORITIES, TEXT_FORMATS, Chunk, Mark, SpeechRequest
+from appliance.speech import MODES, PRIORITIES, TEXT_FORMATS, Chunk, Mark, SpeechRequest, Word
 
 PROTOCOL_VERSION = 1
 
@@ -129,6 +129,7 @@ class SynthesizeRequest:
     # speak only
     priority: str = "message"
     op: str = "synthesize"
+    word_timings: bool = False
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], op: str = "synthesize") -> SynthesizeRequest:
@@ -165,6 +166,7 @@ class SynthesizeRequest:
             if op == "speak"
             else "message",
             op=op,
+            word_timings=bool(_opt_bool(d, "word_timings")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,6 +187,8 @@ class SynthesizeRequest:
             d["text_stream"] = True
         if self.text_format is not None:
             d["text_format"] = self.text_format
+        if self.word_timings:
+            d["word_timings"] = True
         return d
 
     def speech(self, default_format: str = "text") -> SpeechRequest:
@@ -203,6 +207,7 @@ class SynthesizeRequest:
             mode=self.mode,
             realtime=self.realtime,
             priority=self.priority,
+            word_timings=self.word_timings,
         )
 
 
@@ -379,6 +384,15 @@ class StartEvent:
         }
 
 
+def word_dict(w: Word) -> dict[str, Any]:
+    """A word timing on the wire (chunk ``words``)."""
+    return {
+        "text_span": list(w.text_span),
+        "offset_ms": round(w.offset_ms, 3),
+        "duration_ms": round(w.duration_ms, 3),
+    }
+
+
 @dataclass(frozen=True)
 class ChunkEvent:
     id: int
@@ -390,6 +404,7 @@ class ChunkEvent:
     sentence_end: bool
 
     marks: tuple[Mark, ...] = ()
+    words: tuple[Word, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -404,6 +419,8 @@ class ChunkEvent:
         }
         if self.marks:
             d["marks"] = [{"name": m.name, "offset_ms": round(m.offset_ms, 3)} for m in self.marks]
+        if self.words is not None:
+            d["words"] = [word_dict(w) for w in self.words]
         return d
 
     @classmethod
@@ -417,6 +434,7 @@ class ChunkEvent:
             text_span=chunk.text_span,
             sentence_end=chunk.sentence_end,
             marks=chunk.marks,
+            words=chunk.words,
         )
 
 
@@ -426,6 +444,8 @@ class EndEvent:
     cancelled: bool
     stats: dict[str, Any] = field(default_factory=dict)
     interrupted: bool | None = None
+    heard: tuple[int, int] | None = None
+    """``speak`` with ``word_timings``: the span of the text fully played."""
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -436,6 +456,8 @@ class EndEvent:
         }
         if self.interrupted is not None:
             d["interrupted"] = self.interrupted
+        if self.heard is not None:
+            d["heard"] = list(self.heard)
         return d
 
 

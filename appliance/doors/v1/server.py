@@ -692,7 +692,9 @@ class Connection:
             stream.close()  # no-op once it ran; releases it if sending 'start' failed
         if state.cancel_reason != "disconnect":
             self._write(
-                EndEvent(req.id, result.cancelled, result.stats, result.interrupted).to_dict()
+                EndEvent(
+                    req.id, result.cancelled, result.stats, result.interrupted, result.heard
+                ).to_dict()
             )
 
     async def _stream(self, req: SynthesizeRequest, stream: Stream) -> Any:
@@ -719,4 +721,7 @@ class Connection:
         def mark(name: str) -> None:
             self._write(SimpleEvent(req.id, "mark", {"name": name}).to_dict())
 
-        return await stream.run_speech(queued, started, mark)
+        def word(span: tuple[int, int]) -> None:
+            self._write(SimpleEvent(req.id, "word", {"text_span": list(span)}).to_dict())
+
+        return await stream.run_speech(queued, started, mark, word if req.word_timings else None)

@@ -1,0 +1,247 @@
+"""Word timings: which written word of the text sounds when, from the model's durations.
+
+A clause reaches the model as phoneme ids; the prior gives every id its frames.  Word
+gaps are the space id espeak puts between words, so the ids between two gaps are one
+spoken word, and the frames before its first sounding id say when it starts.  The
+clause's text (after normalisation and SSML) splits at whitespace into spoken tokens,
+each with the span of the source characters it came from (:mod:`appliance.text.textmap`):
+tokens that came from one written token ("$49.95" → "forty-nine dollars and ninety-five
+cents", a ``<sub>``'s alias) share that span and become ONE written word.
+
+Pure functions over ids, a test for spaces and sounding ids, and the clause's words, so
+they are table-tested without a model; the stream (:mod:`appliance.core.streaming`) turns
+id positions into output milliseconds (speed, prosody, breaks and clause pauses are in
+that mapping, not here).
+
+Bounds: everything is linear in the clause's ids and words (a clause is capped by the
+frontend); nothing is kept between calls.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from appliance.speech import Word
+
+IdTest = Callable[[int], bool]
+
+_TOKEN = re.compile(r"\S+")
+"""How the frontend cuts a clause's text into words (its ``word_spans`` follow it)."""
+
+
+def spoken_words(
+    ids: Sequence[int], is_space: IdTest, is_sound: IdTest, is_pad: IdTest
+) -> list[tuple[int, int]]:
+    """Id ranges [i, j) of each spoken word, in order: from the pad just before its first
+    sounding id (the voice's transition into it) to its last sounding id, between two word
+    gaps (a gap with no sound in it is no word; punctuation is the pause after a word).
+
+    The pad is in because the sound starts there: against pocketsphinx's word starts, the
+    first sounding id is ~55 ms late on average, its pad ~32 ms (tests/doors/v1)."""
+    out: list[tuple[int, int]] = []
+    lo = hi = -1
+    gap = -1
+    for k, i in enumerate(ids):
+        if is_space(i):
+            if lo >= 0:
+                out.append((lo, hi))
+            lo, gap = -1, k
+        elif is_sound(i):
+            if lo < 0:
+                lo = k - 1 if k - 1 > gap and is_pad(ids[k - 1]) else k
+            hi = k + 1
+    if lo >= 0:
+        out.append((lo, hi))
+    return out
+
+
+@dataclass(frozen=True)
+class WrittenWord:
+    """One written word of the source and the ids that say it."""
+
+    span: tuple[int, int]
+    start: int
+    end: int
+    """Id positions [start, end) of the clause."""
+
+
+def _proportional(n_tokens: int, n_spoken: int) -> list[tuple[int, int]]:
+    """Spoken words [lo, hi] (inclusive) of each token in proportion (the last resort)."""
+    out = []
+    for t in range(n_tokens):
+        lo = t * n_spoken // n_tokens
+        hi = max(lo, -(-(t + 1) * n_spoken // n_tokens) - 1)
+        out.append((lo, min(hi, n_spoken - 1)))
+    return out
+
+
+MAX_JOIN = 3
+"""Most tokens espeak says as one word ("in the" → ɪnðə), or spoken words of one token."""
+_STEPS = (
+    *((a, 1, 0.0 if a == 1 else 0.5) for a in range(1, MAX_JOIN + 1)),
+    *((1, b, 0.5) for b in range(2, MAX_JOIN + 1)),
+)
+"""(tokens, spoken words, penalty) of one alignment step: one to one is preferred."""
+
+
+def align(token_sizes: Sequence[int], word_sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """Spoken words [lo, hi] (inclusive) of each token, when espeak counted differently.
+
+    espeak runs short function words together ("in the", "that the", "had been" are one
+    word gap apart from their neighbours, not from each other), and may say one token as
+    two.  ``token_sizes``: sounding ids of each token said alone; ``word_sizes``: of each
+    spoken word of the clause.  A monotonic alignment (dynamic programming, within the
+    band of j - i the net joins and splits allow) where each step joins up to
+    :data:`MAX_JOIN` tokens into one word or splits one token into up to that many words,
+    costing the difference in size (and a little for not being one to one).  ~0.9 ms for
+    a 300-character sentence with three joins (``python -m bench --only wordtimes``)."""
+    n, m = len(token_sizes), len(word_sizes)
+    if n == 0 or m == 0:
+        return []
+    tok = [0, *itertools.accumulate(token_sizes)]
+    wrd = [0, *itertools.accumulate(word_sizes)]
+    # Joins move j - i down, splits up: the path stays within the net count of them, and
+    # one step either side (a join and a split that cancel out).
+    low, high = min(0, m - n) - 1, max(0, m - n) + 1
+    inf = float("inf")
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    back: list[list[tuple[int, int]]] = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
+    cost[0][0] = 0.0
+    for i in range(n + 1):
+        row, ti = cost[i], tok[i]
+        for j in range(max(0, i + low), min(m, i + high) + 1):
+            here = row[j]
+            if here == inf:
+                continue
+            wj = wrd[j]
+            for a, b, penalty in _STEPS:
+                ia, jb = i + a, j + b
+                if ia > n or jb > m:
+                    continue
+                c = here + abs(tok[ia] - ti - wrd[jb] + wj) + penalty
+                if c < cost[ia][jb]:
+                    cost[ia][jb] = c
+                    back[ia][jb] = (i, j)
+    if cost[n][m] == inf:
+        return _proportional(n, m)
+    out: list[tuple[int, int]] = [(0, 0)] * n
+    i, j = n, m
+    while i > 0:
+        pi, pj = back[i][j]
+        for t in range(pi, i):
+            out[t] = (pj, j - 1)
+        i, j = pi, pj
+    return out
+
+
+def written_words(
+    text: str,
+    word_spans: Sequence[tuple[int, int]],
+    ids: Sequence[int],
+    spoken: Sequence[tuple[int, int]],
+    is_sound: IdTest,
+    token_size: Callable[[str], int] | None = None,
+) -> list[WrittenWord]:
+    """The clause's written words in order, each with its source span and its ids.
+
+    ``text``/``word_spans``: the clause's text and the source span of each of its tokens;
+    ``ids``/``spoken``: its ids and spoken words (:func:`spoken_words`); ``token_size``: a
+    token's sounding ids said alone, for when espeak's count differs from the text's
+    (:func:`align`; without it, in proportion).  Tokens espeak said as one word share
+    that word's ids in proportion to their sizes.  Tokens with no letter or digit (a
+    dash) are not spoken; consecutive tokens whose source spans overlap ("$49.95" said
+    as five words) are one written word."""
+    if not spoken:
+        return []
+    voiced = [
+        (m.group(), word_spans[k])
+        for k, m in enumerate(_TOKEN.finditer(text))
+        if k < len(word_spans) and any(c.isalnum() for c in m.group())
+    ]
+    if not voiced:
+        return []
+    sizes_of_words = word_sizes(ids, spoken, is_sound)
+    if len(voiced) == len(spoken):
+        ranges = [(t, t) for t in range(len(spoken))]
+        sizes = [1] * len(voiced)
+    else:
+        size = token_size or (lambda t: sum(c.isalnum() for c in t))
+        sizes = [max(1, size(t)) for t, _ in voiced]
+        ranges = (
+            align(sizes, sizes_of_words) if token_size else _proportional(len(voiced), len(spoken))
+        )
+    placed = _token_ids(ranges, sizes, ids, spoken, is_sound)
+    out: list[WrittenWord] = []
+    for (_, span), (a, b) in zip(voiced, placed, strict=True):
+        if out and (span[0] < out[-1].span[1] or a < out[-1].end):
+            prev = out[-1]
+            merged = (min(prev.span[0], span[0]), max(prev.span[1], span[1]))
+            out[-1] = WrittenWord(merged, prev.start, max(prev.end, b))
+        else:
+            out.append(WrittenWord(span, a, b))
+    return out
+
+
+def _token_ids(
+    ranges: Sequence[tuple[int, int]],
+    sizes: Sequence[int],
+    ids: Sequence[int],
+    spoken: Sequence[tuple[int, int]],
+    is_sound: IdTest,
+) -> list[tuple[int, int]]:
+    """Each token's id range: its spoken words' ids; tokens that share the same spoken
+    words split their sounding ids in proportion to their sizes."""
+    out: list[tuple[int, int]] = []
+    t = 0
+    while t < len(ranges):
+        u = t + 1
+        while u < len(ranges) and ranges[u] == ranges[t]:
+            u += 1
+        a, b = spoken[ranges[t][0]][0], spoken[ranges[t][1]][1]
+        if u - t == 1:
+            out.append((a, b))
+            t = u
+            continue
+        pos = [p for p in range(a, b) if is_sound(ids[p])]
+        total, cum, c0 = sum(sizes[t:u]), 0, 0
+        for k in range(t, u):
+            cum += sizes[k]
+            c1 = (
+                len(pos)
+                if k == u - 1
+                else min(len(pos), max(c0 + 1, round(cum * len(pos) / total)))
+            )
+            if c1 <= c0:  # nothing left for it: it shares the one before
+                out.append(out[-1])
+                continue
+            start = a if c0 == 0 else pos[c0]
+            end = b if c1 == len(pos) else pos[c1 - 1] + 1
+            out.append((start, end))
+            c0 = c1
+        t = u
+    return out
+
+
+def word_sizes(
+    ids: Sequence[int], spoken: Sequence[tuple[int, int]], is_sound: IdTest
+) -> list[int]:
+    """Sounding ids of each spoken word (the sizes :func:`align` compares)."""
+    return [sum(1 for k in range(a, b) if is_sound(ids[k])) for a, b in spoken]
+
+
+IdTime = Callable[[int, bool], float]
+"""Output ms where id position ``p`` sounds; ``True``: a word starts there (a pause at
+that very place comes before it), ``False``: a word ends there."""
+
+
+def timed_words(words: Sequence[WrittenWord], at: IdTime) -> list[Word]:
+    """Each written word with its offset and duration (:class:`~appliance.speech.Word`)."""
+    out: list[Word] = []
+    for w in words:
+        start = at(w.start, True)
+        end = at(w.end, False)
+        out.append(Word(w.span, start, max(0.0, end - start)))
+    return out

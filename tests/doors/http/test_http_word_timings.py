@@ -1,0 +1,140 @@
+"""Word timings on the HTTP door: Kokoro-FastAPI's ``/dev/captioned_speech`` (one JSON, or
+NDJSON lines while it is made) and ``response_format: vtt | srt`` on ``/v1/audio/speech``."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import re
+import urllib.error
+import urllib.request
+from typing import Any
+
+import numpy as np
+
+from appliance.clients.client import Client
+from tests.doors.http.conftest import HttpDaemon, decode
+
+TEXT = "It costs $49.95 today, Dr. Smith. The museum opens at nine! Is that late?"
+ZERO = {"noise_scale": 0.0, "noise_w": 0.0}
+
+
+def post(d: HttpDaemon, path: str, body: dict[str, Any]) -> tuple[int, str, bytes]:
+    req = urllib.request.Request(
+        d.base + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.headers["Content-Type"], r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read()
+
+
+def v1_words(d: HttpDaemon, text: str) -> list[dict[str, Any]]:
+    with Client(d.daemon.socket) as c:
+        events = list(c.synthesize(text, word_timings=True, **ZERO))
+    return [w for e in events if e["event"] == "chunk" for w in e["words"]]
+
+
+def test_captioned_speech_is_kokoros_json_with_the_v1_timings(http_daemon: HttpDaemon) -> None:
+    body = {"input": TEXT, "voice": "alloy", "response_format": "wav", "stream": False, **ZERO}
+    status, ctype, raw = post(http_daemon, "/dev/captioned_speech", body)
+    assert status == 200 and ctype.startswith("application/json"), raw[:200]
+    reply = json.loads(raw)
+    assert reply["audio_format"] == "wav"
+    audio, rate = decode(base64.b64decode(reply["audio"]), "wav")
+    assert rate == 22050 and len(audio) > rate
+    stamps = reply["timestamps"]
+    words = v1_words(http_daemon, TEXT)
+    assert [s["word"] for s in stamps] == [TEXT[a:b] for a, b in (w["text_span"] for w in words)]
+    assert "$49.95" in [s["word"] for s in stamps]
+    for s, w in zip(stamps, words, strict=True):
+        assert abs(s["start_time"] - w["offset_ms"] / 1000) < 1e-3
+        assert abs(s["end_time"] - (w["offset_ms"] + w["duration_ms"]) / 1000) < 1e-3
+        assert s["text_span"] == w["text_span"]
+    assert stamps[-1]["end_time"] <= len(audio) / rate
+
+
+def test_captioned_speech_streams_ndjson_lines(http_daemon: HttpDaemon) -> None:
+    body = {"input": TEXT, "voice": "alloy", "response_format": "pcm", **ZERO}  # stream: default
+    status, ctype, raw = post(http_daemon, "/dev/captioned_speech", body)
+    assert status == 200 and ctype.startswith("application/x-ndjson")
+    lines = [json.loads(line) for line in raw.decode().splitlines()]
+    assert len(lines) > 2
+    pcm = b"".join(base64.b64decode(line["audio"]) for line in lines)
+    stamps = [s for line in lines for s in line["timestamps"]]
+    assert [s["text_span"] for s in stamps] == [w["text_span"] for w in v1_words(http_daemon, TEXT)]
+    assert stamps[-1]["end_time"] <= len(pcm) / 2 / 22050
+
+
+CLOCK = r"(\d\d):(\d\d):(\d\d)[.,](\d\d\d)"
+
+
+def seconds(m: tuple[str, ...]) -> float:
+    h, mi, s, ms = (int(x) for x in m)
+    return h * 3600 + mi * 60 + s + ms / 1000
+
+
+def test_webvtt_and_srt_have_a_cue_per_sentence(http_daemon: HttpDaemon) -> None:
+    body = {"input": TEXT, "voice": "alloy", **ZERO}
+    status, ctype, vtt = post(http_daemon, "/v1/audio/speech", {**body, "response_format": "vtt"})
+    assert status == 200 and ctype.startswith("text/vtt")
+    text = vtt.decode()
+    assert text.startswith("WEBVTT\n\n")
+    cues = re.findall(CLOCK + " --> " + CLOCK + r"\n(.+)\n", text)
+    assert [c[8] for c in cues] == [
+        "It costs $49.95 today, Dr. Smith.",
+        "The museum opens at nine!",
+        "Is that late?",
+    ]
+    times = [(seconds(c[:4]), seconds(c[4:8])) for c in cues]
+    words = v1_words(http_daemon, TEXT)
+    assert abs(times[0][0] - words[0]["offset_ms"] / 1000) <= 1e-3
+    assert all(a < b for a, b in times)
+    assert all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(times))
+    status, ctype, srt = post(http_daemon, "/v1/audio/speech", {**body, "response_format": "srt"})
+    assert status == 200 and ctype.startswith("application/x-subrip")
+    blocks = srt.decode().strip().split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == ["1", "2", "3"]
+    assert [b.splitlines()[2] for b in blocks] == [c[8] for c in cues]
+    assert [b.splitlines()[1].replace(",", ".") for b in blocks] == re.findall(
+        r"\d\d:\d\d:\d\d\.\d\d\d --> \d\d:\d\d:\d\d\.\d\d\d", text
+    )
+
+
+def test_plain_speech_is_unchanged_and_bad_caption_fields_are_refused(
+    http_daemon: HttpDaemon,
+) -> None:
+    body = {"input": "Hello there.", "voice": "alloy", "response_format": "pcm", **ZERO}
+    status, ctype, raw = post(http_daemon, "/v1/audio/speech", body)
+    assert status == 200 and ctype.startswith("audio/pcm") and len(raw) > 1000
+    assert np.frombuffer(raw, dtype="<i2").any()
+    for bad in ({"response_format": "vtt"}, {"stream": "yes"}):
+        status, _, raw = post(http_daemon, "/dev/captioned_speech", {**body, **bad})
+        assert status == 400, raw
+        assert json.loads(raw)["error"]["param"] in ("response_format", "stream")
+
+
+def test_sse_carries_word_events_when_asked(http_daemon: HttpDaemon) -> None:
+    body = {"input": TEXT, "voice": "alloy", "response_format": "pcm", "stream_format": "sse"}
+    status, ctype, raw = post(
+        http_daemon, "/v1/audio/speech", {**body, **ZERO, "word_timings": True}
+    )
+    assert status == 200 and ctype.startswith("text/event-stream")
+    events = [
+        json.loads(line[6:]) for line in raw.decode().split("\n") if line.startswith("data: ")
+    ]
+    kinds = [e["type"] for e in events]
+    assert kinds[-1] == "speech.audio.done" and "speech.audio.delta" in kinds
+    words = [e for e in events if e["type"] == "ttsd.speech.word"]
+    assert [w["text_span"] for w in words] == [w["text_span"] for w in v1_words(http_daemon, TEXT)]
+    # Each word after the audio it starts in: the audio before it reaches its start.
+    pcm = 0
+    for e in events:
+        if e["type"] == "speech.audio.delta":
+            pcm += len(base64.b64decode(e["audio"])) // 2
+        elif e["type"] == "ttsd.speech.word":
+            assert e["start_time"] * 22050 < pcm
+    status, _, plain = post(http_daemon, "/v1/audio/speech", {**body, **ZERO})
+    assert status == 200 and b"ttsd.speech.word" not in plain
