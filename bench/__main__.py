@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=None,
         help="core http normalizer ssml concurrency speed prosody playback textstream speechd "
-        "wyoming",
+        "wyoming pacing",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             "textstream",
             "speechd",
             "wyoming",
+            "pacing",
         ]
     )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
@@ -202,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.wyoming import bench_wyoming
 
         results["wyoming"] = _optional("wyoming", lambda: bench_wyoming(out, args.quick))
+    if "pacing" in want:  # issue 30: paced G.711 frames, jitter from outside
+        from bench.telephony import bench_pacing
+
+        results["pacing"] = _optional("pacing", lambda: bench_pacing(out, args.quick))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0

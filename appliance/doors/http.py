@@ -46,9 +46,18 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from appliance.core.service import Service, Stream, StreamResult
-from appliance.doors.formats import FORMATS, Encoder, SoundfileOut, make_encoder
+from appliance.doors.formats import (
+    FORMATS,
+    RAW_FORMATS,
+    Encoder,
+    PcmOut,
+    SoundfileOut,
+    make_encoder,
+)
 from appliance.doors.httpguard import Guard, GuardedHandler
 from appliance.doors.net import ClientTooSlow, Outbox, drop_connection, quiet_accept_errors
+from appliance.doors.pace import PACE_MS, PacedFrame, Pacer
+from appliance.doors.pcm import G711_RATE
 from appliance.errors import ErrorCode, ServiceError
 from appliance.ops.config import HttpConfig, LimitsConfig
 from appliance.ops.logsetup import Throttle
@@ -142,6 +151,10 @@ class SpeechBody:
     noise_scale: float | None = None
     noise_w: float | None = None
     """ttsd extensions (protocol v1's meanings; 0 = the same audio every time)."""
+    sample_rate: int | None = None
+    pace_ms: int | None = None
+    """ttsd extensions for the raw formats (pcm, wav, G.711): the rate (G.711: 8000 Hz
+    unless given), and frames of exactly ``pace_ms`` on the real-time clock."""
 
     @classmethod
     def from_dict(cls, d: Any) -> SpeechBody:
@@ -158,7 +171,8 @@ class SpeechBody:
         fmt = d.get("response_format", "mp3")
         if fmt == "aac":
             raise BadField(
-                "response_format", "'aac' is not supported: use mp3, opus, flac, wav or pcm"
+                "response_format",
+                "'aac' is not supported: use mp3, opus, flac, wav, pcm, mulaw or alaw",
             )
         if fmt not in FORMATS:
             raise BadField(
@@ -179,7 +193,29 @@ class SpeechBody:
             if value is not None and not 0.0 <= value <= 2.0:
                 raise BadField(key, f"'{key}' must be a number within 0.0–2.0")
             noise[key] = value
-        return cls(text, voice, fmt, speed, sfmt, model, **noise)
+        raw: dict[str, int | None] = {}
+        for key, lo, hi in (("sample_rate", 8000, 192000), ("pace_ms", *PACE_MS)):
+            raw[key] = _int(d, key, lo, hi)
+            if raw[key] is not None and fmt not in RAW_FORMATS:
+                raise BadField(key, f"'{key}' is for {', '.join(RAW_FORMATS)} only")
+        return cls(
+            text,
+            voice,
+            fmt,
+            speed,
+            sfmt,
+            model,
+            noise["noise_scale"],
+            noise["noise_w"],
+            raw["sample_rate"],
+            raw["pace_ms"],
+        )
+
+    def out_rate(self, voice_rate: int) -> int | None:
+        """The rate raw audio is sent at (None: the encoder's own choice)."""
+        if self.sample_rate is not None:
+            return self.sample_rate
+        return G711_RATE if "law" in self.response_format else None
 
     def applied_speed(self) -> float:
         """OpenAI allows 0.25–4.0; the voices stay intelligible within 0.5–2.0: clamped."""
@@ -195,7 +231,18 @@ class SpeechBody:
             "model": self.model,
             "noise_scale": self.noise_scale,
             "noise_w": self.noise_w,
+            "sample_rate": self.sample_rate,
+            "pace_ms": self.pace_ms,
         }
+
+
+def _int(d: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+    value = d.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise BadField(key, f"'{key}' must be an integer within {lo}–{hi}")
+    return value
 
 
 def _number(d: dict[str, Any], key: str, default: float | None) -> float | None:
@@ -571,8 +618,9 @@ class HttpDoor:
 
     async def _encoder(self, body: SpeechBody, stream: Stream) -> Encoder:
         try:
-            if body.response_format in ("pcm", "wav"):
-                return make_encoder(body.response_format, stream.sample_rate)
+            if body.response_format in RAW_FORMATS:
+                rate = body.out_rate(stream.sample_rate)
+                return make_encoder(body.response_format, stream.sample_rate, rate)
             # libsndfile opens its codec: off the loop
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(
@@ -649,9 +697,27 @@ class _AudioSink:
         self.first = True
         self.gone: str | None = None
         """Why the client is lost ("too_slow", "disconnect"), once it is."""
+        self.pacer: Pacer[None] | None = None
+        if body.pace_ms is not None and isinstance(encoder, PcmOut):
+            self.pacer = Pacer(
+                body.pace_ms,
+                encoder.sample_rate,
+                encoder.pcm.bytes_per_sample,
+                encoder.pcm.silence,
+                self._send_frame,
+            )
+
+    async def _send_frame(self, frame: PacedFrame[None]) -> None:
+        await self.write(frame.data)
 
     async def emit(self, chunk: Chunk) -> None:
         data = await self._encode(chunk.samples, chunk.final)
+        if self.pacer is not None:
+            if self.first:
+                self.first = False
+                await self.write(self.encoder.header())  # the header is not paced
+            await self.pacer.put(data, None)
+            return
         if self.first:
             self.first = False
             data = self.encoder.header() + data
@@ -693,7 +759,12 @@ class _AudioSink:
     async def finish(self) -> None:
         """The encoder's tail, SSE's closing event with its usage, the end of the body."""
         tail = await self._loop.run_in_executor(self._pool, self.encoder.finish)
-        await self.write((self.encoder.header() if self.first else b"") + tail)
+        if self.pacer is not None:
+            await self.write(self.encoder.header() if self.first else b"")
+            await self.pacer.put(tail, None)
+            await self.pacer.close()
+        else:
+            await self.write((self.encoder.header() if self.first else b"") + tail)
         if self.sse and self.gone is None:
             text = len(self.body.input)
             usage = {
@@ -708,6 +779,8 @@ class _AudioSink:
         await self.resp.write_eof()
 
     async def close(self) -> None:
+        if self.pacer is not None:
+            await self.pacer.stop()
         if not isinstance(self.encoder, SoundfileOut):
             return
         # An encode may still run in a worker (its await was cancelled): close after it,

@@ -14,7 +14,8 @@ from typing import Any, ClassVar
 
 import msgpack
 
-from appliance.doors.pcm import PCM_FORMATS
+from appliance.doors.pace import PACE_MS, PacedFrame
+from appliance.doors.pcm import PCM_FORMATS, default_rate
 from appliance.errors import ErrorCode, ServiceError
 from appliance.speech import MODES, PRIORITIES, TEXT_FORMATS, Chunk, Mark, SpeechRequest
 
@@ -125,6 +126,8 @@ class SynthesizeRequest:
     realtime: bool = True
     text_stream: bool = False
     text_format: str = "text"
+    pace_ms: int | None = None
+    """synthesize only: send frames of exactly this many ms on the real-time clock."""
     # speak only
     priority: str = "message"
     op: str = "synthesize"
@@ -143,8 +146,9 @@ class SynthesizeRequest:
             if isinstance(speaker, str) and len(speaker) > 256:
                 raise ProtocolError(ErrorCode.BAD_REQUEST, "'speaker' is too long")
         fmt = _opt_choice(d, "format", FORMATS) if op == "synthesize" else None
-        if op == "speak" and "format" in d:
-            raise ProtocolError(ErrorCode.BAD_REQUEST, "'format' is not a field of speak")
+        for key in ("format", "pace_ms"):
+            if op == "speak" and key in d:
+                raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' is not a field of speak")
         return cls(
             id=rid,
             text=text,
@@ -160,6 +164,7 @@ class SynthesizeRequest:
             realtime=r if (r := _opt_bool(d, "realtime")) is not None else True,
             text_stream=text_stream,
             text_format=_opt_choice(d, "text_format", TEXT_FORMATS) or "text",
+            pace_ms=_opt_int(d, "pace_ms", *PACE_MS),
             priority=(_opt_choice(d, "priority", PRIORITIES) or "message")
             if op == "speak"
             else "message",
@@ -184,7 +189,13 @@ class SynthesizeRequest:
             d["text_stream"] = True
         if self.text_format != "text":
             d["text_format"] = self.text_format
+        if self.pace_ms is not None:
+            d["pace_ms"] = self.pace_ms
         return d
+
+    def out_rate(self, voice_rate: int) -> int:
+        """The rate audio is sent at: ``sample_rate``, else 8000 Hz for G.711, else the voice's."""
+        return self.sample_rate or default_rate(self.format, voice_rate)
 
     def speech(self) -> SpeechRequest:
         """The neutral request the service core takes."""
@@ -414,6 +425,22 @@ class ChunkEvent:
             text_span=chunk.text_span,
             sentence_end=chunk.sentence_end,
             marks=chunk.marks,
+        )
+
+    @classmethod
+    def from_frame(cls, rid: int, frame: PacedFrame[Chunk]) -> ChunkEvent:
+        """A paced frame (``pace_ms``): the span of the chunks it carries, the marks of
+        those that begin in it, ``sentence_end`` when one that ends a sentence ends in it."""
+        spans = [c.text_span for c in frame.pieces]
+        return cls(
+            id=rid,
+            seq=frame.index,
+            audio=frame.data,
+            offset_ms=frame.offset_s * 1000.0,
+            duration_ms=frame.duration_s * 1000.0,
+            text_span=(min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0),
+            sentence_end=any(c.sentence_end for c in frame.ends),
+            marks=tuple(m for c in frame.starts for m in c.marks),
         )
 
 
