@@ -46,6 +46,8 @@ class SpeechRequest:
     """False: file/batch work, lowest priority, never refused as busy."""
     priority: str = "message"
     """For speech on the device only (speech-dispatcher's meanings)."""
+    deterministic: bool | None = None
+    """Seed the sampling noise from the text and settings (None: ``voices.deterministic``)."""
 
     def validate(self) -> None:
         """The checks every door shares; a door checks its own wire types first."""

@@ -50,6 +50,11 @@ reqlog = logging.getLogger("ttsd.request")
 
 Emit = Callable[[Chunk], Awaitable[None]]
 
+DETERMINISTIC_SEED = 0x74747364
+"""The seed of every deterministic request ("ttsd"): each encoder call mixes in its own
+phoneme ids, scales and speaker (appliance.model.noise.call_seed), so a phrase sounds the
+same in any request, and different phrases differ."""
+
 _FRONTEND_THREADS = 2
 """Text normalisation is a few ms of pure Python per request: two threads keep one long
 text from holding up everyone else's, without competing with the inference workers."""
@@ -484,12 +489,15 @@ class Service:
     ) -> JobSettings:
         cfg = self.runtime.config
         d = voice.defaults
+        fixed = cfg.voices.deterministic if req.deterministic is None else req.deterministic
         return JobSettings(
             scales=Scales(
                 d.noise_scale if req.noise_scale is None else req.noise_scale,
                 d.length_scale / req.speed if req.speed else d.length_scale,
                 d.noise_w if req.noise_w is None else req.noise_w,
+                seed=DETERMINISTIC_SEED if fixed else None,
             ),
+            deterministic=fixed,
             speaker=sid,
             mode=req.mode or cfg.streaming.default_mode,
             realtime=req.realtime,

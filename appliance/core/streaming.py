@@ -150,6 +150,10 @@ class JobSettings:
     """A long first sentence may start from a quick encoding (see :class:`QuickStart`)."""
     max_phonemes: int = 1024
     """Most ids of one encoder call (:mod:`appliance.model.engine.bounded`)."""
+    deterministic: bool = False
+    """The same audio for the same text: seeded noise (``scales.seed``) and the same
+    computation every time — no quick start (its choice depends on timing), the same
+    decoder for every window and no decoding ahead (which windows run depends on load)."""
 
 
 @dataclass
@@ -449,7 +453,13 @@ class SynthesisJob:
         # backend's fastest decoder, if the cores it spreads over are free.  In a burst,
         # and for a whole-sentence chunk (mode sentence, what Piper does) or a batch
         # request, the cheapest (appliance.model.conv2d): 16 vs 21 ms of CPU.
-        return self.settings.realtime and not self._plan.whole and not self.scheduler.crowded()
+        s = self.settings
+        return (
+            s.realtime
+            and not s.deterministic
+            and not self._plan.whole
+            and not self.scheduler.crowded()
+        )
 
     def _quick_allowed(self, clause: Clause, ids: IntArray) -> bool:
         """A quick start pays for itself on a long first sentence a listener waits for, when
@@ -457,6 +467,7 @@ class SynthesisJob:
         s = self.settings
         return (
             s.quick_start
+            and not s.deterministic
             and s.realtime
             and not self._plan.whole
             and clause.speed == 1.0
@@ -519,7 +530,7 @@ class SynthesisJob:
         burst of newcomers, a second chunk that ran the rest of its clause's flow and
         decoded 4× its frames took ~50 ms, and the last streams' second chunks came
         after their listeners had run dry."""
-        ahead = not self.scheduler.crowded()
+        ahead = not self.settings.deterministic and not self.scheduler.crowded()
         return decode_span(
             self.voice.model, enc, a, b, self.settings.context, self.voice.hop, ahead=ahead
         )

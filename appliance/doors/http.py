@@ -155,6 +155,8 @@ class SpeechBody:
     pace_ms: int | None = None
     """ttsd extensions for the raw formats (pcm, wav, G.711): the rate (G.711: 8000 Hz
     unless given), and frames of exactly ``pace_ms`` on the real-time clock."""
+    deterministic: bool | None = None
+    """ttsd extension: seeded sampling noise, the same bytes for the same text."""
 
     @classmethod
     def from_dict(cls, d: Any) -> SpeechBody:
@@ -209,6 +211,7 @@ class SpeechBody:
             noise["noise_w"],
             raw["sample_rate"],
             raw["pace_ms"],
+            _bool(d, "deterministic"),
         )
 
     def out_rate(self, voice_rate: int) -> int | None:
@@ -233,7 +236,15 @@ class SpeechBody:
             "noise_w": self.noise_w,
             "sample_rate": self.sample_rate,
             "pace_ms": self.pace_ms,
+            "deterministic": self.deterministic,
         }
+
+
+def _bool(d: dict[str, Any], key: str) -> bool | None:
+    value = d.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise BadField(key, f"'{key}' must be true or false")
+    return value
 
 
 def _int(d: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
@@ -535,6 +546,7 @@ class HttpDoor:
                 speed=body.applied_speed(),
                 noise_scale=body.noise_scale,
                 noise_w=body.noise_w,
+                deterministic=body.deterministic,
             )
         except BadField as exc:
             self.service.record_error(exc.code)

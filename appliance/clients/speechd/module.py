@@ -397,6 +397,9 @@ class Module:
 
     def request_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"format": "s16le", "mode": self.cfg.mode}
+        if self.cfg.deterministic:
+            # A screen reader says the same phrases again and again: the same audio each time.
+            opts["deterministic"] = True
         voice = self.resolve_voice()
         if voice:
             opts["voice"] = voice

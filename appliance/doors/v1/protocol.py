@@ -128,6 +128,8 @@ class SynthesizeRequest:
     text_format: str = "text"
     pace_ms: int | None = None
     """synthesize only: send frames of exactly this many ms on the real-time clock."""
+    deterministic: bool | None = None
+    """Seeded sampling noise: the same text gives the same bytes (None: the config's)."""
     # speak only
     priority: str = "message"
     op: str = "synthesize"
@@ -165,6 +167,7 @@ class SynthesizeRequest:
             text_stream=text_stream,
             text_format=_opt_choice(d, "text_format", TEXT_FORMATS) or "text",
             pace_ms=_opt_int(d, "pace_ms", *PACE_MS),
+            deterministic=_opt_bool(d, "deterministic"),
             priority=(_opt_choice(d, "priority", PRIORITIES) or "message")
             if op == "speak"
             else "message",
@@ -191,6 +194,8 @@ class SynthesizeRequest:
             d["text_format"] = self.text_format
         if self.pace_ms is not None:
             d["pace_ms"] = self.pace_ms
+        if self.deterministic is not None:
+            d["deterministic"] = self.deterministic
         return d
 
     def out_rate(self, voice_rate: int) -> int:
@@ -212,6 +217,7 @@ class SynthesizeRequest:
             mode=self.mode,
             realtime=self.realtime,
             priority=self.priority,
+            deterministic=self.deterministic,
         )
 
 
