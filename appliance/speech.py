@@ -22,6 +22,8 @@ IntArray = npt.NDArray[np.int64]
 MODES = ("dialog", "reading", "sentence")
 PRIORITIES = ("important", "message", "text", "notification", "progress")
 TEXT_FORMATS = ("text", "ssml")
+MAX_SPEED = 4.0
+"""Past the voice's own limit (~2×) a time-stretch does the rest (appliance.model.stretch)."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,8 @@ class SpeechRequest:
         def bad(msg: str) -> ServiceError:
             return ServiceError(ErrorCode.BAD_REQUEST, msg)
 
-        if self.speed is not None and not 0.5 <= self.speed <= 2.0:
-            raise bad("'speed' must be within 0.5–2.0")
+        if self.speed is not None and not 0.5 <= self.speed <= MAX_SPEED:
+            raise bad(f"'speed' must be within 0.5–{MAX_SPEED:g}")
         for key in ("noise_scale", "noise_w"):
             value = getattr(self, key)
             if value is not None and not 0.0 <= value <= 2.0:

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=None,
         help="core http normalizer ssml concurrency speed prosody playback textstream speechd "
-        "wyoming pacing",
+        "wyoming pacing speeds",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             "speechd",
             "wyoming",
             "pacing",
+            "speeds",
         ]
     )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
@@ -207,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.telephony import bench_pacing
 
         results["pacing"] = _optional("pacing", lambda: bench_pacing(out, args.quick))
+    if "speeds" in want:  # issue 30: speed 1-4x against espeak-ng
+        from bench.telephony import bench_speed_sweep
+
+        results["speeds"] = _optional("speeds", lambda: bench_speed_sweep(out, args.quick))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0

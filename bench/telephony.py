@@ -91,3 +91,120 @@ def bench_pacing(out: Path, quick: bool) -> dict[str, Any]:
             f"| {r['gap_p50_ms']} ms | {r['gap_p99_ms']} ms |"
         )
     return {"levels": rows}
+
+
+# ---------------------------------------------------------------- speed sweep (screen readers)
+
+SPEED_TEXTS = [
+    "Please turn on the kitchen lights.",
+    "The next train leaves from platform two in five minutes.",
+    "Good morning, it is sunny and warm today.",
+    "Open the file menu and choose save as.",
+    "There are three new messages in your inbox.",
+    "Your battery is low, please connect the charger.",
+]
+SPEEDS = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
+ESPEAK_WPM = 175
+"""espeak-ng's default rate (-s): speed s is -s 175·s (espeak-ng stretches past ~450 with
+libsonic itself)."""
+
+
+def _espeak(text: str, speed: float) -> np.ndarray:
+    import subprocess
+    import tempfile
+
+    import soundfile
+    import soxr
+
+    with tempfile.NamedTemporaryFile(suffix=".wav") as f:
+        cmd = ["espeak-ng", "-s", str(round(ESPEAK_WPM * speed)), "-w", f.name, text]
+        subprocess.run(cmd, check=True, capture_output=True)
+        a, rate = soundfile.read(f.name, dtype="float32")
+    return np.asarray(soxr.resample(a, rate, 22050), dtype=np.float32)
+
+
+def _wer(audio: np.ndarray, text: str, speed: float) -> tuple[int, int, int, int]:
+    """(errors, words) heard as it is, and slowed back to 1x with libsonic (pocketsphinx
+    is trained on speech at a normal rate: raw fast speech mostly measures that)."""
+    from appliance.model.stretch import Stretcher
+    from tests.asr import recognize, word_errors
+
+    def heard(a: np.ndarray) -> tuple[int, int]:
+        return word_errors(text, recognize((np.clip(a, -1, 1) * 32767).astype(np.int16), 22050))
+
+    back = Stretcher(22050, 1.0 / speed)
+    slowed = np.concatenate([back.process(audio), back.flush()])
+    return (*heard(audio), *heard(slowed))
+
+
+def bench_speed_sweep(out: Path, quick: bool) -> dict[str, Any]:
+    """Speed 1-4x: duration ratio (vs 1/speed), WER (raw and slowed back), first packet;
+    espeak-ng at the same speeds on the same sentences, same recogniser, same run."""
+    proc, sock = start_daemon(out)
+    rows: list[dict[str, Any]] = []
+    try:
+        with Client(sock) as c:
+            c.synthesize_all("Hello.")
+            base = {t: len(c.synthesize_all(t, format="f32le").audio) // 4 for t in SPEED_TEXTS}
+            runs = 3 if quick else 10
+            for speed in SPEEDS:
+                e = n = eb = nb = 0
+                ratios, firsts = [], []
+                for t in SPEED_TEXTS:
+                    syn = c.synthesize_all(t, format="f32le", speed=speed)
+                    a = np.frombuffer(syn.audio, "<f4")
+                    ratios.append(len(a) / base[t] * speed)
+                    r = _wer(a, t, speed)
+                    e, n, eb, nb = e + r[0], n + r[1], eb + r[2], nb + r[3]
+                for _ in range(runs):
+                    t0 = time.perf_counter()
+                    first: float | None = None
+                    for ev in c.synthesize(SPEED_TEXTS[1], format="s16le", speed=speed):
+                        if ev["event"] == "chunk" and first is None:
+                            first = (time.perf_counter() - t0) * 1000
+                    if first is not None:
+                        firsts.append(first)
+                rows.append(
+                    {
+                        "who": "ttsd",
+                        "speed": speed,
+                        "duration_x_speed": round(float(np.mean(ratios)), 3),
+                        "wer": round(e / n, 3),
+                        "wer_slowed": round(eb / nb, 3),
+                        "first_packet_ms": round(float(np.median(firsts)), 1),
+                    }
+                )
+        ebase = {t: len(_espeak(t, 1.0)) for t in SPEED_TEXTS}
+        for speed in SPEEDS:
+            e = n = eb = nb = 0
+            ratios = []
+            for t in SPEED_TEXTS:
+                a = _espeak(t, speed)
+                ratios.append(len(a) / ebase[t] * speed)
+                r = _wer(a, t, speed)
+                e, n, eb, nb = e + r[0], n + r[1], eb + r[2], nb + r[3]
+            rows.append(
+                {
+                    "who": "espeak-ng",
+                    "speed": speed,
+                    "duration_x_speed": round(float(np.mean(ratios)), 3),
+                    "wer": round(e / n, 3),
+                    "wer_slowed": round(eb / nb, 3),
+                    "first_packet_ms": None,
+                }
+            )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    print("\n## Speed sweep: ttsd (time-stretch past 2x) vs espeak-ng, same sentences\n")
+    print(
+        "| who | speed | duration × speed (goal 1 ± 0.05) | WER | WER slowed back to 1x "
+        "| first packet |\n|---|---|---|---|---|---|"
+    )
+    for r in rows:
+        fp = f"{r['first_packet_ms']} ms" if r["first_packet_ms"] is not None else "—"
+        print(
+            f"| {r['who']} | {r['speed']:g}x | {r['duration_x_speed']} | {r['wer']} "
+            f"| {r['wer_slowed']} | {fp} |"
+        )
+    return {"rows": rows}

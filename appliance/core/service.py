@@ -38,6 +38,7 @@ from appliance.core.runtime import Runtime
 from appliance.core.streaming import ClauseQueue, JobSettings, JobStats, SynthesisJob, VoiceRuntime
 from appliance.core.textstream import SegmentRule, TextFeed
 from appliance.errors import ErrorCode, ServiceError
+from appliance.model import stretch
 from appliance.model.engine.base import Scales
 from appliance.ops.metrics import LiveNumbers
 from appliance.playback import NoAudioDevice, Utterance
@@ -490,10 +491,18 @@ class Service:
         cfg = self.runtime.config
         d = voice.defaults
         fixed = cfg.voices.deterministic if req.deterministic is None else req.deterministic
+        speed = req.speed or 1.0
+        voice_speed = min(speed, stretch.LENGTH_SCALE_LIMIT)
+        if speed > voice_speed and not stretch.available():
+            raise ServiceError(
+                ErrorCode.BAD_REQUEST,
+                f"'speed' above {stretch.LENGTH_SCALE_LIMIT:g} needs libsonic (libsonic0)",
+            )
         return JobSettings(
+            stretch_speed=speed if speed > voice_speed else None,
             scales=Scales(
                 d.noise_scale if req.noise_scale is None else req.noise_scale,
-                d.length_scale / req.speed if req.speed else d.length_scale,
+                d.length_scale / voice_speed,
                 d.noise_w if req.noise_w is None else req.noise_w,
                 seed=DETERMINISTIC_SEED if fixed else None,
             ),

@@ -43,6 +43,7 @@ from appliance.core.chunkplan import (
 from appliance.model.engine.base import Encoded, Scales, VoiceModel
 from appliance.model.engine.bounded import encode_bounded, fused_bounded
 from appliance.model.engine.windows import decode_span
+from appliance.model.stretch import LENGTH_SCALE_LIMIT, MAX_SPEED, Stretcher
 from appliance.speech import Chunk, FloatArray, IntArray, Mark
 
 if TYPE_CHECKING:
@@ -150,6 +151,9 @@ class JobSettings:
     """A long first sentence may start from a quick encoding (see :class:`QuickStart`)."""
     max_phonemes: int = 1024
     """Most ids of one encoder call (:mod:`appliance.model.engine.bounded`)."""
+    stretch_speed: float | None = None
+    """A speed past what the voice does well (``appliance.model.stretch``): the voice renders
+    at ``scales`` (its limit) and each clause is time-stretched so the whole is this fast."""
     deterministic: bool = False
     """The same audio for the same text: seeded noise (``scales.seed``) and the same
     computation every time — no quick start (its choice depends on timing), the same
@@ -330,6 +334,12 @@ class SynthesisJob:
         """The next chunk's size in frames (chunks grow through the request)."""
         self._audio_out_s = 0.0
         self._fade = round(voice.sample_rate * settings.join_fade_ms / 1000.0)
+        self._stretch = (
+            Stretcher(voice.sample_rate, settings.stretch_speed / LENGTH_SCALE_LIMIT)
+            if settings.stretch_speed is not None
+            else None
+        )
+        self._last_span = (0, 0)
         self._chars_done = 0
         """Characters of the clauses whose audio is fully written (admission's estimate)."""
         self._clauses_done = 0
@@ -468,6 +478,7 @@ class SynthesisJob:
         return (
             s.quick_start
             and not s.deterministic
+            and self._stretch is None
             and s.realtime
             and not self._plan.whole
             and clause.speed == 1.0
@@ -600,6 +611,12 @@ class SynthesisJob:
             self._chars_done += len(clause.text)
             self._clauses_done += 1
             clause = await self._following()
+        if self._stretch is not None:
+            # A text stream's last chunk was not known as last: the stretcher's tail now.
+            tail = self._stretch.flush()
+            self._stretch.close()
+            if len(tail):
+                await self._send(tail, self._last_span, False, True, emit, stretched=True)
 
     async def _encoded(self, clause: Clause) -> _Encoded:
         """The clause's encoding: prefetched, or the request's first item (urgent: work
@@ -722,6 +739,8 @@ class SynthesisJob:
     async def _speak(self, voiced: _Voiced, emit: Emit) -> None:
         """Decode, shape and send one clause's chunks."""
         clause, encoded = voiced.clause, voiced.encoded
+        if self._stretch is not None:
+            self._stretch.set_factor(self._stretch_factor(encoded))
         if encoded.quick is None:
             self._place_marks(voiced)
         hop, rate = self.voice.hop, self.voice.sample_rate
@@ -741,6 +760,26 @@ class SynthesisJob:
             )
             clause_out_s += (b - a) * hop / rate
             self._prefetch(clause_audio_s - clause_out_s)
+
+    def _stretch_factor(self, encoded: _Encoded) -> float:
+        """This clause's stretch, so that its length is ``1 / stretch_speed`` of the voice's
+        own at speed 1: the voice at its limit rounds each phoneme up to whole frames, so it
+        is less than ``LENGTH_SCALE_LIMIT`` times as fast; from its frames at that scale,
+        frames(L) ≈ D·L + n/2 (n phonemes: the ceiling adds half a frame each) gives the
+        length at the default scale (as ``_rate_scales`` calibrates SSML rates)."""
+        speed = self.settings.stretch_speed
+        assert speed is not None
+        plain = speed / LENGTH_SCALE_LIMIT
+        if encoded.enc is None:
+            return plain
+        durations = encoded.enc.durations
+        frames, n = float(durations.sum()), float(np.count_nonzero(durations))
+        scale = self.settings.scales.length_scale
+        per_scale = (frames - n / 2) / scale
+        full = per_scale * scale * LENGTH_SCALE_LIMIT + n / 2
+        if per_scale <= 0 or frames <= 0:
+            return plain
+        return min(MAX_SPEED, max(1.0, speed * frames / full))
 
     async def _chunk_audio(self, voiced: _Voiced, j: int, a: int, b: int) -> FloatArray:
         encoded = voiced.encoded
@@ -807,8 +846,17 @@ class SynthesisJob:
         sentence_end: bool,
         final: bool,
         emit: Emit,
+        stretched: bool = False,
     ) -> None:
-        """Count a stall if the listener ran dry, attach the marks, emit the chunk."""
+        """Count a stall if the listener ran dry, attach the marks, emit the chunk (time-
+        stretched first, when the request is past the voice's speed)."""
+        if self._stretch is not None and not stretched:
+            audio = self._stretch.process(audio)
+            if final:
+                audio = np.concatenate([audio, self._stretch.flush()])
+                self._stretch.close()
+                self._stretch = None
+        self._last_span = span
         now = time.monotonic()
         run_dry = (self.stats.t_first or now) + self._audio_out_s + STALL_JITTER_S
         if self.stats.t_first is not None and now > run_dry:

@@ -59,6 +59,8 @@ from appliance.doors.net import ClientTooSlow, Outbox, drop_connection, quiet_ac
 from appliance.doors.pace import PACE_MS, PacedFrame, Pacer
 from appliance.doors.pcm import G711_RATE
 from appliance.errors import ErrorCode, ServiceError
+from appliance.model.stretch import LENGTH_SCALE_LIMIT
+from appliance.model.stretch import available as stretch_available
 from appliance.ops.config import HttpConfig, LimitsConfig
 from appliance.ops.logsetup import Throttle
 from appliance.speech import Chunk, SpeechRequest
@@ -72,7 +74,8 @@ OPENAI_VOICES = (
     "verse", "marin", "cedar",
 )  # fmt: skip
 OPENAI_SPEED = (0.25, 4.0)
-TTSD_SPEED = (0.5, 2.0)
+TTSD_SPEED = (0.5, 4.0)
+"""Past 2× the voice is time-stretched (libsonic); without libsonic, clamped at 2×."""
 STREAM_FORMATS = ("audio", "sse")
 MODEL_ID = "ttsd"
 
@@ -221,8 +224,9 @@ class SpeechBody:
         return G711_RATE if "law" in self.response_format else None
 
     def applied_speed(self) -> float:
-        """OpenAI allows 0.25–4.0; the voices stay intelligible within 0.5–2.0: clamped."""
-        return min(TTSD_SPEED[1], max(TTSD_SPEED[0], self.speed))
+        """OpenAI allows 0.25–4.0; ttsd 0.5–4.0 (0.5–2.0 without libsonic): clamped."""
+        top = TTSD_SPEED[1] if stretch_available() else LENGTH_SCALE_LIMIT
+        return min(top, max(TTSD_SPEED[0], self.speed))
 
     def to_dict(self) -> dict[str, Any]:
         return {

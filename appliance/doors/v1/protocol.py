@@ -17,7 +17,15 @@ import msgpack
 from appliance.doors.pace import PACE_MS, PacedFrame
 from appliance.doors.pcm import PCM_FORMATS, default_rate
 from appliance.errors import ErrorCode, ServiceError
-from appliance.speech import MODES, PRIORITIES, TEXT_FORMATS, Chunk, Mark, SpeechRequest
+from appliance.speech import (
+    MAX_SPEED,
+    MODES,
+    PRIORITIES,
+    TEXT_FORMATS,
+    Chunk,
+    Mark,
+    SpeechRequest,
+)
 
 PROTOCOL_VERSION = 1
 
@@ -158,7 +166,7 @@ class SynthesizeRequest:
             speaker=speaker,
             format=fmt or "s16le",
             sample_rate=_opt_int(d, "sample_rate", 8000, 192000),
-            speed=_opt_num(d, "speed", 0.5, 2.0),
+            speed=_opt_num(d, "speed", 0.5, MAX_SPEED),
             noise_scale=_opt_num(d, "noise_scale", 0.0, 2.0),
             noise_w=_opt_num(d, "noise_w", 0.0, 2.0),
             volume=v if (v := _opt_num(d, "volume", 0.0, 2.0)) is not None else 1.0,
