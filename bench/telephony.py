@@ -3,7 +3,7 @@
 Each stream is one protocol-v1 connection in its own client thread asking for 8 kHz μ-law
 in 20 ms frames; every frame's arrival time is taken as the client reads it.  A frame's
 jitter is its arrival minus its ideal time: the first paced frame's arrival (the one after
-the 100 ms start buffer) plus ``k · 20 ms``.  Reported: P50 and P99 of |jitter| over every
+the 40 ms start buffer) plus ``k · 20 ms``.  Reported: P50 and P99 of |jitter| over every
 paced frame of every stream ("vs schedule": a frame the daemon sent late moves every
 later one, as the schedule restarts from it), the interval jitter |Δt − 20 ms| between
 consecutive frames (what a far end's jitter buffer absorbs), the frames' sizes, and the
@@ -27,7 +27,7 @@ TEXT = (
     "Please stay on the line and your call will be answered in the order it was received."
 )
 PACE_MS = 20
-BUFFER_FRAMES = 5  # appliance.doors.pace.START_BUFFER_MS / PACE_MS
+BUFFER_FRAMES = 2  # appliance.doors.pace.START_BUFFER_MS / PACE_MS
 
 
 def one_stream(sock: str, out: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ in frames:
   on average);
 - the first :data:`START_BUFFER_MS` of audio (whole frames, at least one) leave as soon
   as they are made — the start buffer, which lets the far end's jitter buffer fill and
-  the stream get ahead; frame *k* after them leaves at ``t0 + (k − B)·N``, ``t0`` the
+  the stream get ahead; frame *k* ≥ B after them leaves at ``t0 + (k − B + 1)·N``, ``t0`` the
   time the first frame left.  Each send waits for its absolute target on the loop's
   monotonic clock (``loop.call_at``), so errors never accumulate;
 - a frame that was not made in time (the stream fell behind) leaves when it is made
@@ -35,9 +35,10 @@ from typing import Generic, TypeVar
 
 PACE_MS = (5, 1000)
 """The frame lengths a request may ask for (telephony uses 10–60 ms)."""
-START_BUFFER_MS = 100
-"""Audio sent at once before pacing starts (rounded up to whole frames): the slack a
-stream has before a frame is late, as the 100 ms jitter buffer of the concurrency bench."""
+START_BUFFER_MS = 40
+"""Audio sent at once before pacing starts (rounded up to whole frames).  A head start for
+the far end's jitter buffer, taken from the slack of the stream: with 100 ms, a first
+chunk of ~100 ms left the second chunk ~20 ms to arrive, and a loaded box missed it."""
 MAX_AHEAD_S = 10.0
 """Audio a pacer holds ahead of the clock before ``put`` waits."""
 
@@ -168,25 +169,27 @@ class Pacer(Generic[T]):
                 await self._wake.wait()
             if self._total <= start:
                 return  # everything sent (a stream that ends on a frame boundary)
+            ready = self._loop.time()  # when its audio was there (production's lateness)
             frame = self._take(k, start, end)
-            await self._wait_turn(k)
+            await self._wait_turn(k, ready)
             await self._send(frame)
             self.frames += 1
             k += 1
 
-    async def _wait_turn(self, k: int) -> None:
+    async def _wait_turn(self, k: int, ready: float) -> None:
         loop = self._loop
-        paced = k - self.buffer_frames
+        paced = k - self.buffer_frames + 1  # frames 0 … B-1 at once, frame B one period later
         if self._t0 is None:
             self._t0 = loop.time()
         if paced <= 0:
             return
         target = self._t0 + paced * self.pace_s
-        now = loop.time()
-        if now > target + self.pace_s:
-            # Fell behind by more than a frame: restart the schedule here, no burst.
+        if ready > target + self.pace_s:
+            # The stream fell behind by more than a frame: restart the schedule here, no
+            # burst.  (A loop that merely woke late keeps the schedule: the next frame is
+            # on time again.)
             self.late += 1
-            self._t0 = now - paced * self.pace_s
+            self._t0 = loop.time() - paced * self.pace_s
             return
         await sleep_until(loop, target)
 

@@ -41,8 +41,8 @@ def test_on_the_clock_after_the_start_buffer() -> None:
     got = asyncio.run(_pace([(b"x" * 8000, "X")], 20, 8000))  # 1 s: 50 frames
     t = [ts for ts, _ in got]
     assert len(t) == 50
-    assert t[4] - t[0] < 0.01  # 100 ms start buffer: 5 frames at once
-    late = [t[k] - (t[0] + (k - 5) * 0.02) for k in range(5, 50)]
+    assert t[1] - t[0] < 0.01  # 40 ms start buffer: 2 frames at once
+    late = [t[k] - (t[0] + (k - 1) * 0.02) for k in range(2, 50)]
     assert min(late) >= -0.001 and max(late) < 0.02, (min(late), max(late))
 
 
