@@ -685,13 +685,15 @@ class SynthesisJob:
             frames = position_frames(clause, positions, ids, enc.durations, self._is_space)
         pause_frames = self._pause_frames(clause, voiced.encoded)
         by_frame = {round(f): p for f, p in zip(pause_frames, clause.pauses, strict=True)}
+        # A stretched clause (speed past the voice's limit) is that much shorter.
+        frame_ms = self._frame_ms / (self._stretch.factor if self._stretch is not None else 1.0)
         for mark, f in zip(marks, frames, strict=True):
             pause = by_frame.get(round(f))
 
             def after(_: int, mark: ClauseMark = mark, pause: ClausePause | None = pause) -> bool:
                 return pause is not None and pause.source_offset < mark.source_offset
 
-            self._marks.append(Mark(mark.name, voiced.at_ms(f, self._frame_ms, after)))
+            self._marks.append(Mark(mark.name, voiced.at_ms(f, frame_ms, after)))
 
     def _is_space(self, phoneme_id: int) -> bool:
         return self.voice.phonemizer.is_space(phoneme_id)

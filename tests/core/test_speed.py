@@ -73,3 +73,16 @@ def test_speed_bounds(daemon: Daemon) -> None:
         for bad in (4.5, 0.4):
             with pytest.raises(Exception, match="speed"):
                 c.synthesize_all("Hi.", speed=bad)
+
+
+def test_marks_follow_the_stretch(daemon: Daemon) -> None:
+    text = (
+        "<speak>The quick brown fox jumps over the lazy dog <mark name='m'/> and runs "
+        "far away into the dark green forest.</speak>"
+    )
+    with Client(daemon.socket) as c:
+        evs = list(c.synthesize(text, text_format="ssml", speed=4.0, **ZERO))
+    chunks = [e for e in evs if e["event"] == "chunk"]
+    total = sum(e["duration_ms"] for e in chunks)
+    marks = [m["offset_ms"] for e in chunks for m in e.get("marks", [])]
+    assert len(marks) == 1 and 0.3 * total < marks[0] < 0.7 * total, (marks, total)
