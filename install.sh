@@ -33,7 +33,7 @@ PYTHON_HOME=$PREFIX/python
 BINDIR=/usr/local/bin
 SOCKET=/run/ttsd/ttsd.sock
 USER_NAME=ttsd
-APT_PACKAGES=(libportaudio2)
+APT_PACKAGES=(libportaudio2 libsonic0)  # the speaker; the time-stretch past 2x speed
 
 ROOT=""
 ACTION=install

@@ -22,6 +22,8 @@ IntArray = npt.NDArray[np.int64]
 MODES = ("dialog", "reading", "sentence")
 PRIORITIES = ("important", "message", "text", "notification", "progress")
 TEXT_FORMATS = ("text", "ssml", "markdown")
+MAX_SPEED = 4.0
+"""Past the voice's own limit (~2×) a time-stretch does the rest (appliance.model.stretch)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class SpeechRequest:
     """For speech on the device only (speech-dispatcher's meanings)."""
     word_timings: bool = False
     """Chunks carry :class:`Word` timings (``Chunk.words``); off: chunks are as before."""
+    deterministic: bool | None = None
+    """Seed the sampling noise from the text and settings (None: ``voices.deterministic``)."""
 
     def validate(self) -> None:
         """The checks every door shares; a door checks its own wire types first."""
@@ -55,8 +59,8 @@ class SpeechRequest:
         def bad(msg: str) -> ServiceError:
             return ServiceError(ErrorCode.BAD_REQUEST, msg)
 
-        if self.speed is not None and not 0.5 <= self.speed <= 2.0:
-            raise bad("'speed' must be within 0.5–2.0")
+        if self.speed is not None and not 0.5 <= self.speed <= MAX_SPEED:
+            raise bad(f"'speed' must be within 0.5–{MAX_SPEED:g}")
         for key in ("noise_scale", "noise_w"):
             value = getattr(self, key)
             if value is not None and not 0.0 <= value <= 2.0:

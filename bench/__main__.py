@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=None,
         help="core http normalizer ssml markdown concurrency speed prosody playback textstream "
-        "speechd wyoming scaleout wordtimes",
+        "speechd wyoming scaleout wordtimes pacing speeds",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -170,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             "wyoming",
             "scaleout",
             "wordtimes",
+            "pacing",
+            "speeds",
         ]
     )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
@@ -214,6 +216,15 @@ def main(argv: list[str] | None = None) -> int:
 
     if "wordtimes" in want:  # issue 29: what word timings cost the first packet
         results["wordtimes"] = _optional("wordtimes", lambda: _bench_wordtimes(out, runs))
+
+    if "pacing" in want:  # issue 30: paced G.711 frames, jitter from outside
+        from bench.telephony import bench_pacing
+
+        results["pacing"] = _optional("pacing", lambda: bench_pacing(out, args.quick))
+    if "speeds" in want:  # issue 30: speed 1-4x against espeak-ng
+        from bench.telephony import bench_speed_sweep
+
+        results["speeds"] = _optional("speeds", lambda: bench_speed_sweep(out, args.quick))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0

@@ -264,7 +264,7 @@ class Runtime:
             "backend": self.backend_status.get("backend", "onnx-cpu"),
             "voices": voices,
             "default_voice": self.default_voice,
-            "formats": ["s16le", "f32le"],
+            "formats": ["s16le", "f32le", "mulaw", "alaw"],
             "limits": {
                 "max_text_chars": c.limits.max_text_chars,
                 "max_message_bytes": c.limits.max_message_bytes,

@@ -39,6 +39,7 @@ from appliance.core.runtime import Runtime
 from appliance.core.streaming import ClauseQueue, JobSettings, JobStats, SynthesisJob, VoiceRuntime
 from appliance.core.textstream import SegmentRule, TextFeed, release_point
 from appliance.errors import ErrorCode, ServiceError
+from appliance.model import stretch
 from appliance.model.engine.base import Scales
 from appliance.ops.metrics import LiveNumbers
 from appliance.playback import NoAudioDevice, Utterance
@@ -51,6 +52,11 @@ log = logging.getLogger(__name__)
 reqlog = logging.getLogger("ttsd.request")
 
 Emit = Callable[[Chunk], Awaitable[None]]
+
+DETERMINISTIC_SEED = 0x74747364
+"""The seed of every deterministic request ("ttsd"): each encoder call mixes in its own
+phoneme ids, scales and speaker (appliance.model.noise.call_seed), so a phrase sounds the
+same in any request, and different phrases differ."""
 
 _FRONTEND_THREADS = 2
 """Text normalisation is a few ms of pure Python per request: two threads keep one long
@@ -495,12 +501,23 @@ class Service:
     ) -> JobSettings:
         cfg = self.runtime.config
         d = voice.defaults
+        fixed = cfg.voices.deterministic if req.deterministic is None else req.deterministic
+        speed = req.speed or 1.0
+        voice_speed = min(speed, stretch.LENGTH_SCALE_LIMIT)
+        if speed > voice_speed and not stretch.available():
+            raise ServiceError(
+                ErrorCode.BAD_REQUEST,
+                f"'speed' above {stretch.LENGTH_SCALE_LIMIT:g} needs libsonic (libsonic0)",
+            )
         return JobSettings(
+            stretch_speed=speed if speed > voice_speed else None,
             scales=Scales(
                 d.noise_scale if req.noise_scale is None else req.noise_scale,
-                d.length_scale / req.speed if req.speed else d.length_scale,
+                d.length_scale / voice_speed,
                 d.noise_w if req.noise_w is None else req.noise_w,
+                seed=DETERMINISTIC_SEED if fixed else None,
             ),
+            deterministic=fixed,
             speaker=sid,
             mode=req.mode or cfg.streaming.default_mode,
             realtime=req.realtime,

@@ -44,6 +44,7 @@ from appliance.core.chunkplan import (
 from appliance.model.engine.base import Encoded, Scales, VoiceModel
 from appliance.model.engine.bounded import encode_bounded, fused_bounded
 from appliance.model.engine.windows import decode_span
+from appliance.model.stretch import LENGTH_SCALE_LIMIT, MAX_SPEED, Stretcher
 from appliance.speech import Chunk, FloatArray, IntArray, Mark, Word
 
 if TYPE_CHECKING:
@@ -153,6 +154,13 @@ class JobSettings:
     """Most ids of one encoder call (:mod:`appliance.model.engine.bounded`)."""
     word_timings: bool = False
     """Chunks carry their words' timings (:mod:`appliance.core.wordtimes`)."""
+    stretch_speed: float | None = None
+    """A speed past what the voice does well (``appliance.model.stretch``): the voice renders
+    at ``scales`` (its limit) and each clause is time-stretched so the whole is this fast."""
+    deterministic: bool = False
+    """The same audio for the same text: seeded noise (``scales.seed``) and the same
+    computation every time — no quick start (its choice depends on timing), the same
+    decoder for every window and no decoding ahead (which windows run depends on load)."""
 
 
 @dataclass
@@ -335,6 +343,12 @@ class SynthesisJob:
         """The next chunk's size in frames (chunks grow through the request)."""
         self._audio_out_s = 0.0
         self._fade = round(voice.sample_rate * settings.join_fade_ms / 1000.0)
+        self._stretch = (
+            Stretcher(voice.sample_rate, settings.stretch_speed / LENGTH_SCALE_LIMIT)
+            if settings.stretch_speed is not None
+            else None
+        )
+        self._last_span = (0, 0)
         self._chars_done = 0
         """Characters of the clauses whose audio is fully written (admission's estimate)."""
         self._clauses_done = 0
@@ -389,9 +403,14 @@ class SynthesisJob:
             clause.text, clause.word_spans, id_list, spoken, ph.is_sound, ph.word_size
         )
 
+    def _out_frame_ms(self) -> float:
+        """A frame's ms in the output: a stretched clause (speed past the voice's limit) is
+        that much shorter."""
+        return self._frame_ms / (self._stretch.factor if self._stretch is not None else 1.0)
+
     def _id_time(self, voiced: _Voiced) -> wordtimes.IdTime:
         """Output ms of an id position of the clause (see :data:`wordtimes.IdTime`)."""
-        fm = self._frame_ms
+        fm = self._out_frame_ms()
         enc = voiced.encoded.enc
         if enc is None:  # a whole-clause voice: in proportion to the ids
             n = max(1, len(voiced.encoded.ids))
@@ -518,7 +537,13 @@ class SynthesisJob:
         # backend's fastest decoder, if the cores it spreads over are free.  In a burst,
         # and for a whole-sentence chunk (mode sentence, what Piper does) or a batch
         # request, the cheapest (appliance.model.conv2d): 16 vs 21 ms of CPU.
-        return self.settings.realtime and not self._plan.whole and not self.scheduler.crowded()
+        s = self.settings
+        return (
+            s.realtime
+            and not s.deterministic
+            and not self._plan.whole
+            and not self.scheduler.crowded()
+        )
 
     def _quick_allowed(self, clause: Clause, ids: IntArray) -> bool:
         """A quick start pays for itself on a long first sentence a listener waits for, when
@@ -526,6 +551,8 @@ class SynthesisJob:
         s = self.settings
         return (
             s.quick_start
+            and not s.deterministic
+            and self._stretch is None
             and s.realtime
             and not self._plan.whole
             and clause.speed == 1.0
@@ -588,7 +615,7 @@ class SynthesisJob:
         burst of newcomers, a second chunk that ran the rest of its clause's flow and
         decoded 4× its frames took ~50 ms, and the last streams' second chunks came
         after their listeners had run dry."""
-        ahead = not self.scheduler.crowded()
+        ahead = not self.settings.deterministic and not self.scheduler.crowded()
         return decode_span(
             self.voice.model, enc, a, b, self.settings.context, self.voice.hop, ahead=ahead
         )
@@ -658,6 +685,12 @@ class SynthesisJob:
             self._chars_done += len(clause.text)
             self._clauses_done += 1
             clause = await self._following()
+        if self._stretch is not None:
+            # A text stream's last chunk was not known as last: the stretcher's tail now.
+            tail = self._stretch.flush()
+            self._stretch.close()
+            if len(tail):
+                await self._send(tail, self._last_span, False, True, emit, stretched=True)
 
     async def _encoded(self, clause: Clause) -> _Encoded:
         """The clause's encoding: prefetched, or the request's first item (urgent: work
@@ -726,13 +759,14 @@ class SynthesisJob:
             frames = position_frames(clause, positions, ids, enc.durations, self._is_space)
         pause_frames = self._pause_frames(clause, voiced.encoded)
         by_frame = {round(f): p for f, p in zip(pause_frames, clause.pauses, strict=True)}
+        frame_ms = self._out_frame_ms()
         for mark, f in zip(marks, frames, strict=True):
             pause = by_frame.get(round(f))
 
             def after(_: int, mark: ClauseMark = mark, pause: ClausePause | None = pause) -> bool:
                 return pause is not None and pause.source_offset < mark.source_offset
 
-            self._marks.append(Mark(mark.name, voiced.at_ms(f, self._frame_ms, after)))
+            self._marks.append(Mark(mark.name, voiced.at_ms(f, frame_ms, after)))
 
     def _is_space(self, phoneme_id: int) -> bool:
         return self.voice.phonemizer.is_space(phoneme_id)
@@ -785,6 +819,8 @@ class SynthesisJob:
     async def _speak(self, voiced: _Voiced, emit: Emit) -> None:
         """Decode, shape and send one clause's chunks."""
         clause, encoded = voiced.clause, voiced.encoded
+        if self._stretch is not None:
+            self._stretch.set_factor(self._stretch_factor(encoded))
         if encoded.quick is None and voiced.seam == 0:  # a quick start placed its own
             self._place_marks(voiced)
             self._place_words(encoded, self._id_time(voiced))
@@ -805,6 +841,26 @@ class SynthesisJob:
             )
             clause_out_s += (b - a) * hop / rate
             self._prefetch(clause_audio_s - clause_out_s)
+
+    def _stretch_factor(self, encoded: _Encoded) -> float:
+        """This clause's stretch, so that its length is ``1 / stretch_speed`` of the voice's
+        own at speed 1: the voice at its limit rounds each phoneme up to whole frames, so it
+        is less than ``LENGTH_SCALE_LIMIT`` times as fast; from its frames at that scale,
+        frames(L) ≈ D·L + n/2 (n phonemes: the ceiling adds half a frame each) gives the
+        length at the default scale (as ``_rate_scales`` calibrates SSML rates)."""
+        speed = self.settings.stretch_speed
+        assert speed is not None
+        plain = speed / LENGTH_SCALE_LIMIT
+        if encoded.enc is None:
+            return plain
+        durations = encoded.enc.durations
+        frames, n = float(durations.sum()), float(np.count_nonzero(durations))
+        scale = self.settings.scales.length_scale
+        per_scale = (frames - n / 2) / scale
+        full = per_scale * scale * LENGTH_SCALE_LIMIT + n / 2
+        if per_scale <= 0 or frames <= 0:
+            return plain
+        return min(MAX_SPEED, max(1.0, speed * frames / full))
 
     async def _chunk_audio(self, voiced: _Voiced, j: int, a: int, b: int) -> FloatArray:
         encoded = voiced.encoded
@@ -871,8 +927,17 @@ class SynthesisJob:
         sentence_end: bool,
         final: bool,
         emit: Emit,
+        stretched: bool = False,
     ) -> None:
-        """Count a stall if the listener ran dry, attach the marks, emit the chunk."""
+        """Count a stall if the listener ran dry, attach the marks, emit the chunk (time-
+        stretched first, when the request is past the voice's speed)."""
+        if self._stretch is not None and not stretched:
+            audio = self._stretch.process(audio)
+            if final:
+                audio = np.concatenate([audio, self._stretch.flush()])
+                self._stretch.close()
+                self._stretch = None
+        self._last_span = span
         now = time.monotonic()
         run_dry = (self.stats.t_first or now) + self._audio_out_s + STALL_JITTER_S
         if self.stats.t_first is not None and now > run_dry:

@@ -2,6 +2,9 @@
 
 Used by the HTTP door (``response_format``).  ``wav`` and ``pcm`` are written
 here (a WAV header with "unknown length" sizes, then s16le samples as they come);
+so are the G.711 extensions of OpenAI's list — ``mulaw`` and ``alaw`` (raw, 8 kHz unless
+the request's ``sample_rate`` says otherwise) and ``wav_mulaw`` / ``wav_alaw`` (WAV with
+format tag 7 / 6, one byte a sample: what telephony tools open);
 ``flac``, ``mp3`` and ``opus`` (Ogg) go through libsndfile (the ``soundfile`` wheel
 carries it with libFLAC, LAME/mpg123 and libopus), writing into an in-memory sink
 whose new bytes are taken after every chunk.  No ffmpeg subprocess.
@@ -26,7 +29,19 @@ from appliance.speech import FloatArray
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("mp3", "opus", "flac", "wav", "pcm")
+FORMATS = ("mp3", "opus", "flac", "wav", "pcm", "mulaw", "alaw", "wav_mulaw", "wav_alaw")
+RAW_FORMATS = ("pcm", "wav", "mulaw", "alaw", "wav_mulaw", "wav_alaw")
+"""Written here, sample by sample: these take ``sample_rate`` and ``pace_ms``."""
+SAMPLE_FORMATS = {
+    "pcm": "s16le",
+    "wav": "s16le",
+    "mulaw": "mulaw",
+    "alaw": "alaw",
+    "wav_mulaw": "mulaw",
+    "wav_alaw": "alaw",
+}
+_WAVE_FORMAT = {"s16le": 1, "alaw": 6, "mulaw": 7}
+"""WAVE_FORMAT_PCM, WAVE_FORMAT_ALAW, WAVE_FORMAT_MULAW."""
 
 CONTENT_TYPES = {
     "mp3": "audio/mpeg",
@@ -34,6 +49,10 @@ CONTENT_TYPES = {
     "flac": "audio/flac",
     "wav": "audio/wav",
     "pcm": "audio/pcm",
+    "mulaw": "audio/PCMU",
+    "alaw": "audio/PCMA",
+    "wav_mulaw": "audio/wav",
+    "wav_alaw": "audio/wav",
 }
 
 _OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
@@ -63,13 +82,14 @@ class Encoder(Protocol):
 
 
 class PcmOut:
-    """Raw s16le mono at the voice's rate."""
+    """Raw mono samples (s16le, or G.711 for ``mulaw`` / ``alaw``), at the voice's rate
+    unless ``out_rate`` says otherwise."""
 
-    content_type = CONTENT_TYPES["pcm"]
-
-    def __init__(self, sample_rate: int) -> None:
-        self.sample_rate = sample_rate
-        self._pcm = PcmEncoder(sample_rate, sample_rate, "s16le")
+    def __init__(self, sample_rate: int, fmt: str = "pcm", out_rate: int | None = None) -> None:
+        self.content_type = CONTENT_TYPES[fmt]
+        self.pcm = PcmEncoder(sample_rate, out_rate or sample_rate, SAMPLE_FORMATS[fmt])
+        self.sample_rate = self.pcm.out_rate
+        self._pcm = self.pcm
 
     def header(self) -> bytes:
         return b""
@@ -82,15 +102,18 @@ class PcmOut:
 
 
 class WavOut(PcmOut):
-    """RIFF/WAVE, 16-bit mono; the RIFF and data sizes say "unknown" (0xFFFFFFFF), as
-    every streaming server does: the length is not known when the header leaves."""
-
-    content_type = CONTENT_TYPES["wav"]
+    """RIFF/WAVE mono, 16-bit PCM or 8-bit G.711; the RIFF and data sizes say "unknown"
+    (0xFFFFFFFF), as every streaming server does: the length is not known when the
+    header leaves."""
 
     def header(self) -> bytes:
         rate = self.sample_rate
         unknown = 0xFFFFFFFF
-        fmt = struct.pack("<HHIIHH", 1, 1, rate, rate * 2, 2, 16)
+        width = self.pcm.bytes_per_sample
+        tag = _WAVE_FORMAT[self.pcm.fmt]
+        fmt = struct.pack("<HHIIHH", tag, 1, rate, rate * width, width, 8 * width)
+        if tag != 1:
+            fmt += struct.pack("<H", 0)  # cbSize: a non-PCM format's fmt chunk has one
         return (
             b"RIFF"
             + struct.pack("<I", unknown)
@@ -232,9 +255,10 @@ class SoundfileOut:
                 self._file.close()
 
 
-def make_encoder(fmt: str, sample_rate: int) -> Encoder:
-    if fmt == "pcm":
-        return PcmOut(sample_rate)
-    if fmt == "wav":
-        return WavOut(sample_rate)
+def make_encoder(fmt: str, sample_rate: int, out_rate: int | None = None) -> Encoder:
+    """``out_rate``: for :data:`RAW_FORMATS` only (the codecs keep the voice's rate)."""
+    if fmt in ("pcm", "mulaw", "alaw"):
+        return PcmOut(sample_rate, fmt, out_rate)
+    if fmt in ("wav", "wav_mulaw", "wav_alaw"):
+        return WavOut(sample_rate, fmt, out_rate)
     return SoundfileOut(fmt, sample_rate)

@@ -51,10 +51,21 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from appliance.core.capacity import Capacity, capacity_of
 from appliance.core.service import Service, Stream, StreamResult
 from appliance.doors import captions
-from appliance.doors.formats import FORMATS, Encoder, SoundfileOut, make_encoder
+from appliance.doors.formats import (
+    FORMATS,
+    RAW_FORMATS,
+    Encoder,
+    PcmOut,
+    SoundfileOut,
+    make_encoder,
+)
 from appliance.doors.httpguard import Guard, GuardedHandler
 from appliance.doors.net import ClientTooSlow, Outbox, drop_connection, quiet_accept_errors
+from appliance.doors.pace import PACE_MS, PacedFrame, Pacer
+from appliance.doors.pcm import G711_RATE
 from appliance.errors import ErrorCode, ServiceError
+from appliance.model.stretch import LENGTH_SCALE_LIMIT
+from appliance.model.stretch import available as stretch_available
 from appliance.ops.config import HttpConfig, LimitsConfig
 from appliance.ops.logsetup import Throttle
 from appliance.speech import TEXT_FORMATS, Chunk, SpeechRequest, Word
@@ -70,7 +81,8 @@ OPENAI_VOICES = (
     "verse", "marin", "cedar",
 )  # fmt: skip
 OPENAI_SPEED = (0.25, 4.0)
-TTSD_SPEED = (0.5, 2.0)
+TTSD_SPEED = (0.5, 4.0)
+"""Past 2× the voice is time-stretched (libsonic); without libsonic, clamped at 2×."""
 STREAM_FORMATS = ("audio", "sse")
 MODEL_ID = "ttsd"
 
@@ -155,6 +167,12 @@ class SpeechBody:
     """``/dev/captioned_speech`` only (Kokoro-FastAPI's): NDJSON lines as it is made."""
     word_timings: bool = False
     """ttsd extension: with ``stream_format: sse``, a ``ttsd.speech.word`` event per word."""
+    sample_rate: int | None = None
+    pace_ms: int | None = None
+    """ttsd extensions for the raw formats (pcm, wav, G.711): the rate (G.711: 8000 Hz
+    unless given), and frames of exactly ``pace_ms`` on the real-time clock."""
+    deterministic: bool | None = None
+    """ttsd extension: seeded sampling noise, the same bytes for the same text."""
 
     @classmethod
     def from_dict(cls, d: Any) -> SpeechBody:
@@ -171,7 +189,8 @@ class SpeechBody:
         fmt = d.get("response_format", "mp3")
         if fmt == "aac":
             raise BadField(
-                "response_format", "'aac' is not supported: use mp3, opus, flac, wav or pcm"
+                "response_format",
+                "'aac' is not supported: use mp3, opus, flac, wav, pcm, mulaw or alaw",
             )
         if fmt not in FORMATS and fmt not in captions.CAPTION_FORMATS:
             raise BadField(
@@ -199,6 +218,11 @@ class SpeechBody:
         for key, flag in flags.items():
             if not isinstance(flag, bool):
                 raise BadField(key, f"'{key}' must be true or false")
+        raw: dict[str, int | None] = {}
+        for key, lo, hi in (("sample_rate", 8000, 192000), ("pace_ms", *PACE_MS)):
+            raw[key] = _int(d, key, lo, hi)
+            if raw[key] is not None and fmt not in RAW_FORMATS:
+                raise BadField(key, f"'{key}' is for {', '.join(RAW_FORMATS)} only")
         return cls(
             text,
             voice,
@@ -211,11 +235,21 @@ class SpeechBody:
             text_format,
             flags["stream"],
             flags["word_timings"],
+            raw["sample_rate"],
+            raw["pace_ms"],
+            _bool(d, "deterministic"),
         )
 
+    def out_rate(self, voice_rate: int) -> int | None:
+        """The rate raw audio is sent at (None: the encoder's own choice)."""
+        if self.sample_rate is not None:
+            return self.sample_rate
+        return G711_RATE if "law" in self.response_format else None
+
     def applied_speed(self) -> float:
-        """OpenAI allows 0.25–4.0; the voices stay intelligible within 0.5–2.0: clamped."""
-        return min(TTSD_SPEED[1], max(TTSD_SPEED[0], self.speed))
+        """OpenAI allows 0.25–4.0; ttsd 0.5–4.0 (0.5–2.0 without libsonic): clamped."""
+        top = TTSD_SPEED[1] if stretch_available() else LENGTH_SCALE_LIMIT
+        return min(top, max(TTSD_SPEED[0], self.speed))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -230,7 +264,26 @@ class SpeechBody:
             "text_format": self.text_format,
             "stream": self.stream,
             "word_timings": self.word_timings,
+            "sample_rate": self.sample_rate,
+            "pace_ms": self.pace_ms,
+            "deterministic": self.deterministic,
         }
+
+
+def _bool(d: dict[str, Any], key: str) -> bool | None:
+    value = d.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise BadField(key, f"'{key}' must be true or false")
+    return value
+
+
+def _int(d: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+    value = d.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise BadField(key, f"'{key}' must be an integer within {lo}–{hi}")
+    return value
 
 
 def _number(d: dict[str, Any], key: str, default: float | None) -> float | None:
@@ -553,6 +606,7 @@ class HttpDoor:
                 word_timings=captioned
                 or body.word_timings
                 or body.response_format in captions.CAPTION_FORMATS,
+                deterministic=body.deterministic,
             )
             if captioned and body.response_format in captions.CAPTION_FORMATS:
                 raise BadField("response_format", "captioned speech is audio: not vtt or srt")
@@ -687,8 +741,9 @@ class HttpDoor:
 
     async def _encoder(self, body: SpeechBody, stream: Stream) -> Encoder:
         try:
-            if body.response_format in ("pcm", "wav"):
-                return make_encoder(body.response_format, stream.sample_rate)
+            if body.response_format in RAW_FORMATS:
+                rate = body.out_rate(stream.sample_rate)
+                return make_encoder(body.response_format, stream.sample_rate, rate)
             # libsndfile opens its codec: off the loop
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(
@@ -770,10 +825,28 @@ class _AudioSink:
         self.first = True
         self.gone: str | None = None
         """Why the client is lost ("too_slow", "disconnect"), once it is."""
+        self.pacer: Pacer[None] | None = None
+        if body.pace_ms is not None and isinstance(encoder, PcmOut):
+            self.pacer = Pacer(
+                body.pace_ms,
+                encoder.sample_rate,
+                encoder.pcm.bytes_per_sample,
+                encoder.pcm.silence,
+                self._send_frame,
+            )
+
+    async def _send_frame(self, frame: PacedFrame[None]) -> None:
+        await self.write(frame.data)
 
     async def emit(self, chunk: Chunk) -> None:
         self._words = chunk.words or ()
         data = await self._encode(chunk.samples, chunk.final)
+        if self.pacer is not None:
+            if self.first:
+                self.first = False
+                await self.write(self.encoder.header())  # the header is not paced
+            await self.pacer.put(data, None)
+            return
         if self.first:
             self.first = False
             data = self.encoder.header() + data
@@ -832,7 +905,12 @@ class _AudioSink:
     async def finish(self) -> None:
         """The encoder's tail, SSE's closing event with its usage, the end of the body."""
         tail = await self._loop.run_in_executor(self._pool, self.encoder.finish)
-        await self.write((self.encoder.header() if self.first else b"") + tail)
+        if self.pacer is not None:
+            await self.write(self.encoder.header() if self.first else b"")
+            await self.pacer.put(tail, None)
+            await self.pacer.close()
+        else:
+            await self.write((self.encoder.header() if self.first else b"") + tail)
         if self.sse and self.gone is None:
             text = len(self.body.input)
             usage = {
@@ -847,6 +925,8 @@ class _AudioSink:
         await self.resp.write_eof()
 
     async def close(self) -> None:
+        if self.pacer is not None:
+            await self.pacer.stop()
         if not isinstance(self.encoder, SoundfileOut):
             return
         # An encode may still run in a worker (its await was cancelled): close after it,

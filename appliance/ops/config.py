@@ -99,6 +99,9 @@ class VoicesConfig:
     lexicon_timeout_s: float = field(default=10.0, metadata=_rng(0.1, 600))
     """Reading, parsing and checking the lexicon past this is given up (a hung network file
     system): at start the daemon stops, on SIGHUP the old lexicon is kept."""
+    deterministic: bool = False
+    """The default of a request's ``deterministic``: sampling noise seeded from the text and
+    settings, so the same phrase is the same audio every time (docs/telephony.md)."""
 
     def __post_init__(self) -> None:
         if self.lexicon is not None and (not self.lexicon.strip() or "\0" in self.lexicon):

@@ -84,7 +84,7 @@ def test_tree_has_the_expected_files_and_modes(tree: Path) -> None:
 def test_root_mode_only_prints_system_changes(tmp_path: Path) -> None:
     out = run_install("--root", str(tmp_path / "r"), "--no-venv").stdout
     for expected in (
-        "would run: apt-get install -y --no-install-recommends libportaudio2",
+        "would run: apt-get install -y --no-install-recommends libportaudio2 libsonic0",
         "would run: useradd --system --gid ttsd",
         "would run: chown root:ttsd /etc/ttsd/config.yaml",
         "would run: runuser -u ttsd -- /opt/ttsd/venv/bin/ttsd prepare"

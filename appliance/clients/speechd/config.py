@@ -53,6 +53,8 @@ class ModuleConfig:
     mode: str = "dialog"
     voices: tuple[VoiceMapping, ...] = ()
     log_level: int = 3
+    deterministic: bool = True
+    """``TtsdDeterministic``: a phrase sounds the same every time it is read (seeded noise)."""
 
     def voice_for(self, language: str | None, voice_type: str | None) -> str | None:
         """The ``AddVoice`` entry for this language and type: exact language first, then
@@ -121,6 +123,11 @@ def parse(text: str, source: str = "ttsd.conf") -> ModuleConfig:
             if mode not in MODES:
                 raise ConfigError(f"{where}: TtsdMode must be one of {', '.join(MODES)}")
             b.values["mode"] = mode
+        elif name == "ttsddeterministic":
+            flag = one().lower()
+            if flag not in ("0", "1", "yes", "no", "true", "false", "on", "off"):
+                raise ConfigError(f"{where}: TtsdDeterministic takes 1 or 0")
+            b.values["deterministic"] = flag in ("1", "yes", "true", "on")
         elif name == "addvoice":
             if len(args) != 3:
                 raise ConfigError(f'{where}: AddVoice "language" "TYPE" "ttsd-voice"')

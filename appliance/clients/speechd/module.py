@@ -400,6 +400,9 @@ class Module:
 
     def request_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"format": "s16le", "mode": self.cfg.mode}
+        if self.cfg.deterministic:
+            # A screen reader says the same phrases again and again: the same audio each time.
+            opts["deterministic"] = True
         voice = self.resolve_voice()
         if voice:
             opts["voice"] = voice
@@ -408,8 +411,10 @@ class Module:
                 opts["speaker"] = speaker
         rate = self.settings.get("rate")
         if isinstance(rate, int) and rate:
-            # −100…100 onto 0.5×…2× (ttsd's range), 0 the voice's own pace.
-            opts["speed"] = round(min(2.0, max(0.5, 2.0 ** (rate / 100.0))), 3)
+            # −100…0 onto 0.5×…1×, 0…100 onto 1×…4× (Orca's rate 100 is 4×; past 2× ttsd
+            # time-stretches), 0 the voice's own pace.
+            top = 4.0 if rate > 0 else 2.0
+            opts["speed"] = round(min(4.0, max(0.5, top ** (rate / 100.0))), 3)
         volume = self.settings.get("volume")
         if isinstance(volume, int):
             # speech-dispatcher's default is 100, its loudest: the voice's own level.

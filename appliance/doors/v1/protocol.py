@@ -14,9 +14,19 @@ from typing import Any, ClassVar
 
 import msgpack
 
-from appliance.doors.pcm import PCM_FORMATS
+from appliance.doors.pace import PACE_MS, PacedFrame
+from appliance.doors.pcm import PCM_FORMATS, default_rate
 from appliance.errors import ErrorCode, ServiceError
-from appliance.speech import MODES, PRIORITIES, TEXT_FORMATS, Chunk, Mark, SpeechRequest, Word
+from appliance.speech import (
+    MAX_SPEED,
+    MODES,
+    PRIORITIES,
+    TEXT_FORMATS,
+    Chunk,
+    Mark,
+    SpeechRequest,
+    Word,
+)
 
 PROTOCOL_VERSION = 1
 
@@ -126,6 +136,10 @@ class SynthesizeRequest:
     text_stream: bool = False
     text_format: str | None = None
     """``text``, ``ssml`` or ``markdown``; None: the door's default (``v1.text_format``)."""
+    pace_ms: int | None = None
+    """synthesize only: send frames of exactly this many ms on the real-time clock."""
+    deterministic: bool | None = None
+    """Seeded sampling noise: the same text gives the same bytes (None: the config's)."""
     # speak only
     priority: str = "message"
     op: str = "synthesize"
@@ -145,8 +159,9 @@ class SynthesizeRequest:
             if isinstance(speaker, str) and len(speaker) > 256:
                 raise ProtocolError(ErrorCode.BAD_REQUEST, "'speaker' is too long")
         fmt = _opt_choice(d, "format", FORMATS) if op == "synthesize" else None
-        if op == "speak" and "format" in d:
-            raise ProtocolError(ErrorCode.BAD_REQUEST, "'format' is not a field of speak")
+        for key in ("format", "pace_ms"):
+            if op == "speak" and key in d:
+                raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' is not a field of speak")
         return cls(
             id=rid,
             text=text,
@@ -154,7 +169,7 @@ class SynthesizeRequest:
             speaker=speaker,
             format=fmt or "s16le",
             sample_rate=_opt_int(d, "sample_rate", 8000, 192000),
-            speed=_opt_num(d, "speed", 0.5, 2.0),
+            speed=_opt_num(d, "speed", 0.5, MAX_SPEED),
             noise_scale=_opt_num(d, "noise_scale", 0.0, 2.0),
             noise_w=_opt_num(d, "noise_w", 0.0, 2.0),
             volume=v if (v := _opt_num(d, "volume", 0.0, 2.0)) is not None else 1.0,
@@ -162,6 +177,8 @@ class SynthesizeRequest:
             realtime=r if (r := _opt_bool(d, "realtime")) is not None else True,
             text_stream=text_stream,
             text_format=_opt_choice(d, "text_format", TEXT_FORMATS),
+            pace_ms=_opt_int(d, "pace_ms", *PACE_MS),
+            deterministic=_opt_bool(d, "deterministic"),
             priority=(_opt_choice(d, "priority", PRIORITIES) or "message")
             if op == "speak"
             else "message",
@@ -189,7 +206,15 @@ class SynthesizeRequest:
             d["text_format"] = self.text_format
         if self.word_timings:
             d["word_timings"] = True
+        if self.pace_ms is not None:
+            d["pace_ms"] = self.pace_ms
+        if self.deterministic is not None:
+            d["deterministic"] = self.deterministic
         return d
+
+    def out_rate(self, voice_rate: int) -> int:
+        """The rate audio is sent at: ``sample_rate``, else 8000 Hz for G.711, else the voice's."""
+        return self.sample_rate or default_rate(self.format, voice_rate)
 
     def speech(self, default_format: str = "text") -> SpeechRequest:
         """The neutral request the service core takes (``default_format`` when the request
@@ -208,6 +233,7 @@ class SynthesizeRequest:
             realtime=self.realtime,
             priority=self.priority,
             word_timings=self.word_timings,
+            deterministic=self.deterministic,
         )
 
 
@@ -435,6 +461,22 @@ class ChunkEvent:
             sentence_end=chunk.sentence_end,
             marks=chunk.marks,
             words=chunk.words,
+        )
+
+    @classmethod
+    def from_frame(cls, rid: int, frame: PacedFrame[Chunk]) -> ChunkEvent:
+        """A paced frame (``pace_ms``): the span of the chunks it carries, the marks of
+        those that begin in it, ``sentence_end`` when one that ends a sentence ends in it."""
+        spans = [c.text_span for c in frame.pieces]
+        return cls(
+            id=rid,
+            seq=frame.index,
+            audio=frame.data,
+            offset_ms=frame.offset_s * 1000.0,
+            duration_ms=frame.duration_s * 1000.0,
+            text_span=(min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0),
+            sentence_end=any(c.sentence_end for c in frame.ends),
+            marks=tuple(m for c in frame.starts for m in c.marks),
         )
 
 

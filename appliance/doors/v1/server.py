@@ -59,6 +59,7 @@ from appliance.doors.net import (
     refuse,
     remove_own_socket,
 )
+from appliance.doors.pace import PacedFrame, Pacer
 from appliance.doors.pcm import PcmEncoder
 from appliance.doors.v1.protocol import (
     AppendRequest,
@@ -672,7 +673,7 @@ class Connection:
             else:
                 await self.send(
                     StartEvent(
-                        req.id, req.sample_rate or stream.sample_rate, req.format, stream.voice_name
+                        req.id, req.out_rate(stream.sample_rate), req.format, stream.voice_name
                     ).to_dict()
                 )
                 result = await self._stream(req, stream)
@@ -698,13 +699,41 @@ class Connection:
             )
 
     async def _stream(self, req: SynthesizeRequest, stream: Stream) -> Any:
-        encoder = PcmEncoder(stream.sample_rate, req.sample_rate or stream.sample_rate, req.format)
+        encoder = PcmEncoder(stream.sample_rate, req.out_rate(stream.sample_rate), req.format)
+        if req.pace_ms is not None:
+            return await self._paced(req, stream, encoder, req.pace_ms)
 
         async def emit(chunk: Chunk) -> None:
             event = ChunkEvent.from_chunk(req.id, chunk, encoder(chunk.samples, chunk.final))
             await self.send(event.to_dict(), grace_s=stream.buffer_s())
 
         return await stream.run(emit)
+
+    async def _paced(
+        self, req: SynthesizeRequest, stream: Stream, encoder: PcmEncoder, pace_ms: int
+    ) -> Any:
+        """``pace_ms``: chunks go into a :class:`Pacer`, frames leave on the clock, and
+        ``end`` follows the last frame (:mod:`appliance.doors.pace`)."""
+
+        async def send(frame: PacedFrame[Chunk]) -> None:
+            event = ChunkEvent.from_frame(req.id, frame)
+            await self.send(event.to_dict(), grace_s=stream.buffer_s())
+
+        pacer: Pacer[Chunk] = Pacer(
+            pace_ms, encoder.out_rate, encoder.bytes_per_sample, encoder.silence, send
+        )
+
+        async def emit(chunk: Chunk) -> None:
+            await pacer.put(encoder(chunk.samples, chunk.final), chunk)
+
+        try:
+            result = await stream.run(emit)
+            if not result.cancelled:
+                await pacer.close()
+            result.stats.update(paced_frames=pacer.frames, paced_late=pacer.late)
+            return result
+        finally:
+            await pacer.stop()
 
     async def _speak(self, req: SynthesizeRequest, stream: Stream) -> Any:
         async def queued(position: int) -> None:

@@ -32,6 +32,9 @@ class Scales:
     noise_scale: float
     length_scale: float
     noise_w: float
+    seed: int | None = None
+    """Draw the sampling noise from this seed (with the call's ids, scales and speaker:
+    :func:`appliance.model.noise.call_seed`) where the backend can; None: fresh noise."""
 
     def as_array(self) -> FloatArray:
         return np.array([self.noise_scale, self.length_scale, self.noise_w], dtype=np.float32)

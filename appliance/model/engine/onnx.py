@@ -20,6 +20,7 @@ from appliance.model.engine.base import (
     drop_margins,
 )
 from appliance.model.margins import MarginCrops, read_crops
+from appliance.model.noise import NoiseFeed, call_seed
 from appliance.speech import FloatArray, IntArray
 from appliance.voicetypes import CutNames, FlowSplit
 
@@ -117,6 +118,8 @@ class OnnxVoiceModel(VoiceModel):
             self._read_crops(s)
         self._cut = cut
         self._prior: ort.InferenceSession | None = None
+        self._noise: NoiseFeed | None = None
+        """How the prior takes its noise, when the cut made it take it (appliance.model.noise)."""
         self._flow: ort.InferenceSession | None = None
         self._flow_context = 0
 
@@ -154,6 +157,7 @@ class OnnxVoiceModel(VoiceModel):
         # Prior + flow replace the encoder (the same weights; loading both would double them).
         model = cls(model_path, None, decoder, cut, threads, spin, lean, pool_cpus)
         model._prior = session(flow.prior_path)
+        model._noise = NoiseFeed.of(model._prior.get_modelmeta().custom_metadata_map)
         model._flow = session(flow.flow_path)
         model._read_crops(model._flow)
         model._flow_context = cut.flow_context
@@ -187,13 +191,33 @@ class OnnxVoiceModel(VoiceModel):
             feeds["sid"] = np.array([speaker], dtype=np.int64)
         return feeds
 
+    @property
+    def seeded_noise(self) -> bool:
+        """Whether ``Scales.seed`` is honoured (the prior takes its noise from us)."""
+        return self._noise is not None
+
     def _run_encoder(
         self, session: ort.InferenceSession, ids: IntArray, scales: Scales, speaker: int | None
     ) -> tuple[FloatArray, FloatArray, FloatArray | None]:
-        outs = _run(session, self._feeds(ids, scales, speaker), "encoder")
+        feeds = self._feeds(ids, scales, speaker)
+        noise = self._noise if session is self._prior else None
+        rng: np.random.Generator | None = None
+        if noise is not None:
+            rng = np.random.default_rng(
+                None
+                if scales.seed is None
+                else call_seed(scales.seed, ids, scales.as_array(), speaker)
+            )
+            feeds.update(noise.inputs(ids.shape[-1], rng))
+        outs = _run(session, feeds, "encoder")
         latent = np.ascontiguousarray(outs[0], dtype=np.float32)
         durations = np.asarray(outs[1], dtype=np.float32).reshape(-1)
-        g = np.asarray(outs[2], dtype=np.float32) if len(outs) > 2 else None
+        has_g = self._cut is not None and self._cut.g is not None
+        g = np.asarray(outs[2], dtype=np.float32) if has_g and len(outs) > 2 else None
+        if noise is not None and rng is not None and scales.seed is not None:
+            # The graph's own z_p carries ONNX Runtime's noise: drawn here instead.
+            mean, std = outs[-2], outs[-1]
+            latent = noise.z_p(mean, std, rng)
         return latent, durations, g
 
     def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:

@@ -128,7 +128,7 @@ class FailoverVoiceModel(VoiceModel):
     # that none is inherited): a capability of the backends must not vanish behind the pool.
 
     def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
-        return self._run("encode", lambda m: m.encode(ids, scales, speaker))
+        return self._run("encode", lambda m: m.encode(ids, scales, speaker), _unseeded(scales))
 
     @property
     def flow_context(self) -> int:
@@ -141,7 +141,9 @@ class FailoverVoiceModel(VoiceModel):
         return self._cpu.flow_context
 
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
-        return self._run("encode", lambda m: m.encode_prior(ids, scales, speaker))
+        return self._run(
+            "encode", lambda m: m.encode_prior(ids, scales, speaker), _unseeded(scales)
+        )
 
     def flow(
         self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
@@ -346,3 +348,9 @@ def _close_quietly(model: VoiceModel) -> None:
         model.close()
     except Exception as exc:  # the device may already be gone; nothing left to free
         log.debug("closing %s failed: %s", model.backend_name, exc)
+
+
+def _unseeded(scales: Scales) -> Callable[[VoiceModel], bool] | None:
+    """Seeded noise (``Scales.seed``) is drawn by the CPU model's prior: a GPU encoder
+    draws its own, so a seeded encode runs on the CPU."""
+    return None if scales.seed is None else (lambda _m: False)

@@ -326,7 +326,19 @@ def cut_flow(
             flow_feeds = {names.z_p: z_p, names.mask: np.ones((1, 1, z_p.shape[2]), np.float32)}
             if names.g and g:
                 flow_feeds[names.g] = g[0]
-    _atomic_write_model(_optimised(prior, probe, "prior", prior_out), split.prior_path)
+    prior = _optimised(prior, probe, "prior", prior_out)
+    if probe is not None:
+        # The noise drawn by the daemon, so that a request can ask for the same audio
+        # every time (appliance.model.noise); a prior of another form keeps its own.
+        from appliance.model.noise import feed_noise
+
+        try:
+            fed = feed_noise(prior, names.z_p, probe)
+        except Exception as exc:  # onnxruntime's own exception types are not exported
+            log.info("prior: noise left in the graph: %s", exc)
+            fed = None
+        prior = fed if fed is not None else prior
+    _atomic_write_model(prior, split.prior_path)
     flow = _optimised(flow, flow_feeds, "flow")
     if crop:
         try:

@@ -314,3 +314,14 @@ def test_ssml_goes_to_ttsd_as_ssml_when_it_takes_it(module: ModulePipe, daemon: 
     else:
         assert "takes no SSML" in module.log()
         assert 0.8 < lengths["slow"] / lengths["plain"] < 1.25, lengths
+
+
+def test_a_phrase_sounds_the_same_every_time(module: ModulePipe) -> None:
+    """sd_ttsd asks for deterministic noise by default (TtsdDeterministic): a screen
+    reader's repeated phrase is the same audio each time."""
+    module.set()
+    takes = []
+    for _ in range(2):
+        module.speak("File menu.")
+        takes.append(audio_of(module.events_until_end()))
+    assert takes[0].tobytes() == takes[1].tobytes()

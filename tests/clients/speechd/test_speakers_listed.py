@@ -1,5 +1,5 @@
 """sd_ttsd's LIST VOICES rows for multi-speaker voices, and NAME:SPEAKER picked back apart
-(the daemon round trip is in tests/daemon/test_voices.py)."""
+(the daemon round trip is in tests/daemon/test_speakers_on_every_door.py)."""
 
 from __future__ import annotations
 

@@ -66,6 +66,8 @@ def test_config_parses_dotconf() -> None:
     assert cfg.voice_for("de", "MALE1") == "thorsten"
     assert cfg.voice_for("fr", "MALE1") is None
     assert cfg.voice_for("en", None) is None
+    assert cfg.deterministic  # on unless TtsdDeterministic 0
+    assert not config.parse("TtsdDeterministic 0\n").deterministic
 
 
 @pytest.mark.parametrize(
@@ -77,6 +79,7 @@ def test_config_parses_dotconf() -> None:
         'TtsdSocket "a\n',
         "LogLevel high\n",
         "TtsdSocket a b\n",
+        "TtsdDeterministic maybe\n",
     ],
 )
 def test_config_errors_name_the_line(text: str) -> None:

@@ -119,19 +119,19 @@ def test_sse_events_parse_and_carry_the_audio(
     assert e / n < 0.5
 
 
-def test_speed_beyond_ttsd_range_is_clamped_and_said(http_daemon: HttpDaemon) -> None:
+def test_speed_up_to_4_and_clamped_below_half(http_daemon: HttpDaemon) -> None:
     text = SENTENCES[1][0]
-    normal, h1 = speak_openai(http_daemon, text, "pcm", speed=1.0)
-    fast, h4 = speak_openai(http_daemon, text, "pcm", speed=4.0)
-    slow, h025 = speak_openai(http_daemon, text, "pcm", speed=0.25)
+    normal, h1 = speak_openai(http_daemon, text, "pcm", speed=1.0, extra_body=ZERO)
+    fast, h4 = speak_openai(http_daemon, text, "pcm", speed=4.0, extra_body=ZERO)
+    slow, h025 = speak_openai(http_daemon, text, "pcm", speed=0.25, extra_body=ZERO)
     assert (h1["x-speed-applied"], h4["x-speed-applied"], h025["x-speed-applied"]) == (
         "1",
-        "2",
+        "4",
         "0.5",
     )
-    # Clamped to 2x and 0.5x: about half and twice as long as at speed 1 (pauses and the
-    # random durations of the voice keep it from exact), not a quarter and four times.
-    assert 0.4 < len(fast) / len(normal) < 0.75, (len(fast), len(normal))
+    # 4x (past 2x the voice is time-stretched): a quarter as long; 0.5x (clamped, not
+    # 0.25x): about twice as long (the voice's rounding keeps it from exact).
+    assert 0.2 < len(fast) / len(normal) < 0.3, (len(fast), len(normal))
     assert 1.4 < len(slow) / len(normal) < 2.6, (len(slow), len(normal))
 
 

@@ -1,0 +1,219 @@
+"""Paced output: audio sent in frames of exactly N ms on the real-time clock.
+
+A telephony bridge forwards frames as they arrive; audio sent as fast as it is made
+would flood the far end.  A :class:`Pacer` sits in a door's send path (never in the
+scheduler: the stream's deadlines stay those of a listener playing in real time).  The
+door puts encoded bytes in as chunks come; one task per paced request sends them out
+in frames:
+
+- frame *k* holds the samples ``[floor(k·S), floor((k+1)·S))``, S = rate · N / 1000
+  (exactly N ms each when S is whole, as at 8 kHz; otherwise within one sample, exact
+  on average);
+- the first :data:`START_BUFFER_MS` of audio (whole frames, at least one) leave as soon
+  as they are made — the start buffer, which lets the far end's jitter buffer fill and
+  the stream get ahead; frame *k* ≥ B after them leaves at ``t0 + (k − B + 1)·N``, ``t0`` the
+  time the first frame left.  Each send waits for its absolute target on the loop's
+  monotonic clock (``loop.call_at``), so errors never accumulate;
+- a frame that was not made in time (the stream fell behind) leaves when it is made
+  and the schedule restarts from it (counted in :attr:`Pacer.late`): a late frame is
+  not followed by a burst;
+- the last frame is padded with silence to full length.
+
+Bounds: what is buffered ahead of the clock is capped at :data:`MAX_AHEAD_S` of audio
+(``put`` waits, holding back the stream as a slow client would); one task per request,
+cancelled by :meth:`Pacer.abort`.  ``pace_ms`` is within :data:`PACE_MS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+PACE_MS = (5, 1000)
+"""The frame lengths a request may ask for (telephony uses 10–60 ms)."""
+START_BUFFER_MS = 40
+"""Audio sent at once before pacing starts (rounded up to whole frames).  A head start for
+the far end's jitter buffer, taken from the slack of the stream: with 100 ms, a first
+chunk of ~100 ms left the second chunk ~20 ms to arrive, and a loaded box missed it."""
+MAX_AHEAD_S = 10.0
+"""Audio a pacer holds ahead of the clock before ``put`` waits."""
+
+T = TypeVar("T")
+
+
+@dataclass
+class PacedFrame(Generic[T]):
+    """One frame and the pieces (chunks) it carries bytes of, in order."""
+
+    index: int
+    data: bytes
+    offset_s: float
+    duration_s: float
+    pieces: list[T] = field(default_factory=list)
+    """Pieces whose bytes are in this frame."""
+    starts: list[T] = field(default_factory=list)
+    """Pieces that begin in this frame."""
+    ends: list[T] = field(default_factory=list)
+    """Pieces that end in this frame."""
+
+
+async def sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
+    """Wait until ``loop.time()`` reaches ``when`` (a monotonic target, not a duration)."""
+    if when <= loop.time():
+        return
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    handle = loop.call_at(when, wake)
+    try:
+        await fut
+    finally:
+        handle.cancel()
+
+
+class Pacer(Generic[T]):
+    """Frames of ``pace_ms`` out through ``send`` (see the module doc)."""
+
+    def __init__(
+        self,
+        pace_ms: int,
+        sample_rate: int,
+        bytes_per_sample: int,
+        silence: Callable[[int], bytes],
+        send: Callable[[PacedFrame[T]], Awaitable[None]],
+    ) -> None:
+        self.pace_s = pace_ms / 1000.0
+        self.rate = sample_rate
+        self.width = bytes_per_sample
+        self._samples_per_frame = sample_rate * pace_ms / 1000.0
+        self.buffer_frames = max(1, math.ceil(START_BUFFER_MS / pace_ms))
+        self._silence = silence
+        self._send = send
+        self._loop = asyncio.get_running_loop()
+        self._buf = bytearray()
+        self._base = 0  # byte offset (in the whole stream) of _buf[0]
+        self._total = 0  # bytes put so far
+        self._pieces: list[tuple[int, int, T]] = []  # (start, end) byte offsets, tag
+        self._closed = False
+        self._wake = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._t0: float | None = None
+        self.frames = 0
+        self.late = 0
+        """Frames that left after their time (the stream fell behind)."""
+        self._task = asyncio.create_task(self._run())
+
+    # -- the door's side
+
+    async def put(self, data: bytes, tag: T) -> None:
+        """Queue ``data`` (whole samples) for sending; waits while too much is ahead."""
+        self._raise_failure()
+        if data:
+            start = self._total
+            self._total += len(data)
+            self._buf += data
+            self._pieces.append((start, self._total, tag))
+            self._wake.set()
+        if len(self._buf) > MAX_AHEAD_S * self.rate * self.width:
+            self._room.clear()
+            await asyncio.wait(
+                [asyncio.ensure_future(self._room.wait()), self._task],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            self._raise_failure()
+
+    async def close(self) -> None:
+        """No more audio: send the rest (the last frame padded) and return when it left."""
+        self._closed = True
+        self._wake.set()
+        await asyncio.shield(self._task)
+
+    def abort(self) -> None:
+        """Stop now (cancelled, client gone): what is queued is dropped."""
+        self._closed = True
+        self._task.cancel()
+
+    async def stop(self) -> None:
+        """:meth:`abort`, and wait until the task has ended."""
+        self.abort()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+
+    def _raise_failure(self) -> None:
+        if self._task.done() and not self._task.cancelled():
+            exc = self._task.exception()
+            if exc is not None:
+                raise exc
+
+    # -- the sending task
+
+    def _frame_bytes(self, k: int) -> tuple[int, int]:
+        """Byte offsets of frame ``k`` in the stream."""
+        s = self._samples_per_frame
+        return math.floor(k * s) * self.width, math.floor((k + 1) * s) * self.width
+
+    async def _run(self) -> None:
+        k = 0
+        while True:
+            start, end = self._frame_bytes(k)
+            while self._total < end and not self._closed:
+                self._wake.clear()
+                await self._wake.wait()
+            if self._total <= start:
+                return  # everything sent (a stream that ends on a frame boundary)
+            ready = self._loop.time()  # when its audio was there (production's lateness)
+            frame = self._take(k, start, end)
+            await self._wait_turn(k, ready)
+            await self._send(frame)
+            self.frames += 1
+            k += 1
+
+    async def _wait_turn(self, k: int, ready: float) -> None:
+        loop = self._loop
+        paced = k - self.buffer_frames + 1  # frames 0 … B-1 at once, frame B one period later
+        if self._t0 is None:
+            self._t0 = loop.time()
+        if paced <= 0:
+            return
+        target = self._t0 + paced * self.pace_s
+        if ready > target + self.pace_s:
+            # The stream fell behind by more than a frame: restart the schedule here, no
+            # burst.  (A loop that merely woke late keeps the schedule: the next frame is
+            # on time again.)
+            self.late += 1
+            self._t0 = loop.time() - paced * self.pace_s
+            return
+        await sleep_until(loop, target)
+
+    def _take(self, k: int, start: int, end: int) -> PacedFrame[T]:
+        have = min(end, self._total)
+        data = bytes(self._buf[: have - start])
+        del self._buf[: have - start]
+        self._base = have
+        if have < end:
+            data += self._silence((end - have) // self.width)
+        if len(self._buf) <= MAX_AHEAD_S * self.rate * self.width:
+            self._room.set()
+        frame: PacedFrame[T] = PacedFrame(
+            k, data, start / self.width / self.rate, (end - start) / self.width / self.rate
+        )
+        keep: list[tuple[int, int, T]] = []
+        for p_start, p_end, tag in self._pieces:
+            if p_start < end and p_end > start:
+                frame.pieces.append(tag)
+                if p_start >= start:
+                    frame.starts.append(tag)
+                if p_end <= end:
+                    frame.ends.append(tag)
+            if p_end > end:
+                keep.append((p_start, p_end, tag))
+        self._pieces = keep
+        return frame
