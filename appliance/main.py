@@ -125,10 +125,10 @@ def _serve_would_refuse(cfg: Config) -> list[str]:
         problems.append(f"voices.default: voice {cfg.voices.default!r} not found (have: {have})")
     h = cfg.http
     if h.listen and h.api_key is None:
-        from appliance.doors.http import is_loopback, parse_listen
+        from appliance.doors.net import is_loopback, parse_listen
 
         try:
-            host, _port = parse_listen(h.listen)
+            host, _port = parse_listen(h.listen, "http listen address")
         except ValueError as exc:
             return [*problems, f"http.listen: {exc}"]
         if h.api_key_file:

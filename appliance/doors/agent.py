@@ -31,7 +31,17 @@ import logging
 
 from appliance.core.capacity import Capacity, capacity_of
 from appliance.core.service import Service
-from appliance.doors.net import drop_connection, fds_short, quiet_accept_errors, read_to_eof, refuse
+from appliance.doors.net import (
+    drop_connection,
+    fds_short,
+    is_loopback,
+    is_loopback_network,
+    parse_listen,
+    peer_ip,
+    quiet_accept_errors,
+    read_to_eof,
+    refuse,
+)
 from appliance.ops.config import AgentConfig
 from appliance.ops.logsetup import Throttle
 
@@ -41,30 +51,6 @@ DOOR = "agent"
 _READ_LIMIT = 1024
 """The reader's buffer: what a balancer's ``agent-send`` may leave before it is dropped."""
 _THROTTLE = Throttle()
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``[V6]:PORT`` → (host, port); ValueError naming the key."""
-    host, sep, port_s = listen.rpartition(":")
-    if not sep or not host or not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
-        raise ValueError(f"agent.listen {listen!r}: want HOST:PORT")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port_s)
-
-
-def _loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
-
-
-def _loopback_net(net: str) -> bool:
-    n = ipaddress.ip_network(net, strict=False)
-    return n.network_address.is_loopback and n.broadcast_address.is_loopback
 
 
 class AgentDoor:
@@ -82,8 +68,8 @@ class AgentDoor:
     async def start(self) -> None:
         if not self.cfg.listen:
             raise ValueError("agent: no listen address")
-        host, port = parse_listen(self.cfg.listen)
-        if not _loopback_host(host) and all(_loopback_net(n) for n in self.cfg.allowed_networks):
+        host, port = parse_listen(self.cfg.listen, "agent.listen")
+        if not is_loopback(host) and all(is_loopback_network(n) for n in self.cfg.allowed_networks):
             raise ValueError(
                 f"agent: refusing to listen on {self.cfg.listen} for loopback peers only:"
                 " name the balancers' addresses in agent.allowed_networks (the agent"
@@ -139,14 +125,8 @@ class AgentDoor:
         limits = self.service.runtime.config.limits
         if fds_short(writer.get_extra_info("socket"), limits.reserved_fds):
             return False
-        peer = writer.get_extra_info("peername")
-        try:
-            ip = ipaddress.ip_address(peer[0])
-        except (TypeError, ValueError, IndexError):
-            return False
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        return any(ip in net for net in self._networks)
+        ip = peer_ip(writer.get_extra_info("peername"))
+        return ip is not None and any(ip in net for net in self._networks)
 
     def answer(self) -> str:
         """This box's line now; ``up drain`` once the daemon drains, whatever the load."""

@@ -34,7 +34,6 @@ import base64
 import contextlib
 import functools
 import hmac
-import ipaddress
 import json
 import logging
 import math
@@ -60,7 +59,14 @@ from appliance.doors.formats import (
     make_encoder,
 )
 from appliance.doors.httpguard import Guard, GuardedHandler
-from appliance.doors.net import ClientTooSlow, Outbox, drop_connection, quiet_accept_errors
+from appliance.doors.net import (
+    ClientTooSlow,
+    Outbox,
+    drop_connection,
+    is_loopback,
+    parse_listen,
+    quiet_accept_errors,
+)
 from appliance.doors.pace import PACE_MS, PacedFrame, Pacer
 from appliance.doors.pcm import G711_RATE
 from appliance.errors import ErrorCode, ServiceError
@@ -304,28 +310,6 @@ def _number(d: dict[str, Any], key: str, default: float | None) -> float | None:
     return f
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``[V6]:PORT`` → (host, port); ValueError when malformed."""
-    host, sep, port_s = listen.rpartition(":")
-    if not sep or not host or not port_s.isdigit():
-        raise ValueError(f"http listen address {listen!r}: want HOST:PORT")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    port = int(port_s)
-    if not 0 <= port <= 65535:
-        raise ValueError(f"http listen address {listen!r}: port out of range")
-    return host, port
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
-
-
 # ---------------------------------------------------------------- the door
 
 
@@ -352,7 +336,7 @@ class HttpDoor:
     async def start(self) -> None:
         if not self.listen:
             raise ValueError("http: no listen address")
-        host, port = parse_listen(self.listen)
+        host, port = parse_listen(self.listen, "http listen address")
         key = self.cfg.api_key
         if key is None and self.cfg.api_key_file:
             loop = asyncio.get_running_loop()

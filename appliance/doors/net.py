@@ -19,6 +19,9 @@ framing and dispatch.
   ``client_too_slow_s`` *plus the audio it already holds* is cut off
   (:class:`ClientTooSlow`) and reset, not left retransmitting.  A client reading steadily
   at real time is never cut off, however slowly it reads.
+- **Addresses** (TCP doors): ``HOST:PORT`` parsed once (:func:`parse_listen`), what counts
+  as loopback (:func:`is_loopback`, :func:`is_loopback_network`), a peer's address in the
+  allow-lists (:func:`peer_ip`).
 - **Refusal** (:func:`refuse`): the answer, the writing side shut, the connection closed
   when the client has read it (or after a second), so it sees why.
 """
@@ -29,6 +32,7 @@ import array
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import logging
 import os
 import pwd
@@ -318,6 +322,48 @@ def remove_own_socket(path: Path, socket_id: tuple[int, int]) -> None:
         path.unlink(missing_ok=True)
     else:
         log.warning("%s is no longer our socket; leaving it", path)
+
+
+# ---------------------------------------------------------------- addresses
+
+
+def parse_listen(listen: str, key: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[V6]:PORT`` → (host, port); ValueError naming the config ``key``."""
+    host, sep, port_s = listen.rpartition(":")
+    if not sep or not host or not port_s.isdigit():
+        raise ValueError(f"{key} {listen!r}: want HOST:PORT")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    port = int(port_s)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{key} {listen!r}: port out of range")
+    return host, port
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def is_loopback_network(net: str) -> bool:
+    n = ipaddress.ip_network(net, strict=False)
+    return n.network_address.is_loopback and n.broadcast_address.is_loopback
+
+
+def peer_ip(peername: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """A TCP peer's address (an IPv4-mapped IPv6 one as IPv4, so IPv4 allow-lists match
+    on a dual-stack listener); None when the transport has none."""
+    try:
+        ip = ipaddress.ip_address(peername[0])  # type: ignore[index]
+    except (TypeError, ValueError, IndexError):
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
 
 
 class ClientSlots:

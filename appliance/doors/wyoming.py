@@ -67,6 +67,8 @@ from appliance.doors.net import (
     authorize_peer,
     bind_unix_socket,
     fds_short,
+    is_loopback_network,
+    peer_ip,
     peer_of,
     privileged,
     read_to_eof,
@@ -426,7 +428,7 @@ class WyomingDoor:
             self._server = await loop.create_server(protocol, self.host, self.port)
             # Port 0 means "any": report the one we got.
             self.port = int(self._server.sockets[0].getsockname()[1])
-            if not all(_is_loopback(n) for n in self.wcfg.allowed_networks):
+            if not all(is_loopback_network(n) for n in self.wcfg.allowed_networks):
                 log.warning(
                     "wyoming: clients from %s may connect; Wyoming has no authentication",
                     ", ".join(self.wcfg.allowed_networks),
@@ -512,21 +514,12 @@ class WyomingDoor:
         if fds_short(sock, self.config.limits.reserved_fds):
             # Descriptors are kept for the Unix socket's reserved connections.
             return ServiceError(ErrorCode.TOO_MANY_CONNECTIONS, "file descriptors are short")
-        addr = writer.get_extra_info("peername")
-        try:
-            ip = ipaddress.ip_address(addr[0])
-        except (TypeError, ValueError, IndexError):
+        ip = peer_ip(writer.get_extra_info("peername"))
+        if ip is None:
             return ServiceError(ErrorCode.UNAUTHORIZED, "peer address unavailable")
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
         if not any(ip in ipaddress.ip_network(n, strict=False) for n in self.wcfg.allowed_networks):
             return ServiceError(ErrorCode.UNAUTHORIZED, f"{ip} is not in allowed_networks")
         return ("host", str(ip)), False
-
-
-def _is_loopback(net: str) -> bool:
-    n = ipaddress.ip_network(net, strict=False)
-    return n.network_address.is_loopback and n.broadcast_address.is_loopback
 
 
 @dataclass

@@ -9,7 +9,8 @@ import pytest
 import soundfile
 
 from appliance.doors.formats import WavOut, _Sink, make_encoder
-from appliance.doors.http import SpeechBody, is_loopback, parse_listen
+from appliance.doors.http import SpeechBody
+from appliance.doors.net import is_loopback, parse_listen
 from appliance.errors import ServiceError
 
 
@@ -23,13 +24,13 @@ from appliance.errors import ServiceError
     ],
 )
 def test_parse_listen(listen: str, want: tuple[str, int]) -> None:
-    assert parse_listen(listen) == want
+    assert parse_listen(listen, "http listen address") == want
 
 
 @pytest.mark.parametrize("bad", ["8880", ":8880", "host:", "host:port", "h:70000"])
 def test_parse_listen_refuses(bad: str) -> None:
     with pytest.raises(ValueError):
-        parse_listen(bad)
+        parse_listen(bad, "http listen address")
 
 
 def test_loopback() -> None:
