@@ -320,7 +320,16 @@ class Daemon:
             door.close_listener()
         if self.service is not None and self.runtime is not None:
             log.info("shutting down")
-            await self.service.shutdown(self.runtime.config.limits.shutdown_timeout_s)
+            timeout = self.runtime.config.limits.shutdown_timeout_s
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            await self.service.shutdown(timeout)
+            # What the core made and a door still sends (paced output) goes out too.
+            idle = asyncio.gather(*(door.wait_idle() for door in self.doors))
+            try:
+                await asyncio.wait_for(idle, max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                log.warning("shutdown: output still being sent after %.1f s: cut off", timeout)
             log.info("shutdown complete")
 
     async def close(self) -> None:

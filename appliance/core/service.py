@@ -67,7 +67,9 @@ class Door(Protocol):
     """A door (protocol v1, Wyoming, HTTP …), run by the daemon (appliance.daemon).
 
     Shutdown order: every door's ``close_listener``, then the core drains in-flight
-    streams (ending the rest with ``shutting_down``), then every door's ``close``."""
+    streams (ending the rest with ``shutting_down``), then every door's ``wait_idle``
+    (what the core has made but the door has still to send, in the same time), then every
+    door's ``close``."""
 
     name: str
 
@@ -76,6 +78,9 @@ class Door(Protocol):
 
     def close_listener(self) -> None:
         """Stop accepting connections; streams in flight go on."""
+
+    async def wait_idle(self) -> None:
+        """Return once the door sends nothing more of what the core made (paced output)."""
 
     async def close(self) -> None:
         """Close what is left (connections, the listener)."""

@@ -322,6 +322,10 @@ class HttpDoor:
         self.listen = listen or cfg.listen
         self.api_key: bytes | None = None
         self.draining = False
+        self._responses = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        """Set while no speech response is being sent (paced ones outlive their stream)."""
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -564,11 +568,25 @@ class HttpDoor:
         return voice or None, speaker
 
     async def speech(self, request: web.Request) -> web.StreamResponse:
-        return await self._speech(request, captioned=False)
+        return await self._counted(request, captioned=False)
 
     async def captioned_speech(self, request: web.Request) -> web.StreamResponse:
         """Kokoro-FastAPI's ``/dev/captioned_speech``: audio (base64) with word timestamps."""
-        return await self._speech(request, captioned=True)
+        return await self._counted(request, captioned=True)
+
+    async def _counted(self, request: web.Request, captioned: bool) -> web.StreamResponse:
+        """One speech response, counted while it is sent (see :meth:`wait_idle`)."""
+        self._responses += 1
+        self._idle.clear()
+        try:
+            return await self._speech(request, captioned)
+        finally:
+            self._responses -= 1
+            if not self._responses:
+                self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
 
     async def _speech(self, request: web.Request, captioned: bool) -> web.StreamResponse:
         if self.draining or self.service.stopping:

@@ -469,6 +469,9 @@ class WyomingDoor:
             return
         log.info("wyoming.zeroconf: advertised %s at %s:%d", name, address, self.port)
 
+    async def wait_idle(self) -> None:
+        """Nothing outlives the core's streams here: a connection's output is its own."""
+
     def close_listener(self) -> None:
         if self._server is not None:
             self._server.close()

@@ -16,7 +16,10 @@ import aiohttp
 from bench.scaleout import free_port
 from tests.conftest import DaemonFactory
 
-LONG = "The ferry leaves the harbour at nine, and the gulls follow it out to sea. " * 12
+LONG = "The ferry leaves the harbour at nine, and the gulls follow it out to sea. " * 2
+"""About 9 s of audio, sent paced (``pace_ms``): in flight past the notice however fast the
+machine makes it (unpaced, a quiet machine made it all into the client's socket buffer
+before the notice ended, and the daemon then had nothing to drain)."""
 NOTICE_S = 3.0
 
 
@@ -59,7 +62,7 @@ def test_the_notice_then_the_drain(daemon_factory: DaemonFactory) -> None:
     async def go() -> dict[str, Any]:
         out: dict[str, Any] = {}
         async with aiohttp.ClientSession() as s:
-            body = {"input": LONG, "response_format": "pcm"}
+            body = {"input": LONG, "response_format": "pcm", "pace_ms": 20}
             stream = await s.post(base + "/v1/audio/speech", json=body)
             assert stream.status == 200
             got = len(await stream.content.readexactly(4096))

@@ -208,6 +208,9 @@ class Server:
 
     # ------------------------------------------------------------ shutdown
 
+    async def wait_idle(self) -> None:
+        """Nothing outlives the core's streams here: a connection's output is its own."""
+
     def close_listener(self) -> None:
         if self._server is not None:
             self._server.close()
