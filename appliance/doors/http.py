@@ -182,69 +182,11 @@ class SpeechBody:
 
     @classmethod
     def from_dict(cls, d: Any) -> SpeechBody:
+        """OpenAI's fields, then ttsd's extensions, each checked as it is read."""
         if not isinstance(d, dict):
             raise BadField("", "the body must be a JSON object")
-        text = d.get("input")
-        if not isinstance(text, str):
-            raise BadField("input", "'input' must be a string")
-        voice = d.get("voice")
-        if isinstance(voice, dict):  # OpenAI's custom voice object {"id": ...}
-            voice = voice.get("id")
-        if voice is not None and (not isinstance(voice, str) or not voice):
-            raise BadField("voice", "'voice' must be a voice name")
-        fmt = d.get("response_format", "mp3")
-        if fmt == "aac":
-            raise BadField(
-                "response_format",
-                "'aac' is not supported: use mp3, opus, flac, wav, pcm, mulaw or alaw",
-            )
-        if fmt not in FORMATS and fmt not in captions.CAPTION_FORMATS:
-            raise BadField(
-                "response_format", f"'response_format' must be one of {', '.join(FORMATS)}"
-            )
-        speed = _number(d, "speed", 1.0)
-        if speed is None or not OPENAI_SPEED[0] <= speed <= OPENAI_SPEED[1]:
-            raise BadField("speed", "'speed' must be a number within 0.25–4.0")
-        sfmt = d.get("stream_format", "audio")
-        if sfmt not in STREAM_FORMATS:
-            raise BadField("stream_format", "'stream_format' must be 'audio' or 'sse'")
-        model = d.get("model")
-        if model is not None and not isinstance(model, str):
-            raise BadField("model", "'model' must be a string")
-        noise: dict[str, float | None] = {}
-        for key in ("noise_scale", "noise_w"):
-            value = _number(d, key, None)
-            if value is not None and not 0.0 <= value <= 2.0:
-                raise BadField(key, f"'{key}' must be a number within 0.0–2.0")
-            noise[key] = value
-        text_format = d.get("text_format")
-        if text_format is not None and text_format not in TEXT_FORMATS:
-            raise BadField("text_format", f"'text_format' must be one of {', '.join(TEXT_FORMATS)}")
-        flags = {"stream": d.get("stream", True), "word_timings": d.get("word_timings", False)}
-        for key, flag in flags.items():
-            if not isinstance(flag, bool):
-                raise BadField(key, f"'{key}' must be true or false")
-        raw: dict[str, int | None] = {}
-        for key, lo, hi in (("sample_rate", 8000, 192000), ("pace_ms", *PACE_MS)):
-            raw[key] = _int(d, key, lo, hi)
-            if raw[key] is not None and fmt not in RAW_FORMATS:
-                raise BadField(key, f"'{key}' is for {', '.join(RAW_FORMATS)} only")
-        return cls(
-            text,
-            voice,
-            fmt,
-            speed,
-            sfmt,
-            model,
-            noise["noise_scale"],
-            noise["noise_w"],
-            text_format,
-            flags["stream"],
-            flags["word_timings"],
-            raw["sample_rate"],
-            raw["pace_ms"],
-            _bool(d, "deterministic"),
-        )
+        text, voice, fmt, speed, sfmt, model = _openai_fields(d)
+        return cls(text, voice, fmt, speed, sfmt, model, **_extensions(d, fmt))
 
     def out_rate(self, voice_rate: int) -> int | None:
         """The rate raw audio is sent at (None: the encoder's own choice)."""
@@ -290,6 +232,61 @@ def _int(d: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise BadField(key, f"'{key}' must be an integer within {lo}–{hi}")
     return value
+
+
+def _openai_fields(d: dict[str, Any]) -> tuple[str, str | None, str, float, str, str | None]:
+    """``(input, voice, response_format, speed, stream_format, model)``, as OpenAI has them."""
+    text = d.get("input")
+    if not isinstance(text, str):
+        raise BadField("input", "'input' must be a string")
+    voice = d.get("voice")
+    if isinstance(voice, dict):  # OpenAI's custom voice object {"id": ...}
+        voice = voice.get("id")
+    if voice is not None and (not isinstance(voice, str) or not voice):
+        raise BadField("voice", "'voice' must be a voice name")
+    fmt = d.get("response_format", "mp3")
+    if fmt == "aac":
+        raise BadField(
+            "response_format",
+            "'aac' is not supported: use mp3, opus, flac, wav, pcm, mulaw or alaw",
+        )
+    if fmt not in FORMATS and fmt not in captions.CAPTION_FORMATS:
+        raise BadField("response_format", f"'response_format' must be one of {', '.join(FORMATS)}")
+    speed = _number(d, "speed", 1.0)
+    if speed is None or not OPENAI_SPEED[0] <= speed <= OPENAI_SPEED[1]:
+        raise BadField("speed", "'speed' must be a number within 0.25–4.0")
+    sfmt = d.get("stream_format", "audio")
+    if sfmt not in STREAM_FORMATS:
+        raise BadField("stream_format", "'stream_format' must be 'audio' or 'sse'")
+    model = d.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadField("model", "'model' must be a string")
+    return text, voice, fmt, speed, sfmt, model
+
+
+def _extensions(d: dict[str, Any], fmt: str) -> dict[str, Any]:
+    """ttsd's extensions of the body, by :class:`SpeechBody`'s field names."""
+    out: dict[str, Any] = {}
+    for key in ("noise_scale", "noise_w"):
+        value = _number(d, key, None)
+        if value is not None and not 0.0 <= value <= 2.0:
+            raise BadField(key, f"'{key}' must be a number within 0.0–2.0")
+        out[key] = value
+    text_format = d.get("text_format")
+    if text_format is not None and text_format not in TEXT_FORMATS:
+        raise BadField("text_format", f"'text_format' must be one of {', '.join(TEXT_FORMATS)}")
+    out["text_format"] = text_format
+    for key, default in (("stream", True), ("word_timings", False)):
+        flag = d.get(key, default)
+        if not isinstance(flag, bool):
+            raise BadField(key, f"'{key}' must be true or false")
+        out[key] = flag
+    for key, lo, hi in (("sample_rate", 8000, 192000), ("pace_ms", *PACE_MS)):
+        out[key] = _int(d, key, lo, hi)
+        if out[key] is not None and fmt not in RAW_FORMATS:
+            raise BadField(key, f"'{key}' is for {', '.join(RAW_FORMATS)} only")
+    out["deterministic"] = _bool(d, "deterministic")
+    return out
 
 
 def _number(d: dict[str, Any], key: str, default: float | None) -> float | None:
