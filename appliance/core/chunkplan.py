@@ -136,14 +136,18 @@ def position_frames(
 
 def chunk_span(clause: Clause, a: float, b: float, total: float) -> tuple[int, int]:
     """Original-text span of [a, b) of a clause measured in ``total`` (frames, or ids):
-    whole words, by position."""
+    whole words, by position; the first and last chunks reach the clause's own ends (a
+    word's span leaves out markup after it, as in ``<sub alias='now'>NOW</sub>.``, which
+    the clause's last chunk still covers)."""
     words = clause.word_spans
     if not words or total <= 0:
         return clause.span
     n = len(words)
     i = min(n - 1, math.floor(a / total * n))
     j = max(i + 1, min(n, math.ceil(b / total * n)))
-    return (words[i][0], words[j - 1][1])
+    start = clause.span[0] if i == 0 else words[i][0]
+    end = clause.span[1] if j == n else words[j - 1][1]
+    return (start, end)
 
 
 # ------------------------------------------------------------------ the quick start

@@ -30,7 +30,7 @@ def test_socket_mode_and_info(daemon: Daemon) -> None:
         assert info["default_voice"] == "en_US-joe-medium"
         assert info["voices"][0]["sample_rate"] == 22050
         assert info["voices"][0]["streaming"] is True
-        assert set(info["formats"]) == {"s16le", "f32le"}
+        assert set(info["formats"]) == {"s16le", "f32le", "mulaw", "alaw"}
         health = w.call({"op": "health", "id": 2})
         assert health["status"] == "ok" and health["backend"] == "onnx-cpu"
         assert w.call({"op": "warmup", "id": 3})["event"] == "ok"
