@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.rig import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATE = REPO / "systemd" / "haproxy.cfg.example"
 BYTES_PER_S = 22050 * 2
@@ -44,12 +46,6 @@ LONG = (
 )
 """About eight seconds of audio: a listener's stream outlasts the drain notice (1.5 s)."""
 FILLER = "This stream only fills the box and is never read to its end. " * 60
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

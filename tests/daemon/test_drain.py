@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.scaleout import free_port
+from bench.rig import free_port
 from tests.conftest import DaemonFactory
 
 LONG = "The ferry leaves the harbour at nine, and the gulls follow it out to sea. " * 2

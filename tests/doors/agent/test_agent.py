@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.scaleout import free_port
+from bench.rig import free_port
 from tests.conftest import Daemon, DaemonFactory
 
 READY = re.compile(r"^up ready (\d{1,3})% maxconn:(\d+)\n$")
