@@ -16,6 +16,7 @@ import pytest
 
 from appliance.playback import Player
 from bench.pulsesink import PulseServer, PulseUnavailable
+from tests.conftest import Daemon, DaemonFactory
 from tests.playback.audio import make_config, wait_flowing
 
 # 20 ms: low enough that stop -> silence stays well under 50 ms (about latency + 10 ms),
@@ -66,3 +67,13 @@ def speech() -> tuple[npt.NDArray[np.float32], int]:
     chunks = list(voice.synthesize("Hello. The kettle is boiling, and the cat is asleep."))
     audio = np.concatenate([c.audio_float_array for c in chunks]).astype(np.float32)
     return audio, int(voice.config.sample_rate)
+
+
+@pytest.fixture(scope="module")
+def speaker_daemon(pulse_server: PulseServer, daemon_factory: DaemonFactory) -> Daemon:
+    """A daemon that speaks on the null sink (one per module, as the speak tests had)."""
+    pulse_server.launch()
+    return daemon_factory(
+        {"playback": {"enabled": True, "latency": 0.02, "sample_rate": pulse_server.rate}},
+        env=pulse_server.env,
+    )

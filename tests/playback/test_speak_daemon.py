@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 import numpy as np
-import pytest
 import soxr
 
 from bench.pulsesink import PulseServer
@@ -22,15 +21,6 @@ from tests.wire import Wire
 CTL = [sys.executable, "-m", "appliance.clients.ctl"]
 TEXT = "The kitchen door is open. Please close it."
 LONG = "This announcement keeps going for quite a while so that it can be interrupted. " * 4
-
-
-@pytest.fixture(scope="module")
-def speaker_daemon(pulse_server: PulseServer, daemon_factory: DaemonFactory) -> Daemon:
-    pulse_server.launch()
-    return daemon_factory(
-        {"playback": {"enabled": True, "latency": 0.02, "sample_rate": pulse_server.rate}},
-        env=pulse_server.env,
-    )
 
 
 def _speak(w: Wire, rid: int, text: str, **opts: Any) -> None:

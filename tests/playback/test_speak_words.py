@@ -7,10 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
-
-from bench.pulsesink import PulseServer
-from tests.conftest import Daemon, DaemonFactory
+from tests.conftest import Daemon
 from tests.wire import Wire
 
 TEXT = (
@@ -20,15 +17,6 @@ TEXT = (
 ZERO = {"noise_scale": 0, "noise_w": 0}
 SLACK_MS = 120.0
 """The sink's latency, the poll and the socket between the daemon's clock and ours."""
-
-
-@pytest.fixture(scope="module")
-def speaker_daemon(pulse_server: PulseServer, daemon_factory: DaemonFactory) -> Daemon:
-    pulse_server.launch()
-    return daemon_factory(
-        {"playback": {"enabled": True, "latency": 0.02, "sample_rate": pulse_server.rate}},
-        env=pulse_server.env,
-    )
 
 
 def timings(w: Wire) -> list[dict[str, Any]]:
