@@ -81,13 +81,13 @@ def compute_cost(texts: dict[str, str], repeat: int = 200) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, text in texts.items():
         clause = prepare(text, "en_US", limits)[0]
-        ids = ph.ids(clause.text).tolist()
+        ids = ph.ids(clause.text)
         cum = np.cumsum(np.full(len(ids) + 1, 3.0))
 
-        def work(ids: list[int] = ids, clause: Clause = clause, cum: Any = cum) -> None:
-            spoken = wordtimes.spoken_words(ids, ph.is_space, ph.is_sound, ph.is_pad)
+        def work(ids: Any = ids, clause: Clause = clause, cum: Any = cum) -> None:
+            spoken = wordtimes.spoken_words(ids, ph.kinds)
             words = wordtimes.written_words(
-                clause.text, clause.word_spans, ids, spoken, ph.is_sound, ph.word_size
+                clause.text, clause.word_spans, ids, spoken, ph.kinds, ph.word_size
             )
             wordtimes.timed_words(words, lambda p, _: float(cum[p]) * 11.6)
 

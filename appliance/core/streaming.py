@@ -397,10 +397,9 @@ class SynthesisJob:
 
     def _written(self, clause: Clause, ids: IntArray) -> list[wordtimes.WrittenWord]:
         ph = self.voice.phonemizer
-        id_list = ids.tolist()
-        spoken = wordtimes.spoken_words(id_list, ph.is_space, ph.is_sound, ph.is_pad)
+        spoken = wordtimes.spoken_words(ids, ph.kinds)
         return wordtimes.written_words(
-            clause.text, clause.word_spans, id_list, spoken, ph.is_sound, ph.word_size
+            clause.text, clause.word_spans, ids, spoken, ph.kinds, ph.word_size
         )
 
     def _out_frame_ms(self) -> float:

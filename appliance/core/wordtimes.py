@@ -8,13 +8,19 @@ each with the span of the source characters it came from (:mod:`appliance.text.t
 tokens that came from one written token ("$49.95" → "forty-nine dollars and ninety-five
 cents", a ``<sub>``'s alias) share that span and become ONE written word.
 
-Pure functions over ids, a test for spaces and sounding ids, and the clause's words, so
-they are table-tested without a model; the stream (:mod:`appliance.core.streaming`) turns
-id positions into output milliseconds (speed, prosody, breaks and clause pauses are in
-that mapping, not here).
+Pure functions over ids, the voice's id kinds (:class:`~appliance.text.phonemize.IdKinds`:
+word gaps, sounding ids, pads as tables) and the clause's words, so they are table-tested
+without a model; the stream (:mod:`appliance.core.streaming`) turns id positions into
+output milliseconds (speed, prosody, breaks and clause pauses are in that mapping, not
+here).
 
-Bounds: everything is linear in the clause's ids and words (a clause is capped by the
-frontend); nothing is kept between calls.
+This runs on the first packet's critical path (issue 29: ≤ +0.5 ms), so the passes over
+ids are numpy over the id array, and the alignment only runs where espeak's count of words
+differs from the text's.
+
+Bounds: the passes over ids and tokens are linear in the clause's ids and words; the
+alignment is its tokens × (3 + |tokens − words|) cells, five steps each (:func:`align`; a
+clause is capped by the frontend); nothing is kept between calls.
 """
 
 from __future__ import annotations
@@ -24,38 +30,35 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from appliance.speech import Word
+import numpy as np
 
-IdTest = Callable[[int], bool]
+from appliance.speech import IntArray, Word
+from appliance.text.phonemize import IdKinds
 
-_TOKEN = re.compile(r"\S+")
-"""How the frontend cuts a clause's text into words (its ``word_spans`` follow it)."""
+Ids = Sequence[int] | IntArray
+
+_VOICED = re.compile(r"[^\W_]")
+"""A letter or digit: ``\\w`` is exactly ``str.isalnum`` and ``_`` (for every code point)."""
 
 
-def spoken_words(
-    ids: Sequence[int], is_space: IdTest, is_sound: IdTest, is_pad: IdTest
-) -> list[tuple[int, int]]:
+def spoken_words(ids: Ids, kinds: IdKinds) -> list[tuple[int, int]]:
     """Id ranges [i, j) of each spoken word, in order: from the pad just before its first
     sounding id (the voice's transition into it) to its last sounding id, between two word
     gaps (a gap with no sound in it is no word; punctuation is the pause after a word).
 
     The pad is in because the sound starts there: against pocketsphinx's word starts, the
     first sounding id is ~55 ms late on average, its pad ~32 ms (tests/doors/v1)."""
-    out: list[tuple[int, int]] = []
-    lo = hi = -1
-    gap = -1
-    for k, i in enumerate(ids):
-        if is_space(i):
-            if lo >= 0:
-                out.append((lo, hi))
-            lo, gap = -1, k
-        elif is_sound(i):
-            if lo < 0:
-                lo = k - 1 if k - 1 > gap and is_pad(ids[k - 1]) else k
-            hi = k + 1
-    if lo >= 0:
-        out.append((lo, hi))
-    return out
+    a = np.asarray(ids, dtype=np.int64)
+    at = np.flatnonzero(kinds.sound[a])
+    if not at.size:
+        return []
+    gap = kinds.space[a].cumsum()[at]  # which stretch between gaps each sounding id is in
+    cut = np.flatnonzero(gap[1:] != gap[:-1])  # the last sounding id of a word, bar the last
+    first = at[np.concatenate(([0], cut + 1))]
+    end = at[np.append(cut, at.size - 1)] + 1
+    # Before a word's first sounding id is its gap or a silent id of its own stretch.
+    start = first - (kinds.pad[a[first - 1]] & (first > 0))
+    return list(zip(start.tolist(), end.tolist(), strict=True))
 
 
 @dataclass(frozen=True)
@@ -140,9 +143,9 @@ def align(token_sizes: Sequence[int], word_sizes: Sequence[int]) -> list[tuple[i
 def written_words(
     text: str,
     word_spans: Sequence[tuple[int, int]],
-    ids: Sequence[int],
+    ids: Ids,
     spoken: Sequence[tuple[int, int]],
-    is_sound: IdTest,
+    kinds: IdKinds,
     token_size: Callable[[str], int] | None = None,
 ) -> list[WrittenWord]:
     """The clause's written words in order, each with its source span and its ids.
@@ -156,24 +159,18 @@ def written_words(
     as five words) are one written word."""
     if not spoken:
         return []
+    # The frontend's words are \S+, whose whitespace is str.split's (word_spans follow it).
     voiced = [
-        (m.group(), word_spans[k])
-        for k, m in enumerate(_TOKEN.finditer(text))
-        if k < len(word_spans) and any(c.isalnum() for c in m.group())
+        (token, span)
+        for token, span in zip(text.split(), word_spans, strict=False)
+        if token.isalnum() or _VOICED.search(token)  # most tokens are a bare word
     ]
     if not voiced:
         return []
-    sizes_of_words = word_sizes(ids, spoken, is_sound)
     if len(voiced) == len(spoken):
-        ranges = [(t, t) for t in range(len(spoken))]
-        sizes = [1] * len(voiced)
+        placed = list(spoken)
     else:
-        size = token_size or (lambda t: sum(c.isalnum() for c in t))
-        sizes = [max(1, size(t)) for t, _ in voiced]
-        ranges = (
-            align(sizes, sizes_of_words) if token_size else _proportional(len(voiced), len(spoken))
-        )
-    placed = _token_ids(ranges, sizes, ids, spoken, is_sound)
+        placed = _recounted([t for t, _ in voiced], ids, spoken, kinds, token_size)
     out: list[WrittenWord] = []
     for (_, span), (a, b) in zip(voiced, placed, strict=True):
         if out and (span[0] < out[-1].span[1] or a < out[-1].end):
@@ -185,15 +182,33 @@ def written_words(
     return out
 
 
+def _recounted(
+    tokens: Sequence[str],
+    ids: Ids,
+    spoken: Sequence[tuple[int, int]],
+    kinds: IdKinds,
+    token_size: Callable[[str], int] | None,
+) -> list[tuple[int, int]]:
+    """Each token's id range when espeak's count of words differs from the text's."""
+    sounding = np.flatnonzero(kinds.sound[np.asarray(ids, dtype=np.int64)])
+    if token_size is not None:
+        sizes = [max(1, token_size(t)) for t in tokens]
+        ranges = align(sizes, word_sizes(sounding, spoken))
+    else:
+        sizes = [max(1, sum(c.isalnum() for c in t)) for t in tokens]
+        ranges = _proportional(len(tokens), len(spoken))
+    return _token_ids(ranges, sizes, spoken, sounding)
+
+
 def _token_ids(
     ranges: Sequence[tuple[int, int]],
     sizes: Sequence[int],
-    ids: Sequence[int],
     spoken: Sequence[tuple[int, int]],
-    is_sound: IdTest,
+    sounding: IntArray,
 ) -> list[tuple[int, int]]:
     """Each token's id range: its spoken words' ids; tokens that share the same spoken
-    words split their sounding ids in proportion to their sizes."""
+    words split their sounding ids (``sounding``: the clause's, ascending) in proportion
+    to their sizes."""
     out: list[tuple[int, int]] = []
     t = 0
     while t < len(ranges):
@@ -205,7 +220,7 @@ def _token_ids(
             out.append((a, b))
             t = u
             continue
-        pos = [p for p in range(a, b) if is_sound(ids[p])]
+        pos = sounding[sounding.searchsorted(a) : sounding.searchsorted(b)].tolist()
         total, cum, c0 = sum(sizes[t:u]), 0, 0
         for k in range(t, u):
             cum += sizes[k]
@@ -225,11 +240,13 @@ def _token_ids(
     return out
 
 
-def word_sizes(
-    ids: Sequence[int], spoken: Sequence[tuple[int, int]], is_sound: IdTest
-) -> list[int]:
-    """Sounding ids of each spoken word (the sizes :func:`align` compares)."""
-    return [sum(1 for k in range(a, b) if is_sound(ids[k])) for a, b in spoken]
+def word_sizes(sounding: IntArray, spoken: Sequence[tuple[int, int]]) -> list[int]:
+    """Sounding ids of each spoken word (the sizes :func:`align` compares); ``sounding``:
+    the positions of the clause's sounding ids, ascending."""
+    ends = np.fromiter(itertools.chain.from_iterable(spoken), np.int64, 2 * len(spoken))
+    bounds = sounding.searchsorted(ends)
+    sizes: list[int] = (bounds[1::2] - bounds[::2]).tolist()
+    return sizes
 
 
 IdTime = Callable[[int, bool], float]

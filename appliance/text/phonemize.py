@@ -22,11 +22,12 @@ import re
 import sys
 import threading
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from appliance.speech import IntArray
 
@@ -146,6 +147,38 @@ def espeak_sentences(voice: str, text: str) -> list[list[str]]:
     return sentences
 
 
+BoolTable = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class IdKinds:
+    """Which ids are word gaps, a word's own sound and pads, as tables indexed by id: the
+    per-clause passes (word timings) look a whole id array up at once (``kinds.sound[ids]``)
+    where calling :meth:`Phonemizer.is_sound` per id costs ~0.1 µs each.  A gap or a pad
+    never sounds, and a pad is no gap."""
+
+    space: BoolTable
+    sound: BoolTable
+    pad: BoolTable
+
+    @classmethod
+    def of(
+        cls, size: int, space: Collection[int], silent: Collection[int], pad: Collection[int]
+    ) -> IdKinds:
+        """Tables for ids 0..size-1: sounding is every id that is not ``silent``, a gap or
+        a pad (the phonemizer's silent ids include both)."""
+
+        def table(ids: Collection[int], value: bool = True) -> BoolTable:
+            out = np.full(size, not value, dtype=np.bool_)
+            out[list(ids)] = value
+            out.flags.writeable = False  # shared by every stream of the voice
+            return out
+
+        if set(space) & set(pad):
+            raise ValueError("an id cannot be both a word gap and a pad")
+        return cls(table(space), table({*silent, *space, *pad}, value=False), table(pad))
+
+
 class Phonemizer:
     """Phonemes and ids for one voice."""
 
@@ -160,6 +193,9 @@ class Phonemizer:
         silent = (*BOUNDARY_PHONEMES, BOS, EOS, PAD)
         self._silent_ids = frozenset(i for p in silent for i in self._id_map.get(p, []))
         self._pad_ids = frozenset(self._id_map.get(PAD, []))
+        size = 1 + max((i for ids in self._id_map.values() for i in ids), default=0)
+        self.kinds = IdKinds.of(size, self._space_ids, self._silent_ids, self._pad_ids)
+        """The id tests below as tables (every id the map gives is in range)."""
         self._word_sizes: dict[str, int] = {}
         """Sounding ids of words said alone (word timings' alignment); bounded."""
 
@@ -236,7 +272,7 @@ class Phonemizer:
         :data:`WORD_SIZE_CACHE` words)."""
         size = self._word_sizes.get(word)
         if size is None:
-            size = sum(1 for i in self.ids(word).tolist() if self.is_sound(int(i)))
+            size = int(np.count_nonzero(self.kinds.sound[self.ids(word)]))
             if len(self._word_sizes) >= WORD_SIZE_CACHE:
                 self._word_sizes.clear()
             self._word_sizes[word] = size

@@ -20,22 +20,11 @@ from appliance.model.voices import VoiceInfo, bundled_voice_path
 from appliance.playback.speak import heard_span
 from appliance.speech import Word
 from appliance.text.frontend import FrontendLimits, prepare
-from appliance.text.phonemize import Phonemizer
+from appliance.text.phonemize import IdKinds, Phonemizer
 
 LIMITS = FrontendLimits(max_chars=20000, sentence_chars=400)
 SPACE, PAD, COMMA = 3, 0, 8
-
-
-def is_space(i: int) -> bool:
-    return i == SPACE
-
-
-def is_sound(i: int) -> bool:
-    return i not in (SPACE, PAD, COMMA)
-
-
-def is_pad(i: int) -> bool:
-    return i == PAD
+KINDS = IdKinds.of(64, space={SPACE}, silent={SPACE, PAD, COMMA}, pad={PAD})
 
 
 @cache
@@ -48,9 +37,9 @@ def phonemizer() -> Phonemizer:
 def test_spoken_words_are_the_sounding_ids_between_gaps_with_their_lead_pad() -> None:
     #       0   1   2   3    4      5      6   7      8      9      10  11
     ids = [PAD, 20, 21, PAD, COMMA, SPACE, 22, SPACE, SPACE, COMMA, 23, PAD]
-    assert spoken_words(ids, is_space, is_sound, is_pad) == [(0, 3), (6, 7), (10, 11)]
+    assert spoken_words(ids, KINDS) == [(0, 3), (6, 7), (10, 11)]
     ids = [SPACE, PAD, 20, PAD, SPACE, PAD, PAD, 21]
-    assert spoken_words(ids, is_space, is_sound, is_pad) == [(1, 3), (6, 8)]
+    assert spoken_words(ids, KINDS) == [(1, 3), (6, 8)]
 
 
 def words_for(text: str) -> list[tuple[str, int, int]]:
@@ -61,8 +50,8 @@ def words_for(text: str) -> list[tuple[str, int, int]]:
     base = 0
     for c in prepare(text, "en_US", LIMITS):
         ids = ph.ids(c.text).tolist()
-        spoken = spoken_words(ids, ph.is_space, ph.is_sound, ph.is_pad)
-        for w in written_words(c.text, c.word_spans, ids, spoken, ph.is_sound, ph.word_size):
+        spoken = spoken_words(ids, ph.kinds)
+        for w in written_words(c.text, c.word_spans, ids, spoken, ph.kinds, ph.word_size):
             out.append((text[w.span[0] : w.span[1]], base + w.start, base + w.end))
         base += len(ids)
     return out
@@ -76,7 +65,7 @@ def test_one_written_token_said_as_many_words_is_one_entry() -> None:
     assert [w for w, _, _ in words] == ["It", "costs", "$49.95", "today."]
     ph = phonemizer()
     ids = ph.ids(c.text).tolist()
-    spoken = spoken_words(ids, ph.is_space, ph.is_sound, ph.is_pad)
+    spoken = spoken_words(ids, ph.kinds)
     assert (words[2][1], words[2][2]) == (spoken[2][0], spoken[6][1])  # five spoken words
 
 
@@ -106,9 +95,9 @@ def test_a_count_espeak_disagrees_with_still_tiles_in_order() -> None:
         ids = []
         for k in range(n_spoken):
             ids += [SPACE, PAD, 20 + k, PAD, 30 + k]
-        spoken = spoken_words(ids, is_space, is_sound, is_pad)
+        spoken = spoken_words(ids, KINDS)
         assert len(spoken) == n_spoken
-        words = written_words(text, spans, ids, spoken, is_sound)
+        words = written_words(text, spans, ids, spoken, KINDS)
         assert words[0].start == spoken[0][0] and words[-1].end == spoken[-1][1]
         for w, nxt in itertools.pairwise(words):
             assert w.end <= nxt.start and w.span[1] <= nxt.span[0]
