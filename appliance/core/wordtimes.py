@@ -15,8 +15,8 @@ output milliseconds (speed, prosody, breaks and clause pauses are in that mappin
 here).
 
 This runs on the first packet's critical path (issue 29: ≤ +0.5 ms), so the passes over
-ids are numpy over the id array, and the alignment only runs where espeak's count of words
-differs from the text's.
+ids are numpy over the id array, and the alignment, only run where espeak's count of words
+differs from the text's, is a tight loop.
 
 Bounds: the passes over ids and tokens are linear in the clause's ids and words; the
 alignment is its tokens × (3 + |tokens − words|) cells, five steps each (:func:`align`; a
@@ -83,11 +83,11 @@ def _proportional(n_tokens: int, n_spoken: int) -> list[tuple[int, int]]:
 
 MAX_JOIN = 3
 """Most tokens espeak says as one word ("in the" → ɪnðə), or spoken words of one token."""
-_STEPS = (
-    *((a, 1, 0.0 if a == 1 else 0.5) for a in range(1, MAX_JOIN + 1)),
-    *((1, b, 0.5) for b in range(2, MAX_JOIN + 1)),
-)
-"""(tokens, spoken words, penalty) of one alignment step: one to one is preferred."""
+_STEPS = ((3, 1), (2, 1), (1, 3), (1, 2), (1, 1))
+"""(tokens, spoken words) of one alignment step, in the order :func:`_programme` weighs
+them (from the earliest cell first: a tie goes to the first)."""
+_JOIN_COST = 0.5
+"""What a step that is not one to one costs on top of its sizes' difference."""
 
 
 def align(token_sizes: Sequence[int], word_sizes: Sequence[int]) -> list[tuple[int, int]]:
@@ -99,45 +99,78 @@ def align(token_sizes: Sequence[int], word_sizes: Sequence[int]) -> list[tuple[i
     spoken word of the clause.  A monotonic alignment (dynamic programming, within the
     band of j - i the net joins and splits allow) where each step joins up to
     :data:`MAX_JOIN` tokens into one word or splits one token into up to that many words,
-    costing the difference in size (and a little for not being one to one).  ~0.9 ms for
-    a 300-character sentence with three joins (``python -m bench --only wordtimes``)."""
+    costing the difference in size (and :data:`_JOIN_COST` for not being one to one).
+
+    Work: tokens × (3 + |tokens − words|) cells, five steps each, written out in
+    :func:`_programme` (the same cells, steps and ties as the whole-table programme it
+    replaced; a test holds the two equal).  For the core table's 266-character sentence
+    (49 tokens, 46 words, three joins) ~0.11 ms of the word work's ~0.23 ms in-process,
+    where it was 0.23 of 0.43 ms (0.38 against 0.70 ms while another process shares the
+    core; ``compute_cost`` in ``bench/wordtimes.py``, see docs/word-timings.md)."""
     n, m = len(token_sizes), len(word_sizes)
     if n == 0 or m == 0:
         return []
-    tok = [0, *itertools.accumulate(token_sizes)]
-    wrd = [0, *itertools.accumulate(word_sizes)]
-    # Joins move j - i down, splits up: the path stays within the net count of them, and
-    # one step either side (a join and a split that cancel out).
-    low, high = min(0, m - n) - 1, max(0, m - n) + 1
-    inf = float("inf")
-    cost = [[inf] * (m + 1) for _ in range(n + 1)]
-    back: list[list[tuple[int, int]]] = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
-    cost[0][0] = 0.0
-    for i in range(n + 1):
-        row, ti = cost[i], tok[i]
-        for j in range(max(0, i + low), min(m, i + high) + 1):
-            here = row[j]
-            if here == inf:
-                continue
-            wj = wrd[j]
-            for a, b, penalty in _STEPS:
-                ia, jb = i + a, j + b
-                if ia > n or jb > m:
-                    continue
-                c = here + abs(tok[ia] - ti - wrd[jb] + wj) + penalty
-                if c < cost[ia][jb]:
-                    cost[ia][jb] = c
-                    back[ia][jb] = (i, j)
-    if cost[n][m] == inf:
+    low = min(0, m - n) - 1
+    steps = _programme(token_sizes, word_sizes, low)
+    if steps is None:
         return _proportional(n, m)
     out: list[tuple[int, int]] = [(0, 0)] * n
     i, j = n, m
     while i > 0:
-        pi, pj = back[i][j]
-        for t in range(pi, i):
-            out[t] = (pj, j - 1)
-        i, j = pi, pj
+        a, b = _STEPS[steps[i][j - i - low + 2]]
+        out[i - a : i] = [(j - b, j - 1)] * a
+        i, j = i - a, j - b
     return out
+
+
+def _programme(
+    token_sizes: Sequence[int], word_sizes: Sequence[int], low: int
+) -> list[list[int]] | None:
+    """The step (index into :data:`_STEPS`) that reaches each cell (i tokens, j words)
+    most cheaply, by rows of i, at ``j - i - low + 2``; None if (n, m) cannot be reached.
+
+    Joins move j - i down, splits up: the path stays within the net count of them, and
+    one step either side (a join and a split that cancel out): the band [low, high].  Each
+    row keeps two unreachable cells either side of the band, so a step from outside it
+    reads infinity; the steps are written out (this is the alignment's inner loop)."""
+    n, m = len(token_sizes), len(word_sizes)
+    high = max(0, m - n) + 1
+    inf = float("inf")
+    pad = [inf] * (high - low + 5)
+    # Sizes of the last one, two, three tokens before i and words before j (0 where there
+    # are none: the cell such a step comes from is unreachable anyway).
+    t = [0, 0, 0, *token_sizes]
+    w1 = [0, *word_sizes]
+    w2 = [0, 0, *(a + b for a, b in itertools.pairwise(word_sizes))]
+    w3 = [0, 0, 0, *(a + b for a, b in zip(w2[2:], word_sizes[2:], strict=False))]
+    rows = [pad, pad, pad, [*pad]]  # cost of reaching cell; row i is rows[i + 3]
+    rows[3][2 - low] = 0.0
+    how: list[list[int]] = [[]]
+    join = _JOIN_COST  # a local: the loop below is the hot path
+    for i in range(1, n + 1):
+        t1 = t[i + 2]
+        t2 = t1 + t[i + 1]
+        t3 = t2 + t[i]
+        r1, r2, r3 = rows[i + 2], rows[i + 1], rows[i]
+        row, got = [*pad], [0] * len(pad)
+        j = max(1, i + low)
+        for x in range(j - i - low + 2, min(m, i + high) - i - low + 3):
+            wj = w1[j]
+            best, step = r3[x + 2] + abs(t3 - wj), 0
+            if (c := r2[x + 1] + abs(t2 - wj)) < best:
+                best, step = c, 1
+            if (c := r1[x - 2] + abs(t1 - w3[j])) < best:
+                best, step = c, 2
+            if (c := r1[x - 1] + abs(t1 - w2[j])) < best:
+                best, step = c, 3
+            best += join
+            if (c := r1[x] + abs(t1 - wj)) < best:
+                best, step = c, 4
+            row[x], got[x] = best, step
+            j += 1
+        rows.append(row)
+        how.append(got)
+    return how if rows[n + 3][m - n - low + 2] < inf else None
 
 
 def written_words(

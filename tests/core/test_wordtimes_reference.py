@@ -1,9 +1,11 @@
-"""The word-timing passes that issue 29 made fast, held to what they replaced: spoken
-words from the id tables (against the per-id loop, copied here), the id tables themselves
-(appliance.core.wordtimes, appliance.text.phonemize.IdKinds)."""
+"""The word-timing passes that issue 29 made fast, held to what they replaced (copied
+here): the alignment of the text's tokens to espeak's words (against the whole-table
+programme), spoken words from the id tables (against the per-id loop), and the id tables
+themselves (appliance.core.wordtimes, appliance.text.phonemize.IdKinds)."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -12,6 +14,9 @@ import numpy as np
 import pytest
 
 from appliance.core.wordtimes import (
+    MAX_JOIN,
+    _proportional,
+    align,
     spoken_words,
     word_sizes,
     written_words,
@@ -22,7 +27,50 @@ SPACE, PAD, COMMA, END = 3, 0, 8, 2
 SILENT = {SPACE, PAD, COMMA, END}
 KINDS = IdKinds.of(64, space={SPACE}, silent=SILENT, pad={PAD})
 
-# -- the reference: spoken_words as it was before issue 29 (commit 53e329f)
+# -- the reference: align and spoken_words as they were before issue 29 (commit 53e329f)
+
+_OLD_STEPS = (
+    *((a, 1, 0.0 if a == 1 else 0.5) for a in range(1, MAX_JOIN + 1)),
+    *((1, b, 0.5) for b in range(2, MAX_JOIN + 1)),
+)
+
+
+def reference_align(token_sizes: Sequence[int], word_sizes: Sequence[int]) -> list[tuple[int, int]]:
+    n, m = len(token_sizes), len(word_sizes)
+    if n == 0 or m == 0:
+        return []
+    tok = [0, *itertools.accumulate(token_sizes)]
+    wrd = [0, *itertools.accumulate(word_sizes)]
+    low, high = min(0, m - n) - 1, max(0, m - n) + 1
+    inf = float("inf")
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    back: list[list[tuple[int, int]]] = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
+    cost[0][0] = 0.0
+    for i in range(n + 1):
+        row, ti = cost[i], tok[i]
+        for j in range(max(0, i + low), min(m, i + high) + 1):
+            here = row[j]
+            if here == inf:
+                continue
+            wj = wrd[j]
+            for a, b, penalty in _OLD_STEPS:
+                ia, jb = i + a, j + b
+                if ia > n or jb > m:
+                    continue
+                c = here + abs(tok[ia] - ti - wrd[jb] + wj) + penalty
+                if c < cost[ia][jb]:
+                    cost[ia][jb] = c
+                    back[ia][jb] = (i, j)
+    if cost[n][m] == inf:
+        return _proportional(n, m)
+    out: list[tuple[int, int]] = [(0, 0)] * n
+    i, j = n, m
+    while i > 0:
+        pi, pj = back[i][j]
+        for t in range(pi, i):
+            out[t] = (pj, j - 1)
+        i, j = pi, pj
+    return out
 
 
 IdTest = Callable[[int], bool]
@@ -46,6 +94,80 @@ def reference_spoken_words(
     if lo >= 0:
         out.append((lo, hi))
     return out
+
+
+# -- the alignment
+
+
+@pytest.mark.parametrize(
+    ("tokens", "words", "want"),
+    [
+        # one to one
+        ([3, 5, 2], [3, 5, 2], [(0, 0), (1, 1), (2, 2)]),
+        # "in the" said as one word, then "that the" (joins of two)
+        ([4, 2, 2, 6, 3, 2], [4, 4, 6, 5], [(0, 0), (1, 1), (1, 1), (2, 2), (3, 3), (3, 3)]),
+        # three tokens as one word
+        ([5, 1, 2, 2, 4], [5, 5, 4], [(0, 0), (1, 1), (1, 1), (1, 1), (2, 2)]),
+        # one token said as two words, and as three
+        ([4, 8, 3], [4, 5, 3, 3], [(0, 0), (1, 2), (3, 3)]),
+        ([9, 2], [3, 3, 3, 2], [(0, 2), (3, 3)]),
+        # sizes that never add up again: "a" alone is eɪ (3 ids), in context ə (1 id)
+        ([2, 7, 3, 6, 3], [2, 7, 1, 6, 3], [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]),
+        # ... and with a join: "had been a big" → [hadbin] [ə] [bɪg]
+        ([3, 3, 3, 3], [6, 1, 3], [(0, 0), (0, 0), (1, 1), (2, 2)]),
+        # a join before a split: each in place, the net count is 0
+        ([3, 2, 2, 5, 8, 4], [3, 4, 5, 4, 4, 4], [(0, 0), (1, 1), (1, 1), (2, 2), (3, 4), (5, 5)]),
+        # more joins than MAX_JOIN could cover: in proportion
+        ([1] * 7, [7], [(0, 0)] * 7),
+        ([], [3], []),
+        ([3], [], []),
+    ],
+)
+def test_align(tokens: list[int], words: list[int], want: list[tuple[int, int]]) -> None:
+    assert align(tokens, words) == want
+    assert reference_align(tokens, words) == want
+
+
+def espeak_like(rng: random.Random) -> tuple[list[int], list[int]]:
+    """Token sizes and the words espeak might make of them: joins of two or three, splits
+    into two or three, and a word now and then one id longer or shorter in context."""
+    tokens = [rng.randint(1, 10) for _ in range(rng.randint(1, 60))]
+    words: list[int] = []
+    i = 0
+    while i < len(tokens):
+        r = rng.random()
+        k = min(rng.choice((2, 2, 3)), len(tokens) - i)
+        if r < 0.12 and k > 1:
+            words.append(sum(tokens[i : i + k]))
+            i += k
+            continue
+        if r < 0.16 and tokens[i] > 1:
+            cuts = sorted(rng.sample(range(1, tokens[i]), min(k, tokens[i]) - 1))
+            words.extend(b - a for a, b in itertools.pairwise([0, *cuts, tokens[i]]))
+        else:
+            words.append(tokens[i])
+        i += 1
+    noise = rng.choice((0.0, 0.05, 0.2))
+    words = [max(1, w + rng.choice((-1, 1))) if rng.random() < noise else w for w in words]
+    return tokens, words
+
+
+def any_sizes(rng: random.Random) -> tuple[list[int], list[int]]:
+    """Small sizes, counts anything from 0 to 14: ties, unreachable ends, wide bands."""
+    return (
+        [rng.randint(1, 4) for _ in range(rng.randint(0, 14))],
+        [rng.randint(1, 4) for _ in range(rng.randint(0, 14))],
+    )
+
+
+@pytest.mark.parametrize("make", [espeak_like, any_sizes])
+def test_align_is_the_whole_table_programme_it_replaced(
+    make: Callable[[random.Random], tuple[list[int], list[int]]],
+) -> None:
+    rng = random.Random(29)
+    for _ in range(3000):
+        tokens, words = make(rng)
+        assert align(tokens, words) == reference_align(tokens, words), (tokens, words)
 
 
 # -- spoken words and their sizes
