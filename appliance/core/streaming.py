@@ -316,7 +316,11 @@ class _Voiced:
 
     def at_ms(self, frame: float, frame_ms: float, after: Callable[[int], bool]) -> float:
         """Output time of a frame; a pause at that very frame counts when ``after`` it."""
-        quiet = sum(ms for f, ms in self.pauses.items() if f < frame or (f == frame and after(f)))
+        quiet = (  # twice per word on the first packet's path: most clauses have no pause
+            sum(ms for f, ms in self.pauses.items() if f < frame or (f == frame and after(f)))
+            if self.pauses
+            else 0
+        )
         moved = frame + self.shift if frame >= self.seam else frame
         return self.speech_ms + moved * frame_ms + quiet
 
@@ -414,15 +418,16 @@ class SynthesisJob:
         if enc is None:  # a whole-clause voice: in proportion to the ids
             n = max(1, len(voiced.encoded.ids))
             return lambda p, after: voiced.at_ms(p / n * voiced.total, fm, lambda _: after)
-        cum = np.concatenate([[0.0], np.cumsum(enc.durations, dtype=np.float64)])
-        return lambda p, after: voiced.at_ms(float(cum[p]), fm, lambda _: after)
+        # A list: indexing it gives a float, where an array would make a numpy scalar.
+        cum = np.concatenate([[0.0], np.cumsum(enc.durations, dtype=np.float64)]).tolist()
+        return lambda p, after: voiced.at_ms(cum[p], fm, lambda _: after)
 
     def _quick_time(self, quick: QuickStart, start_ms: float) -> wordtimes.IdTime:
         """A quick start's words before the join, from the quick encoding's durations (its
         ids are the sentence's up to past the join)."""
         fm = self._frame_ms
-        qcum = np.concatenate([[0.0], np.cumsum(quick.durations, dtype=np.float64)])
-        return lambda p, _: start_ms + float(qcum[min(p, len(qcum) - 1)]) * fm
+        qcum = np.concatenate([[0.0], np.cumsum(quick.durations, dtype=np.float64)]).tolist()
+        return lambda p, _: start_ms + qcum[min(p, len(qcum) - 1)] * fm
 
     # -- deadlines
 
@@ -781,9 +786,9 @@ class SynthesisJob:
         start_ms = self._audio_out_s * 1000 + clause.pause_before_ms
         first_marks = self._quick_marks(clause, quick, start_ms)
         self._marks.extend(first_marks)
-        at_quick = self._quick_time(quick, start_ms)
         seam_id = quick.seam
-        self._place_words(encoded, at_quick, lambda p: p < seam_id)
+        if self._words is not None:  # (the id → ms maps are only made for words)
+            self._place_words(encoded, self._quick_time(quick, start_ms), lambda p: p < seam_id)
         audio = self._gain(quick.audio, clause)
         if clause.pause_before_ms:
             audio = np.concatenate([silence(clause.pause_before_ms, self.voice.sample_rate), audio])
@@ -799,8 +804,8 @@ class SynthesisJob:
         voiced.seam, voiced.shift = seam, quick.frames - seam
         voiced.lead = quick.tail
         self._place_marks(voiced, skip=len(first_marks))
-        at_whole = self._id_time(voiced)
-        self._place_words(encoded, at_whole, lambda p: p >= seam_id)
+        if self._words is not None:
+            self._place_words(encoded, self._id_time(voiced), lambda p: p >= seam_id)
         return voiced
 
     def _quick_marks(self, clause: Clause, quick: QuickStart, start_ms: float) -> list[Mark]:
@@ -822,7 +827,8 @@ class SynthesisJob:
             self._stretch.set_factor(self._stretch_factor(encoded))
         if encoded.quick is None and voiced.seam == 0:  # a quick start placed its own
             self._place_marks(voiced)
-            self._place_words(encoded, self._id_time(voiced))
+            if self._words is not None:
+                self._place_words(encoded, self._id_time(voiced))
         hop, rate = self.voice.hop, self.voice.sample_rate
         clause_audio_s = (voiced.total - voiced.seam) * hop / rate
         clause_out_s = 0.0
