@@ -508,19 +508,20 @@ class Service:
         d = voice.defaults
         fixed = cfg.voices.deterministic if req.deterministic is None else req.deterministic
         speed = req.speed or 1.0
-        voice_speed = min(speed, stretch.LENGTH_SCALE_LIMIT)
+        voice_speed = min(speed, stretch.VOICE_SPEED_LIMIT)
         if speed > voice_speed and not stretch.available():
             raise ServiceError(
                 ErrorCode.BAD_REQUEST,
-                f"'speed' above {stretch.LENGTH_SCALE_LIMIT:g} needs libsonic (libsonic0)",
+                f"'speed' above {stretch.VOICE_SPEED_LIMIT:g} needs libsonic (libsonic0)",
             )
         return JobSettings(
             stretch_speed=speed if speed > voice_speed else None,
             scales=Scales(
                 d.noise_scale if req.noise_scale is None else req.noise_scale,
-                d.length_scale / voice_speed,
+                d.length_scale,
                 d.noise_w if req.noise_w is None else req.noise_w,
                 seed=DETERMINISTIC_SEED if fixed else None,
+                rate=voice_speed,
             ),
             deterministic=fixed,
             speaker=sid,

@@ -44,7 +44,7 @@ from appliance.core.chunkplan import (
 from appliance.model.engine.base import Encoded, Scales, VoiceModel
 from appliance.model.engine.bounded import encode_bounded, fused_bounded
 from appliance.model.engine.windows import decode_span
-from appliance.model.stretch import LENGTH_SCALE_LIMIT, MAX_SPEED, Stretcher
+from appliance.model.stretch import MAX_SPEED, VOICE_SPEED_LIMIT, Stretcher
 from appliance.speech import Chunk, FloatArray, IntArray, Mark, Word
 
 if TYPE_CHECKING:
@@ -348,7 +348,7 @@ class SynthesisJob:
         self._audio_out_s = 0.0
         self._fade = round(voice.sample_rate * settings.join_fade_ms / 1000.0)
         self._stretch = (
-            Stretcher(voice.sample_rate, settings.stretch_speed / LENGTH_SCALE_LIMIT)
+            Stretcher(voice.sample_rate, settings.stretch_speed / VOICE_SPEED_LIMIT)
             if settings.stretch_speed is not None
             else None
         )
@@ -627,14 +627,18 @@ class SynthesisJob:
     def _rate_scales(self, ids: IntArray, speed: float) -> Scales:
         """Scales that make a clause ``speed`` times as fast (SSML ``<prosody rate>``).
 
-        Dividing ``length_scale`` by the factor is not enough: the voice rounds every
-        phoneme's duration *up* to whole frames, so short phonemes barely stretch (rate
-        x-slow gave 1.72× the length, not 2×).  One durations-only pass at the request's
-        scale calibrates it: frames(L) ≈ D·L + n/2 for n phonemes (the ceiling adds half a
-        frame each on average), solved for the target length.  Whole-clause voices get
-        the plain division.
+        A backend that re-times the prior (:attr:`VoiceModel.retimes`) does it exactly.
+        Otherwise dividing ``length_scale`` by the factor is not enough: the voice rounds
+        every phoneme's duration *up* to whole frames, so short phonemes barely stretch
+        (rate x-slow gave 1.72× the length, not 2×).  One durations-only pass at the
+        request's scale calibrates it: frames(L) ≈ D·L + n/2 for n phonemes (the ceiling
+        adds half a frame each on average), solved for the target length.  Whole-clause
+        voices get the plain division.
         """
         s = self.settings.scales
+        if self.voice.model.retimes:
+            return dataclasses.replace(s, rate=s.rate * speed)
+        s = dataclasses.replace(s, length_scale=s.length_scale / s.rate, rate=1.0)
         naive = dataclasses.replace(s, length_scale=s.length_scale / speed)
         if not self.voice.can_stream:
             return naive
@@ -824,7 +828,7 @@ class SynthesisJob:
         """Decode, shape and send one clause's chunks."""
         clause, encoded = voiced.clause, voiced.encoded
         if self._stretch is not None:
-            self._stretch.set_factor(self._stretch_factor(encoded))
+            self._stretch.set_factor(self._stretch_factor(encoded, clause))
         if encoded.quick is None and voiced.seam == 0:  # a quick start placed its own
             self._place_marks(voiced)
             if self._words is not None:
@@ -847,22 +851,30 @@ class SynthesisJob:
             clause_out_s += (b - a) * hop / rate
             self._prefetch(clause_audio_s - clause_out_s)
 
-    def _stretch_factor(self, encoded: _Encoded) -> float:
+    def _stretch_factor(self, encoded: _Encoded, clause: Clause) -> float:
         """This clause's stretch, so that its length is ``1 / stretch_speed`` of the voice's
-        own at speed 1: the voice at its limit rounds each phoneme up to whole frames, so it
-        is less than ``LENGTH_SCALE_LIMIT`` times as fast; from its frames at that scale,
-        frames(L) ≈ D·L + n/2 (n phonemes: the ceiling adds half a frame each) gives the
-        length at the default scale (as ``_rate_scales`` calibrates SSML rates)."""
+        own at speed 1 (its SSML rate kept).  Re-timed frames come with their length at rate
+        1 (``base_frames``): the stretch makes up exactly what the re-timing could not (a
+        phoneme keeps at least a frame).  Through the length scale, the voice rounds each
+        phoneme up to whole frames, so it is less than ``VOICE_SPEED_LIMIT`` times as fast:
+        from its frames at that scale, frames(L) ≈ D·L + n/2 (n phonemes: the ceiling adds
+        half a frame each) gives the length at the default scale (as ``_rate_scales``
+        calibrates SSML rates)."""
         speed = self.settings.stretch_speed
         assert speed is not None
-        plain = speed / LENGTH_SCALE_LIMIT
+        plain = speed / VOICE_SPEED_LIMIT
         if encoded.enc is None:
             return plain
+        base = encoded.enc.base_frames
+        if base:
+            rate = self.settings.scales.rate * clause.speed
+            residual = float(encoded.enc.durations.sum()) * rate / base
+            return min(MAX_SPEED, max(1.0, plain * residual))
         durations = encoded.enc.durations
         frames, n = float(durations.sum()), float(np.count_nonzero(durations))
-        scale = self.settings.scales.length_scale
+        scale = self.settings.scales.length_scale / self.settings.scales.rate
         per_scale = (frames - n / 2) / scale
-        full = per_scale * scale * LENGTH_SCALE_LIMIT + n / 2
+        full = per_scale * scale * VOICE_SPEED_LIMIT + n / 2
         if per_scale <= 0 or frames <= 0:
             return plain
         return min(MAX_SPEED, max(1.0, speed * frames / full))

@@ -70,7 +70,7 @@ from appliance.doors.net import (
 from appliance.doors.pace import PACE_MS, PacedFrame, Pacer
 from appliance.doors.pcm import G711_RATE
 from appliance.errors import ErrorCode, ServiceError
-from appliance.model.stretch import LENGTH_SCALE_LIMIT
+from appliance.model.stretch import VOICE_SPEED_LIMIT
 from appliance.model.stretch import available as stretch_available
 from appliance.ops.config import HttpConfig, LimitsConfig
 from appliance.ops.logsetup import Throttle
@@ -88,7 +88,8 @@ OPENAI_VOICES = (
 )  # fmt: skip
 OPENAI_SPEED = (0.25, 4.0)
 TTSD_SPEED = (0.5, 4.0)
-"""Past 2× the voice is time-stretched (libsonic); without libsonic, clamped at 2×."""
+"""Past 1.25× (``VOICE_SPEED_LIMIT``) the voice is time-stretched (libsonic); without
+libsonic, clamped there."""
 STREAM_FORMATS = ("audio", "sse")
 MODEL_ID = "ttsd"
 
@@ -195,8 +196,8 @@ class SpeechBody:
         return G711_RATE if "law" in self.response_format else None
 
     def applied_speed(self) -> float:
-        """OpenAI allows 0.25–4.0; ttsd 0.5–4.0 (0.5–2.0 without libsonic): clamped."""
-        top = TTSD_SPEED[1] if stretch_available() else LENGTH_SCALE_LIMIT
+        """OpenAI allows 0.25–4.0; ttsd 0.5–4.0 (0.5–1.25 without libsonic): clamped."""
+        top = TTSD_SPEED[1] if stretch_available() else VOICE_SPEED_LIMIT
         return min(top, max(TTSD_SPEED[0], self.speed))
 
     def to_dict(self) -> dict[str, Any]:

@@ -10,7 +10,9 @@ session, so every request differs.  :func:`feed_noise` rewrites a cut prior:
   model's metadata with ``"ids"`` where it follows the phoneme count);
 - the prior also outputs ``noise_mean`` (m) and ``noise_std`` (exp(logs) · noise_scale),
   so ``z_p`` can be drawn outside the graph once its length is known.  The graph's own
-  ``z_p`` (ONNX Runtime's noise) stays for requests that do not ask for determinism.
+  ``z_p`` (ONNX Runtime's noise) stays for requests that do not ask for determinism;
+- and ``durations_unrounded``, the input of its one ``Ceil`` (frames before rounding up),
+  so a speed can be met exactly by re-timing (:mod:`appliance.model.retime`).
 
 :class:`NoiseFeed` (used by the ONNX engine) feeds a call: with a seed, every draw comes
 from one generator seeded by :func:`call_seed` — the request's seed, the clause's phoneme
@@ -34,6 +36,7 @@ from appliance.speech import FloatArray, IntArray
 
 METADATA_KEY = "ttsd.noise"
 MEAN, STD = "noise_mean", "noise_std"
+UNROUNDED = "durations_unrounded"
 
 
 def _consumers(graph: Any) -> dict[str, list[Any]]:
@@ -121,12 +124,18 @@ def feed_noise(model: Any, z_p: str, probe: dict[str, np.ndarray]) -> Any | None
     mean, e, s = chain
     kept.append(onnx.helper.make_node("Identity", [mean], [MEAN]))
     kept.append(onnx.helper.make_node("Mul", [e, s], [STD]))
+    outputs = [MEAN, STD]
+    ceils = [n for n in g.node if n.op_type == "Ceil"]
+    if len(ceils) == 1:
+        kept.append(onnx.helper.make_node("Identity", [ceils[0].input[0]], [UNROUNDED]))
+        outputs.append(UNROUNDED)
     del g.node[:]
     g.node.extend(kept)
-    for name in (MEAN, STD):
+    for name in outputs:
         g.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
     meta = out.metadata_props.add()
-    meta.key, meta.value = METADATA_KEY, json.dumps({"dp": inputs})
+    meta.key = METADATA_KEY
+    meta.value = json.dumps({"dp": inputs, "unrounded": UNROUNDED in outputs})
     return out
 
 
@@ -145,6 +154,8 @@ class NoiseFeed:
     """What a rewritten prior takes and gives (read from its metadata)."""
 
     dp: tuple[tuple[str, tuple[int | str, ...]], ...]
+    unrounded: bool = False
+    """The prior also gives its durations before rounding (:data:`UNROUNDED`)."""
 
     @classmethod
     def of(cls, metadata: dict[str, str]) -> NoiseFeed | None:
@@ -152,7 +163,8 @@ class NoiseFeed:
         if text is None:
             return None
         d = json.loads(text)
-        return cls(tuple((i["input"], tuple(i["shape"])) for i in d["dp"]))
+        dp = tuple((i["input"], tuple(i["shape"])) for i in d["dp"])
+        return cls(dp, bool(d.get("unrounded", False)))
 
     def inputs(self, n_ids: int, rng: np.random.Generator) -> dict[str, FloatArray]:
         """The duration predictor's noise for ``n_ids`` ids."""

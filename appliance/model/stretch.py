@@ -1,8 +1,11 @@
-"""Time-stretch past what a voice's ``length_scale`` does well: libsonic through ctypes.
+"""Time-stretch past what a voice's own timing does well: libsonic through ctypes.
 
-A VITS voice made faster by ``length_scale`` alone slurs past about 2× (the duration
-predictor's frames round to nothing; docs/telephony.md has the measurement).  Above
-:data:`LENGTH_SCALE_LIMIT` the voice renders at that speed and libsonic (what espeak-ng
+A VITS voice made faster by shortening its phonemes alone soon slurs: its phonemes run
+down to a frame or two each (the bundled voice gives an id 1.8 frames on average), and
+recognition suffers.  Measured (``python -m bench --only speeds``: README "Fast speech"):
+at total speeds of 1.5–3×, the voice re-timed to 1.25× with the rest stretched is heard
+best; at 1.5× it is heard a little worse, at 1.75–2× clearly worse.  Above
+:data:`VOICE_SPEED_LIMIT` the voice renders at that speed and libsonic (what espeak-ng
 uses for its high rates: pitch-synchronous overlap-add, pitch kept) makes up the rest.
 
 :class:`Stretcher` is one stream's state: samples go in chunk by chunk and come out as
@@ -25,9 +28,9 @@ import numpy as np
 
 from appliance.speech import MAX_SPEED, FloatArray
 
-LENGTH_SCALE_LIMIT = 2.0
+VOICE_SPEED_LIMIT = 1.25
 """The fastest speed asked of the voice itself; beyond it libsonic stretches the rest."""
-__all__ = ["LENGTH_SCALE_LIMIT", "MAX_SPEED", "Stretcher", "available", "split_speed"]
+__all__ = ["MAX_SPEED", "VOICE_SPEED_LIMIT", "Stretcher", "available", "split_speed"]
 
 _LIB_NAMES = ("libsonic.so.0", "sonic")
 
@@ -57,15 +60,15 @@ def _lib() -> ctypes.CDLL | None:
 
 
 def available() -> bool:
-    """Whether libsonic can be loaded (speeds above :data:`LENGTH_SCALE_LIMIT` need it)."""
+    """Whether libsonic can be loaded (speeds above :data:`VOICE_SPEED_LIMIT` need it)."""
     return _lib() is not None
 
 
 def split_speed(speed: float) -> tuple[float, float]:
     """(the voice's speed, the stretch factor): their product is ``speed``."""
-    if speed <= LENGTH_SCALE_LIMIT:
+    if speed <= VOICE_SPEED_LIMIT:
         return speed, 1.0
-    return LENGTH_SCALE_LIMIT, speed / LENGTH_SCALE_LIMIT
+    return VOICE_SPEED_LIMIT, speed / VOICE_SPEED_LIMIT
 
 
 class Stretcher:

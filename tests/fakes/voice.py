@@ -53,6 +53,10 @@ class RecordingModel(VoiceModel):
     def flow_context(self) -> int:
         return self.inner.flow_context
 
+    @property
+    def retimes(self) -> bool:
+        return self.inner.retimes
+
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         self.encodes.append(len(ids))
         return self.inner.encode_prior(ids, scales, speaker)

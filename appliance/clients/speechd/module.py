@@ -411,8 +411,8 @@ class Module:
                 opts["speaker"] = speaker
         rate = self.settings.get("rate")
         if isinstance(rate, int) and rate:
-            # −100…0 onto 0.5×…1×, 0…100 onto 1×…4× (Orca's rate 100 is 4×; past 2× ttsd
-            # time-stretches), 0 the voice's own pace.
+            # −100…0 onto 0.5×…1×, 0…100 onto 1×…4× (Orca's rate 100 is 4×; past 1.25×
+            # ttsd time-stretches), 0 the voice's own pace.
             top = 4.0 if rate > 0 else 2.0
             opts["speed"] = round(min(4.0, max(0.5, top ** (rate / 100.0))), 3)
         volume = self.settings.get("volume")

@@ -35,9 +35,16 @@ class Scales:
     seed: int | None = None
     """Draw the sampling noise from this seed (with the call's ids, scales and speaker:
     :func:`appliance.model.noise.call_seed`) where the backend can; None: fresh noise."""
+    rate: float = 1.0
+    """Speak this many times as fast as ``length_scale`` does.  A backend that
+    :attr:`VoiceModel.retimes` runs the prior at ``length_scale`` and re-times its frames
+    exactly (:mod:`appliance.model.retime`); another runs its graph at
+    ``length_scale / rate`` (what :meth:`as_array` gives)."""
 
     def as_array(self) -> FloatArray:
-        return np.array([self.noise_scale, self.length_scale, self.noise_w], dtype=np.float32)
+        """The graph's ``scales`` input, ``rate`` folded into the length scale."""
+        length = self.length_scale / self.rate
+        return np.array([self.noise_scale, length, self.noise_w], dtype=np.float32)
 
 
 @dataclass
@@ -62,6 +69,9 @@ class Encoded:
     """Audio decoded ahead of what was asked for (see ``appliance.model.engine.windows``)."""
     ahead_from: int = 0
     """The frame ``ahead`` starts at."""
+    base_frames: int | None = None
+    """Re-timed to ``Scales.rate`` (:mod:`appliance.model.retime`): the frames the prior
+    gave at rate 1; None: the graph's length scale timed it."""
 
     def __post_init__(self) -> None:
         if self.ready < 0:
@@ -92,6 +102,12 @@ class VoiceModel(ABC):
     @abstractmethod
     def flow_context(self) -> int:
         """Frames of context a window of ``flow`` needs on each side; 0: no separate flow."""
+
+    @property
+    @abstractmethod
+    def retimes(self) -> bool:
+        """Whether ``Scales.rate`` is applied exactly (:mod:`appliance.model.retime`) rather
+        than through the graph's length scale, whose ceiling rounds short phonemes up."""
 
     @abstractmethod
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:

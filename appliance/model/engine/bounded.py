@@ -73,12 +73,16 @@ def encode_bounded(
     joined = np.concatenate(pieces)
     durations = np.concatenate([e.durations for e in parts])
     g = parts[0].g
+    bases = [e.base_frames for e in parts if e.base_frames is not None]
+    base = sum(bases) if len(bases) == len(parts) else None
     z_ps = [e.z_p for e in parts if e.z_p is not None]
     if len(z_ps) == len(parts):  # the flow is left to run windowed over the joined latent
         z_p = np.concatenate(z_ps, axis=2)
-        return joined, Encoded(z=np.empty_like(z_p), durations=durations, g=g, z_p=z_p, ready=0)
+        return joined, Encoded(
+            z=np.empty_like(z_p), durations=durations, g=g, z_p=z_p, ready=0, base_frames=base
+        )
     z = np.concatenate([e.z for e in parts], axis=2)  # (one backend: all complete, or none)
-    return joined, Encoded(z=z, durations=durations, g=g)
+    return joined, Encoded(z=z, durations=durations, g=g, base_frames=base)
 
 
 def fused_bounded(

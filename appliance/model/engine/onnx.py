@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +21,8 @@ from appliance.model.engine.base import (
     drop_margins,
 )
 from appliance.model.margins import MarginCrops, read_crops
-from appliance.model.noise import NoiseFeed, call_seed
+from appliance.model.noise import MEAN, STD, UNROUNDED, NoiseFeed, call_seed
+from appliance.model.retime import respace, retime
 from appliance.speech import FloatArray, IntArray
 from appliance.voicetypes import CutNames, FlowSplit
 
@@ -196,11 +198,21 @@ class OnnxVoiceModel(VoiceModel):
         """Whether ``Scales.seed`` is honoured (the prior takes its noise from us)."""
         return self._noise is not None
 
+    @property
+    def retimes(self) -> bool:
+        """The prior gives its mean, scale and unrounded durations: re-timed exactly."""
+        return self._prior is not None and self._noise is not None and self._noise.unrounded
+
     def _run_encoder(
         self, session: ort.InferenceSession, ids: IntArray, scales: Scales, speaker: int | None
-    ) -> tuple[FloatArray, FloatArray, FloatArray | None]:
-        feeds = self._feeds(ids, scales, speaker)
+    ) -> tuple[FloatArray, FloatArray, FloatArray | None, int | None]:
+        """(latent, durations, g, frames before re-timing or None): the prior's ``z_p`` (or
+        the encoder's ``z``)."""
         noise = self._noise if session is self._prior else None
+        retimed = noise is not None and noise.unrounded and scales.rate != 1.0
+        # Re-timed: the graph times the ids at the voice's own scale, as piper-tts does.
+        run = dataclasses.replace(scales, rate=1.0) if retimed else scales
+        feeds = self._feeds(ids, run, speaker)
         rng: np.random.Generator | None = None
         if noise is not None:
             rng = np.random.default_rng(
@@ -214,11 +226,18 @@ class OnnxVoiceModel(VoiceModel):
         durations = np.asarray(outs[1], dtype=np.float32).reshape(-1)
         has_g = self._cut is not None and self._cut.g is not None
         g = np.asarray(outs[2], dtype=np.float32) if has_g and len(outs) > 2 else None
-        if noise is not None and rng is not None and scales.seed is not None:
-            # The graph's own z_p carries ONNX Runtime's noise: drawn here instead.
-            mean, std = outs[-2], outs[-1]
+        base: int | None = None
+        if noise is not None and rng is not None and (scales.seed is not None or retimed):
+            # The graph's own z_p carries ONNX Runtime's noise over the graph's frames:
+            # drawn here instead, over the re-timed frames if the rate asks for them.
+            named = dict(zip((o.name for o in session.get_outputs()), outs, strict=True))
+            mean, std = named[MEAN], named[STD]
+            if retimed:
+                new = retime(durations, named[UNROUNDED], scales.rate)
+                mean, std = respace(mean, durations, new), respace(std, durations, new)
+                base, durations = int(durations.sum()), new
             latent = noise.z_p(mean, std, rng)
-        return latent, durations, g
+        return latent, durations, g, base
 
     def encode(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         if self._prior is not None:
@@ -229,14 +248,16 @@ class OnnxVoiceModel(VoiceModel):
             return enc
         if self._encoder is None or self._cut is None:
             raise BackendError("this voice has no verified encoder/decoder split")
-        z, durations, g = self._run_encoder(self._encoder, ids, scales, speaker)
+        z, durations, g, _ = self._run_encoder(self._encoder, ids, scales, speaker)
         return Encoded(z=z, durations=durations, g=g)
 
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         if self._prior is None:
             return self.encode(ids, scales, speaker)
-        z_p, durations, g = self._run_encoder(self._prior, ids, scales, speaker)
-        return Encoded(z=np.empty_like(z_p), durations=durations, g=g, z_p=z_p, ready=0)
+        z_p, durations, g, base = self._run_encoder(self._prior, ids, scales, speaker)
+        return Encoded(
+            z=np.empty_like(z_p), durations=durations, g=g, z_p=z_p, ready=0, base_frames=base
+        )
 
     def flow(
         self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)

@@ -140,6 +140,14 @@ class FailoverVoiceModel(VoiceModel):
         """
         return self._cpu.flow_context
 
+    @property
+    def retimes(self) -> bool:
+        """The primary's while it is up, else the CPU model's (a call that lands on the
+        other one meanwhile still honours the rate, through the length scale)."""
+        with self._lock:
+            primary = self._primary if self._state == "ok" else None
+        return (primary or self._cpu).retimes
+
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         return self._run(
             "encode", lambda m: m.encode_prior(ids, scales, speaker), _unseeded(scales)

@@ -625,6 +625,11 @@ class TensorRTVoiceModel(VoiceModel):
     def flow_context(self) -> int:
         return 0
 
+    @property
+    def retimes(self) -> bool:
+        """The encoder engine gives ``z`` after the flow: a rate goes into its length scale."""
+        return False
+
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         return self.encode(ids, scales, speaker)
 

@@ -35,7 +35,7 @@ from appliance.voicetypes import CutNames, FlowSplit, Voice, VoiceInfo
 log = logging.getLogger("appliance.model.voices")
 
 
-_CUT_FORMAT = 11  # bump when the cut or the check changes (11: constants folded, noise fed in)
+_CUT_FORMAT = 12  # bump when the cut or the check changes (12: unrounded durations out)
 
 
 def _cached(info: VoiceInfo, model_path: Path, digest: str, slot: Path) -> Voice | None:

@@ -78,10 +78,12 @@ TEXT = "The committee met on a cold and windy morning to review the proposal."
 def test_prosody_rate_changes_duration_by_the_factor(
     daemon: Daemon, rate: str, factor: float
 ) -> None:
+    """Re-timed (appliance.model.retime): 1/rate as long to a frame or two; at 2× some of
+    this sentence's phonemes are down to the frame each keeps (measured +2.4 %)."""
     base, _ = run(daemon, f"<speak>{TEXT}</speak>")
     audio, _ = run(daemon, f'<speak><prosody rate="{rate}">{TEXT}</prosody></speak>')
     ratio = len(audio) / len(base)
-    assert ratio == pytest.approx(1 / factor, rel=0.10)
+    assert ratio == pytest.approx(1 / factor, rel=0.01 if factor <= 1.5 else 0.05)
 
 
 def test_prosody_volume_scales_the_span(daemon: Daemon) -> None:

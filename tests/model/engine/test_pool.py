@@ -159,6 +159,10 @@ class Scripted(VoiceModel):
     def flow_context(self) -> int:
         return self.cpu.flow_context
 
+    @property
+    def retimes(self) -> bool:
+        return self.cpu.retimes
+
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         self._call("encode_prior")
         return self.cpu.encode_prior(ids, scales, speaker)
