@@ -123,8 +123,11 @@ def bench_speed_sweep(out: Path, quick: bool) -> dict[str, Any]:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+    from appliance.model.stretch import VOICE_SPEED_LIMIT
+
     print(
-        "\n## Speed sweep: ttsd (re-timed, time-stretched past 1.5x) vs espeak-ng, same sentences\n"
+        f"\n## Speed sweep: ttsd (re-timed, stretched past {VOICE_SPEED_LIMIT:g}x) vs espeak-ng, "
+        "same sentences\n"
     )
     print(
         "| who | speed | duration × speed (goal 1 ± 0.05) | WER | WER slowed back to 1x "
