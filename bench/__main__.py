@@ -222,9 +222,10 @@ def main(argv: list[str] | None = None) -> int:
 
         results["pacing"] = _optional("pacing", lambda: bench_pacing(out, args.quick))
     if "speeds" in want:  # issue 30: speed 1-4x against espeak-ng
-        from bench.telephony import bench_speed_sweep
+        from bench.speeds import bench_speed_sweep, bench_voice_limit
 
         results["speeds"] = _optional("speeds", lambda: bench_speed_sweep(out, args.quick))
+        results["voice_limit"] = _optional("voice_limit", lambda: bench_voice_limit(args.quick))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0

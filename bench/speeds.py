@@ -1,0 +1,221 @@
+"""Speed 1–4× (screen readers): length, intelligibility and first packet against espeak-ng,
+and where the voice's own speed should end.
+
+- **sweep**: the daemon at each speed against espeak-ng at the same speeds on the same
+  sentences, same recogniser (pocketsphinx), same run: length × speed (goal 1 ± 0.05),
+  WER as heard and slowed back to 1× with libsonic (the recogniser is trained on speech
+  at a normal rate), first packet (goal at 3×: within 10 % of 1×);
+- **voice limit**: at total speeds 1.5–3×, the voice itself re-timed to 1–2× with libsonic
+  stretching the rest to the same length: which share of the speed-up the voice should
+  take (``appliance.model.stretch.VOICE_SPEED_LIMIT``), by WER.  In process, on the
+  daemon's cached cut of the bundled voice.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from appliance.clients.client import Client
+from bench.rig import start_daemon
+
+SPEED_TEXTS = [
+    "Please turn on the kitchen lights.",
+    "The next train leaves from platform two in five minutes.",
+    "Good morning, it is sunny and warm today.",
+    "Open the file menu and choose save as.",
+    "There are three new messages in your inbox.",
+    "Your battery is low, please connect the charger.",
+]
+SPEEDS = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
+ESPEAK_WPM = 175
+"""espeak-ng's default rate (-s): speed s is -s 175·s (espeak-ng stretches past ~450 with
+libsonic itself)."""
+
+
+def _espeak(text: str, speed: float) -> np.ndarray:
+    import subprocess
+    import tempfile
+
+    import soundfile
+    import soxr
+
+    with tempfile.NamedTemporaryFile(suffix=".wav") as f:
+        cmd = ["espeak-ng", "-s", str(round(ESPEAK_WPM * speed)), "-w", f.name, text]
+        subprocess.run(cmd, check=True, capture_output=True)
+        a, rate = soundfile.read(f.name, dtype="float32")
+    return np.asarray(soxr.resample(a, rate, 22050), dtype=np.float32)
+
+
+def _wer(audio: np.ndarray, text: str, speed: float) -> tuple[int, int, int, int]:
+    """(errors, words) heard as it is, and slowed back to 1x with libsonic (pocketsphinx
+    is trained on speech at a normal rate: raw fast speech mostly measures that)."""
+    from appliance.model.stretch import Stretcher
+    from tests.asr import recognize, word_errors
+
+    def heard(a: np.ndarray) -> tuple[int, int]:
+        return word_errors(text, recognize((np.clip(a, -1, 1) * 32767).astype(np.int16), 22050))
+
+    back = Stretcher(22050, 1.0 / speed)
+    slowed = np.concatenate([back.process(audio), back.flush()])
+    return (*heard(audio), *heard(slowed))
+
+
+def bench_speed_sweep(out: Path, quick: bool) -> dict[str, Any]:
+    """Speed 1-4x: duration ratio (vs 1/speed), WER (raw and slowed back), first packet;
+    espeak-ng at the same speeds on the same sentences, same recogniser, same run."""
+    proc, sock = start_daemon(out)
+    rows: list[dict[str, Any]] = []
+    try:
+        with Client(sock) as c:
+            c.synthesize_all("Hello.")
+            base = {t: len(c.synthesize_all(t, format="f32le").audio) // 4 for t in SPEED_TEXTS}
+            runs = 3 if quick else 10
+            for speed in SPEEDS:
+                e = n = eb = nb = 0
+                ratios, firsts = [], []
+                for t in SPEED_TEXTS:
+                    syn = c.synthesize_all(t, format="f32le", speed=speed)
+                    a = np.frombuffer(syn.audio, "<f4")
+                    ratios.append(len(a) / base[t] * speed)
+                    r = _wer(a, t, speed)
+                    e, n, eb, nb = e + r[0], n + r[1], eb + r[2], nb + r[3]
+                for _ in range(runs):
+                    t0 = time.perf_counter()
+                    first: float | None = None
+                    for ev in c.synthesize(SPEED_TEXTS[1], format="s16le", speed=speed):
+                        if ev["event"] == "chunk" and first is None:
+                            first = (time.perf_counter() - t0) * 1000
+                    if first is not None:
+                        firsts.append(first)
+                rows.append(
+                    {
+                        "who": "ttsd",
+                        "speed": speed,
+                        "duration_x_speed": round(float(np.mean(ratios)), 3),
+                        "wer": round(e / n, 3),
+                        "wer_slowed": round(eb / nb, 3),
+                        "first_packet_ms": round(float(np.median(firsts)), 1),
+                    }
+                )
+        ebase = {t: len(_espeak(t, 1.0)) for t in SPEED_TEXTS}
+        for speed in SPEEDS:
+            e = n = eb = nb = 0
+            ratios = []
+            for t in SPEED_TEXTS:
+                a = _espeak(t, speed)
+                ratios.append(len(a) / ebase[t] * speed)
+                r = _wer(a, t, speed)
+                e, n, eb, nb = e + r[0], n + r[1], eb + r[2], nb + r[3]
+            rows.append(
+                {
+                    "who": "espeak-ng",
+                    "speed": speed,
+                    "duration_x_speed": round(float(np.mean(ratios)), 3),
+                    "wer": round(e / n, 3),
+                    "wer_slowed": round(eb / nb, 3),
+                    "first_packet_ms": None,
+                }
+            )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    from appliance.model.stretch import VOICE_SPEED_LIMIT
+
+    print(
+        f"\n## Speed sweep: ttsd (re-timed, stretched past {VOICE_SPEED_LIMIT:g}x) vs espeak-ng, "
+        "same sentences\n"
+    )
+    print(
+        "| who | speed | duration × speed (goal 1 ± 0.05) | WER | WER slowed back to 1x "
+        "| first packet |\n|---|---|---|---|---|---|"
+    )
+    for r in rows:
+        fp = f"{r['first_packet_ms']} ms" if r["first_packet_ms"] is not None else "—"
+        print(
+            f"| {r['who']} | {r['speed']:g}x | {r['duration_x_speed']} | {r['wer']} "
+            f"| {r['wer_slowed']} | {fp} |"
+        )
+    return {"rows": rows}
+
+
+VOICE_SHARES = (1.0, 1.25, 1.5, 1.75, 2.0)
+LIMIT_SPEEDS = (1.5, 2.0, 3.0)
+LIMIT_TEXTS = [
+    *SPEED_TEXTS,
+    "The committee met on a cold and windy morning to review the proposal for the new library.",
+]
+
+
+class _VoiceAt:
+    """The bundled voice in process (the daemon's cached cut), speaking a text with the
+    voice itself re-timed to one speed and libsonic stretching the rest to another."""
+
+    def __init__(self) -> None:
+        from appliance.model.engine.onnx import OnnxVoiceModel
+        from appliance.model.voices import bundled_voice_path, load_voice
+        from appliance.ops.paths import default_cache_dir
+        from appliance.text.phonemize import Phonemizer
+
+        voice = load_voice("en_US-joe-medium", bundled_voice_path(), default_cache_dir())
+        self.model = OnnxVoiceModel.load(
+            voice.model_path,
+            voice.encoder_path,
+            voice.decoder_path,
+            voice.cut,
+            2,
+            flow=voice.flow_split,
+        )
+        self.phonemizer = Phonemizer(voice.info)
+        self.defaults = voice.info
+
+    def speak(self, text: str, speed: float, voice_share: float, seed: int) -> np.ndarray:
+        from appliance.model.engine.base import Scales
+        from appliance.model.stretch import Stretcher
+        from appliance.text.frontend import FrontendLimits, prepare
+
+        info, parts, base, got = self.defaults, [], 0.0, 0.0
+        for clause in prepare(text, "en_US", FrontendLimits(20000, 400)):
+            ids = self.phonemizer.ids(clause.text)
+            scales = Scales(
+                info.noise_scale, info.length_scale, info.noise_w, seed=seed, rate=voice_share
+            )
+            enc = self.model.encode(ids, scales, None)
+            base += enc.base_frames or float(enc.durations.sum())
+            got += float(enc.durations.sum())
+            parts.append(self.model.decode(enc.z, enc.g))
+        audio = np.concatenate(parts)
+        factor = speed * got / base
+        if factor > 1.001:
+            s = Stretcher(22050, factor)
+            audio = np.concatenate([s.process(audio), s.flush()])
+        return audio
+
+
+def bench_voice_limit(quick: bool) -> dict[str, Any]:
+    """WER at each total speed with the voice taking each share of it (same lengths)."""
+    voice = _VoiceAt()
+    # pocketsphinx's WER moves by ~0.05 between noise seeds: fewer than 4 cannot rank the
+    # shares at all.
+    seeds = range(4 if quick else 8)
+    rows = []
+    for speed in LIMIT_SPEEDS:
+        for share in (s for s in VOICE_SHARES if s <= speed):
+            e = n = eb = nb = 0
+            for seed in seeds:
+                for t in LIMIT_TEXTS:
+                    r = _wer(voice.speak(t, speed, share, seed), t, speed)
+                    e, n, eb, nb = e + r[0], n + r[1], eb + r[2], nb + r[3]
+            rows.append({"speed": speed, "voice": share, "wer": e / n, "wer_slowed": eb / nb})
+    print("\n## Where the voice's own speed should end (the rest time-stretched)\n")
+    print(
+        f"{len(LIMIT_TEXTS)} sentences × {len(seeds)} noise seeds, pocketsphinx (differences "
+        "under ~0.05 are noise).\n"
+    )
+    print("| total speed | voice re-timed to | WER | WER slowed back to 1x |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['speed']:g}x | {r['voice']:g}x | {r['wer']:.3f} | {r['wer_slowed']:.3f} |")
+    return {"rows": rows}
