@@ -298,6 +298,28 @@ def test_flow_on_a_primary_without_one_runs_on_the_cpu_and_the_gpu_stays_up() ->
     pool.close()
 
 
+class LengthScaleOnly(WholeEncoder):
+    """A primary that takes a rate through its length scale, as TensorRT does."""
+
+    @property
+    def retimes(self) -> bool:
+        return False
+
+
+def test_exact_retiming_is_the_one_of_the_backend_that_would_encode() -> None:
+    """While a primary that cannot re-time is up, the stream must calibrate a rate itself
+    (appliance.core.streaming._rate_scales); once the CPU model serves, it re-times."""
+    cpu = flow_cpu()
+    assert cpu.retimes
+    primary = LengthScaleOnly(cpu)
+    pool = FailoverVoiceModel(primary, cpu)
+    assert not pool.retimes
+    primary.fail = RuntimeError("CUDA error: launch failed")
+    pool.encode_prior(IDS, GATE_SCALES, None)
+    assert pool.state()["gpu"] == "down" and pool.retimes
+    pool.close()
+
+
 def test_flow_error_on_the_primary_is_rerun_on_the_cpu() -> None:
     cpu = flow_cpu()
     primary = Scripted(cpu)
