@@ -16,6 +16,7 @@ from appliance.ops.config import Config
 from appliance.text.frontend import FrontendLimits, prepare
 from appliance.text.phonemize import Phonemizer
 from tests.conftest import Daemon
+from tests.fakes.voice import flow_voice
 from tests.wire import Wire
 
 SHORT = "Turn on the kitchen lights."
@@ -222,17 +223,7 @@ def test_output_formats_rates_and_volume(daemon: Daemon) -> None:
 @pytest.fixture(scope="module")
 def flow_split(voice_cache: Path) -> tuple[Voice, OnnxVoiceModel]:
     """The bundled voice and its CPU model with the flow as a separate part."""
-    voice = load_voice("en_US-joe-medium", bundled_voice_path(), voice_cache)
-    assert voice.flow_split is not None and voice.cut is not None
-    model = OnnxVoiceModel.load(
-        voice.model_path,
-        voice.encoder_path,
-        voice.decoder_path,
-        voice.cut,
-        1,
-        flow=voice.flow_split,
-    )
-    return voice, model
+    return flow_voice(voice_cache)
 
 
 def test_flow_in_two_steps_equals_the_whole_encoder(

@@ -27,6 +27,22 @@ def real_voice() -> tuple[Voice, OnnxVoiceModel]:
     return voice, cpu
 
 
+def flow_voice(cache: Path) -> tuple[Voice, OnnxVoiceModel]:
+    """The bundled voice cut in ``cache`` (the session's, which the daemons share) and its
+    CPU model with the flow a part of its own, as the daemon loads it (1 thread)."""
+    voice = load_voice("en_US-joe-medium", bundled_voice_path(), cache)
+    assert voice.flow_split is not None and voice.cut is not None
+    model = OnnxVoiceModel.load(
+        voice.model_path,
+        voice.encoder_path,
+        voice.decoder_path,
+        voice.cut,
+        1,
+        flow=voice.flow_split,
+    )
+    return voice, model
+
+
 class RecordingModel(VoiceModel):
     """A model passed through, noting each decode call's latent frames and urgency, and
     each encoder call's phoneme ids.

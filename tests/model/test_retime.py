@@ -11,8 +11,8 @@ import pytest
 from appliance.model.engine.base import Scales
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.retime import respace, retime
-from appliance.model.voices import bundled_voice_path, load_voice
 from appliance.text.phonemize import Phonemizer
+from tests.fakes.voice import flow_voice
 
 
 def scale_of(unrounded: np.ndarray, new: np.ndarray) -> tuple[float, float]:
@@ -59,16 +59,7 @@ def test_respace_repeats_each_ids_column() -> None:
 
 @pytest.fixture(scope="module")
 def flow_model(voice_cache: Path) -> tuple[OnnxVoiceModel, Phonemizer]:
-    voice = load_voice("en_US-joe-medium", bundled_voice_path(), voice_cache)
-    assert voice.flow_split is not None
-    model = OnnxVoiceModel.load(
-        voice.model_path,
-        voice.encoder_path,
-        voice.decoder_path,
-        voice.cut,
-        1,
-        flow=voice.flow_split,
-    )
+    voice, model = flow_voice(voice_cache)
     return model, Phonemizer(voice.info)
 
 
