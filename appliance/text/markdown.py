@@ -20,9 +20,11 @@ unmatched (``*``, ``_`` at a word's edge, ``~``, a backtick) are dropped too: a 
 unfinished emphasis and a model's stray asterisk are markup, not words.  Nothing is
 fetched or opened: URLs are text.
 
-Parsing: markdown-it-py (CommonMark, with the table and strikethrough rules), which gives
-block tokens line ranges only; inline text is found by walking the source from a cursor
-that only moves forward, so the cost is linear in the source.  Bounds: the source is at
+Parsing: markdown-it-py (CommonMark, with the table and strikethrough rules; some of its
+rules behind guards that try them only where they can match — the same tokens, see
+:mod:`appliance.text.markdown_rules`), which gives block tokens line ranges only; inline
+text is found by walking the source from a cursor that only moves forward, so the cost is
+linear in the source.  Bounds: the source is at
 most ``limits.max_text_chars`` (checked before parsing); markdown-it's ``maxNesting``
 (:data:`MAX_NESTING`) stops deeper block nesting — what lies deeper is not read (10 000
 nested list levels parse in milliseconds and say the outer items); brackets and
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from appliance.text import markdown_rules
 from appliance.text.textmap import Builder, MappedText
 
 CODE_BLOCKS = ("skip", "say", "read")
@@ -76,7 +79,9 @@ class Block:
     pause_after_ms: int = 0
 
 
-def _parser() -> MarkdownIt:
+def _parser(guarded: bool = True) -> MarkdownIt:
+    """The parser ttsd reads with; ``guarded=False``: without
+    :func:`~appliance.text.markdown_rules.install` (the same tokens, slower: the tests compare)."""
     md = MarkdownIt("commonmark", {"maxNesting": MAX_NESTING, "html": True})
     md.enable(["table", "strikethrough"])
     # Entities and escapes stay their own tokens (markup = the source form), so each decoded
@@ -86,7 +91,7 @@ def _parser() -> MarkdownIt:
     # cannot run them, and leaves such a link as its literal source ("[click](javascript:…)"
     # read aloud).  Nothing here renders or opens a link: every link is its text.
     md.validateLink = lambda url: True  # type: ignore[method-assign]
-    return md
+    return markdown_rules.install(md) if guarded else md
 
 
 _MD = _parser()
