@@ -463,12 +463,12 @@ class Service:
         self._register(stream)
         try:
             queue = await self._clauses(stream, req)
+            settings = self._settings(req, voice, sid, speak=speak_key is not None)
         except BaseException as exc:
             stream.close()
             if isinstance(exc, ServiceError):
                 self.record_error(exc.code)
             raise
-        settings = self._settings(req, voice, sid, speak=speak_key is not None)
         jstats = JobStats(t_request=t0, frontend_ms=(time.monotonic() - t0) * 1000)
         stream.job = SynthesisJob(voice, queue, settings, self.runtime.scheduler, jstats)
         return stream

@@ -17,6 +17,7 @@ from appliance.core.runtime import Runtime
 from appliance.core.service import Service
 from appliance.doors.v1.server import Server
 from appliance.errors import ErrorCode, ServiceError
+from appliance.model import stretch
 from appliance.ops.config import Config, LimitsConfig, VoicesConfig
 from appliance.speech import Chunk, SpeechRequest
 from tests.conftest import DaemonFactory, flood_until_closed
@@ -118,7 +119,9 @@ def test_two_front_ends_share_admission_stats_and_shutdown(
     asyncio.run(scenario())
 
 
-def test_open_stream_refusals_are_neutral_errors(runtime: Runtime) -> None:
+def test_open_stream_refusals_are_neutral_errors(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async def scenario() -> None:
         service = Service(runtime)
         cases = [
@@ -133,6 +136,12 @@ def test_open_stream_refusals_are_neutral_errors(runtime: Runtime) -> None:
                 await service.open_stream(req, door="mini")
             assert info.value.code == code
         assert not service.streams
+        # Refused by the request's settings, after its frontend: no stream is left behind.
+        monkeypatch.setattr(stretch, "available", lambda: False)
+        with pytest.raises(ServiceError) as info:
+            await service.open_stream(SpeechRequest(text="hi", speed=3.0), door="mini")
+        assert info.value.code == ErrorCode.BAD_REQUEST and not service.streams
+        monkeypatch.undo()
         # a language picks that language's first voice
         stream = await service.open_stream(
             SpeechRequest(text="Hello.", language="en_US"), door="mini"
