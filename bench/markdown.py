@@ -11,6 +11,10 @@ frontend executor):
 - **whole frontend**: ``prepare(..., text_format="markdown")`` against ``prepare`` of the
   same reply as plain text (the frontend's normalising and splitting cost the same words):
   the ratio is what Markdown adds to a request;
+- **frontend before the first clause**: what a one-shot request's first clause waits for,
+  the whole text's frontend before, its head's now
+  (:func:`appliance.core.headfirst.prepare_head`: finding the cut and the head's
+  frontend; the rest is prepared while the head is spoken), as Markdown and as plain text;
 - **hostile**: the parse time of sources built to be slow (deep nesting, a long table row,
   an unclosed fence, unmatched brackets, emphasis runs) at the default
   ``limits.max_text_chars`` (20 000) — goal ≤ 50 ms.
@@ -82,6 +86,7 @@ def _time_ms(fn: Callable[[], object], runs: int) -> dict[str, float]:
 
 
 def bench_markdown(runs: int = 200) -> dict[str, Any]:
+    from appliance.core.headfirst import prepare_head
     from appliance.text.frontend import FrontendLimits, prepare
     from appliance.text.markdown import _MD, _parser, parse
 
@@ -96,6 +101,11 @@ def bench_markdown(runs: int = 200) -> dict[str, Any]:
         lambda: prepare(reply, "en_US", limits, text_format="markdown"), max(20, runs // 4)
     )
     out["frontend_plain"] = _time_ms(lambda: prepare(reply, "en_US", limits), max(20, runs // 4))
+    for fmt in ("markdown", "text"):
+        out[f"first_clause_{fmt}"] = _time_ms(
+            lambda fmt=fmt: prepare_head(prepare, reply, "en_US", limits, text_format=fmt),
+            max(20, runs // 4),
+        )
     out["hostile"] = {
         name: _time_ms(lambda src=src: parse(src), 5)["p50_ms"] for name, src in HOSTILE.items()
     }
@@ -119,6 +129,13 @@ def format_table(r: dict[str, Any]) -> str:
         lines.append(f"| {label} | {r[key]['p50_ms']:.2f} ms | {r[key]['p95_ms']:.2f} ms |")
     ratio = r["frontend_markdown"]["p50_ms"] / r["frontend_plain"]["p50_ms"]
     lines += ["", f"Markdown frontend / plain frontend: {ratio:.2f}×", ""]
-    lines += ["| hostile source (≤ 20 000 chars) | parse P50 (goal ≤ 50 ms) |", "|---|---|"]
+    lines += [
+        "| frontend before the first clause | whole text (as before) P50 | head first P50 |",
+        "|---|---|---|",
+    ]
+    for fmt, whole in (("markdown", "frontend_markdown"), ("text", "frontend_plain")):
+        head = r[f"first_clause_{fmt}"]["p50_ms"]
+        lines.append(f"| {fmt} | {r[whole]['p50_ms']:.2f} ms | {head:.2f} ms |")
+    lines += ["", "| hostile source (≤ 20 000 chars) | parse P50 (goal ≤ 50 ms) |", "|---|---|"]
     lines += [f"| {name} | {ms:.1f} ms |" for name, ms in r["hostile"].items()]
     return "\n".join(lines)
