@@ -16,8 +16,8 @@ frontend executor):
   (:func:`appliance.core.headfirst.prepare_head`: finding the cut and the head's
   frontend; the rest is prepared while the head is spoken), as Markdown and as plain text;
 - **hostile**: the parse time of sources built to be slow (deep nesting, a long table row,
-  an unclosed fence, unmatched brackets, emphasis runs) at the default
-  ``limits.max_text_chars`` (20 000) — goal ≤ 50 ms.
+  an unclosed fence, unmatched brackets, emphasis runs; many short lines, rows or list
+  items) at the default ``limits.max_text_chars`` (20 000) — goal ≤ 50 ms.
 """
 
 from __future__ import annotations
@@ -63,6 +63,12 @@ HOSTILE = {
     "emphasis runs": "*a _b " * 3300,
     "code spans over lines": "`a\nb` " * 3000,
     "scripts and entities": "<script>alert(1)</script>&amp;&#0;" * 550,
+    # Many short lines or blocks: markdown-it-py's cost per line (~5 µs) and per block
+    # (~10-40 µs) times what 20 000 characters hold; over the goal, no cap of their own
+    # (docs/markdown.md).
+    "10 000 one-letter lines": "a\n" * 9999 + "a",
+    "2 500 table rows": "| a |\n|---|\n" + "| b |\n" * 2497,
+    "5 000 list items": "- a\n" * 5000,
 }
 
 
