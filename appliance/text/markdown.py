@@ -111,6 +111,15 @@ _HIDDEN_HTML = re.compile(
     r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|\Z)|<!--.*?(?:-->|\Z)", re.I | re.S
 )
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+_READ = frozenset(
+    (
+        *("bullet_list_open", "ordered_list_open", "bullet_list_close", "ordered_list_close"),
+        *("tr_close", "fence", "code_block", "html_block", "hr"),
+    )
+)
+"""The block tokens :meth:`_Reader.read` acts on besides ``inline``."""
+_ALNUM = re.compile(r"[^\W_]")
+"""A letter or digit (``str.isalnum``), found in C, not a character at a time."""
 _FINAL = frozenset(".!?:;,")
 _CLOSERS = "\"')]"
 
@@ -152,7 +161,8 @@ class _Reader:
         row: list[MappedText] = []
         tokens = _MD.parse(self.text)
         for k, tok in enumerate(tokens):
-            if tok.type == "inline":
+            kind = tok.type
+            if kind == "inline":
                 mt = self.inline(tok)
                 if tokens[k - 1].type in ("th_open", "td_open"):
                     row.append(mt)
@@ -163,20 +173,22 @@ class _Reader:
                 if heading or self.depth:
                     mt = _sentence(mt)
                 blocks.append(Block(mt, self.options.heading_pause_ms * heading))
-            elif tok.type in ("bullet_list_open", "ordered_list_open"):
+            elif kind not in _READ:
+                continue  # most tokens open or close what the inline tokens read
+            elif kind in ("bullet_list_open", "ordered_list_open"):
                 self.depth += 1
-            elif tok.type in ("bullet_list_close", "ordered_list_close"):
+            elif kind in ("bullet_list_close", "ordered_list_close"):
                 self.depth -= 1
-            elif tok.type == "tr_close":
+            elif kind == "tr_close":
                 blocks.append(Block(_sentence(_join_cells(row))))
                 row = []
-            elif tok.type in ("fence", "code_block"):
+            elif kind in ("fence", "code_block"):
                 blocks.extend(self.code(tok))
-            elif tok.type == "html_block" and tok.map:
+            elif kind == "html_block" and tok.map:
                 a, b = self.line(tok.map[0]), self.line(tok.map[1])
                 blocks.append(Block(_sentence(_strip_html(self.slice(a, b)))))
                 self.cursor = max(self.cursor, b)
-            elif tok.type == "hr":
+            elif kind == "hr":
                 blocks.append(Block(MappedText("", (), ()), self.options.rule_pause_ms))
         return blocks
 
@@ -197,14 +209,28 @@ class _Reader:
             out.add(text, at, at + len(piece))
         self.cursor = at + len(piece)
 
+    def found(self, piece: str) -> MappedText:
+        """:meth:`find` of one piece, its own text: most blocks are one text token, and
+        this makes their text without a :class:`Builder`."""
+        at = self.text.find(piece, self.cursor, self.limit) if piece else -1
+        if at < 0:
+            cursor = self.cursor
+            return MappedText(piece, (cursor,) * len(piece), (cursor,) * len(piece))
+        self.cursor = end = at + len(piece)
+        return MappedText(piece, tuple(range(at, end)), tuple(range(at + 1, end + 1)))
+
     def inline(self, tok: Token) -> MappedText:
         if tok.map:
             self.cursor = max(self.cursor, self.line(tok.map[0]))
             self.limit = max(self.cursor, self.line(tok.map[1]))
         self.in_script = False  # an inline <script> left open ends with its paragraph
-        out = Builder()
-        self.children(tok.children or [], out)
-        mt = out.build()
+        children = tok.children or []
+        if len(children) == 1 and children[0].type == "text":
+            mt = self.found(children[0].content)
+        else:
+            out = Builder()
+            self.children(children, out)
+            mt = out.build()
         return _drop_stray(mt.sub(_FOOTNOTE, "") if "[^" in mt.text else mt)
 
     def children(self, children: list[Token], out: Builder) -> None:
@@ -318,7 +344,7 @@ def _join_cells(cells: list[MappedText]) -> MappedText:
     end = -1  # source end of the last cell read
     for cell in cells:
         body = cell.text.strip()
-        if not any(c.isalnum() for c in body):
+        if not _ALNUM.search(body):
             continue
         if end >= 0:
             out.add(", ", end, end)
@@ -332,13 +358,11 @@ def _sentence(mt: MappedText) -> MappedText:
     """``mt`` ending in sentence punctuation: a zero-width full stop where it has none."""
     body = mt.text.rstrip()
     tail = body.rstrip(_CLOSERS)
-    if not tail or tail[-1] in _FINAL or not any(c.isalnum() for c in body):
+    if not tail or tail[-1] in _FINAL or not _ALNUM.search(body):
         return mt
-    out = Builder()
-    out.copy(mt, 0, len(body))
-    end = mt.ends[len(body) - 1]
-    out.add(".", end, end)
-    return out.build()
+    n = len(body)
+    end = mt.ends[n - 1]
+    return MappedText(body + ".", (*mt.starts[:n], end), (*mt.ends[:n], end))
 
 
 def _strip_html(mt: MappedText) -> MappedText:
