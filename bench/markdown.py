@@ -16,8 +16,9 @@ frontend executor):
   (:func:`appliance.core.headfirst.prepare_head`: finding the cut and the head's
   frontend; the rest is prepared while the head is spoken), as Markdown and as plain text;
 - **hostile**: the parse time of sources built to be slow (deep nesting, a long table row,
-  an unclosed fence, unmatched brackets, emphasis runs; many short lines, rows or list
-  items) at the default ``limits.max_text_chars`` (20 000) — goal ≤ 50 ms.
+  an unclosed fence, unmatched brackets, emphasis runs; many short lines, blocks, rows,
+  list items, cells, autolinks, tags, entities or other markup characters) at the default
+  ``limits.max_text_chars`` (20 000) — goal ≤ 50 ms.
 """
 
 from __future__ import annotations
@@ -63,12 +64,27 @@ HOSTILE = {
     "emphasis runs": "*a _b " * 3300,
     "code spans over lines": "`a\nb` " * 3000,
     "scripts and entities": "<script>alert(1)</script>&amp;&#0;" * 550,
-    # Many short lines or blocks: markdown-it-py's cost per line (~5 µs) and per block
-    # (~10-40 µs) times what 20 000 characters hold; over the goal, no cap of their own
-    # (docs/markdown.md).
+    # Many short lines, blocks or markup characters: markdown-it-py's cost per line (~5 us),
+    # per block (~10-40 us) or per character its inline parser stops at (~1-2 us) times
+    # what 20 000 characters hold; read plainly past the parse budget
+    # (appliance.text.markdown_budget).
     "10 000 one-letter lines": "a\n" * 9999 + "a",
-    "2 500 table rows": "| a |\n|---|\n" + "| b |\n" * 2497,
+    "6 666 paragraphs": "a\n\n" * 6666,
+    "5 000 headings": "# a\n" * 5000,
     "5 000 list items": "- a\n" * 5000,
+    "2 500 lines of nested items": "- - - a\n" * 2500,
+    "1 500 long item numbers": "123456789. a\n" * 1500,
+    "2 500 table rows": "| a |\n|---|\n" + "| b |\n" * 2497,
+    "2 000 columns, 3 000 rows": "|a" * 2000 + "\n" + "|-" * 2000 + "\n" + "|b\n" * 3000,
+    "300 paragraphs of 64 brackets": ("[" * 64 + "\n\n") * 300,
+    "26 paragraphs of 250 delimiters": ("*a " * 250 + "\n\n") * 26,
+    "1 800 autolinks": "<http://a> " * 1800,
+    "6 666 tags": "<a>" * 6666,
+    "4 000 entities": "&amp;" * 4000,
+    "10 000 escapes": "\\*" * 10000,
+    "20 000 <": "<" * 20000,
+    "20 000 &": "&" * 20000,
+    "20 000 colons": ":" * 19999 + "*",
 }
 
 

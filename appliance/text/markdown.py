@@ -24,13 +24,15 @@ Parsing: markdown-it-py (CommonMark, with the table and strikethrough rules; som
 rules behind guards that try them only where they can match — the same tokens, see
 :mod:`appliance.text.markdown_rules`), which gives block tokens line ranges only; inline
 text is found by walking the source from a cursor that only moves forward, so the cost is
-linear in the source.  Bounds: the source is at
-most ``limits.max_text_chars`` (checked before parsing); markdown-it's ``maxNesting``
-(:data:`MAX_NESTING`) stops deeper block nesting — what lies deeper is not read (10 000
-nested list levels parse in milliseconds and say the outer items); brackets and
-delimiters past :data:`MAX_BRACKETS` and :data:`MAX_DELIMITERS` in one paragraph are not
-markup (where markdown-it's cost grows fastest).  Pure functions; the daemon calls them in
-its frontend executor.
+linear in the source.  Bounds: the source is at most ``limits.max_text_chars`` (checked
+before parsing); markdown-it's ``maxNesting`` (:data:`MAX_NESTING`) stops deeper block
+nesting — what lies deeper is not read; brackets and delimiters past :data:`MAX_BRACKETS`
+and :data:`MAX_DELIMITERS` in one paragraph are not markup (where markdown-it's cost grows
+fastest); and markdown-it is given the source up to a parse budget, the rest of it read
+plainly, line by line (:mod:`appliance.text.markdown_budget`: 16 000 units, ~16 ms of
+parsing; a 2 kB reply spends ~3 200) — every source of 20 000 characters parses in
+~25 ms or less on the bench's 2-core box (docs/markdown.md has the figures).  Pure
+functions; the daemon calls them in its frontend executor.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from appliance.text import markdown_rules
+from appliance.text import markdown_budget, markdown_rules
 from appliance.text.textmap import Builder, MappedText
 
 CODE_BLOCKS = ("skip", "say", "read")
@@ -59,7 +61,7 @@ MAX_DELIMITERS = 256
 of one paragraph after this many are not markup either: markdown-it's cost per delimiter
 is high (6 600 of them in 20 000 characters took 60–180 ms).  They are dropped, as an
 unmatched delimiter is."""
-_PLACEHOLDER = "\ue000"
+_PLACEHOLDER = markdown_budget.PLACEHOLDER
 """Stands for markup past the caps (private use: the frontend's cleaning drops it)."""
 
 
@@ -70,6 +72,9 @@ class MarkdownOptions:
     code_phrase: str = "There is a code sample here."
     heading_pause_ms: int = 300
     rule_pause_ms: int = 500
+    spent: int = 0
+    """Budget units spent on text before this source (:func:`cost`): a text read in two
+    parts (appliance.core.headfirst) cuts its budget where the whole text does."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,18 @@ def parse(source: str, options: MarkdownOptions | None = None) -> list[Block]:
     return _Reader(source, options or MarkdownOptions()).read()
 
 
+def cost(source: str) -> int:
+    """The parse budget ``source`` spends (:func:`appliance.text.markdown_budget.cost` of
+    what markdown-it is given), all of it read."""
+    return markdown_budget.cost(_prepared(source))
+
+
+def _prepared(source: str) -> str:
+    """``source`` as markdown-it is given it, the same length: markdown-it folds CR LF and
+    CR to LF (done here so that offsets are the source's), markup past the caps replaced."""
+    return _cap_markup(source.replace("\r\n", " \n").replace("\r", "\n"))
+
+
 @dataclass
 class _Reader:
     source: str
@@ -143,12 +160,13 @@ class _Reader:
     in_script: bool = False
     depth: int = 0
     """Lists open around the current token."""
+    fence: str = ""
+    """The run of a fence left open where markdown-it's part ends (its code goes on)."""
 
     def __post_init__(self) -> None:
-        # markdown-it folds CR LF and CR to LF: done here with the same length, so offsets
-        # into what it parses are offsets into the source.
-        self.text = self.source.replace("\r\n", " \n").replace("\r", "\n")
-        self.text = _cap_markup(self.text)
+        self.text = _prepared(self.source)
+        # markdown-it reads the text before the cut, read_plain the rest.
+        self.cut = markdown_budget.budget_cut(self.text, self.options.spent)
         self.line_starts = [0]
         self.line_starts.extend(m.end() for m in re.finditer("\n", self.text))
         self.line_starts.append(len(self.text))
@@ -160,7 +178,7 @@ class _Reader:
     def read(self) -> list[Block]:
         blocks: list[Block] = []
         row: list[MappedText] = []
-        tokens = _MD.parse(self.text)
+        tokens = _MD.parse(self.text[: self.cut])
         for k, tok in enumerate(tokens):
             kind = tok.type
             if kind == "inline":
@@ -191,7 +209,17 @@ class _Reader:
                 self.cursor = max(self.cursor, b)
             elif kind == "hr":
                 blocks.append(Block(MappedText("", (), ()), self.options.rule_pause_ms))
-        return blocks
+        return blocks + self.plain()
+
+    def plain(self) -> list[Block]:
+        """What lies past the budget, read plainly (:func:`markdown_budget.read_plain`)."""
+        if self.cut >= len(self.text):
+            return []
+        opts = self.options
+        mt = markdown_budget.read_plain(
+            self.text, self.cut, self.fence, opts.code_blocks, opts.code_phrase
+        )
+        return [Block(mt)] if mt.text else []
 
     def slice(self, a: int, b: int) -> MappedText:
         return MappedText(self.text[a:b], tuple(range(a, b)), tuple(range(a + 1, b + 1)))
@@ -283,6 +311,8 @@ class _Reader:
         mode = self.options.code_blocks
         a = self.line(tok.map[0]) if tok.map else self.cursor
         b = self.line(tok.map[1]) if tok.map else self.cursor
+        if tok.type == "fence" and b >= self.cut and not self.closed(tok):
+            self.fence = tok.markup  # the rest of the text begins in this fence's code
         self.cursor = max(self.cursor, a)
         self.limit = max(self.cursor, b)
         blocks: list[Block] = []
@@ -298,6 +328,15 @@ class _Reader:
             blocks.append(Block(_sentence(out.build())))
         self.cursor = max(self.cursor, b)
         return blocks
+
+    def closed(self, tok: Token) -> bool:
+        """Does the fence ``tok`` end with a closing line (not where markdown-it's part
+        ends)?"""
+        if not tok.map or tok.map[1] - tok.map[0] < 2:
+            return False
+        end = self.line(tok.map[1])
+        last = self.text[self.line(tok.map[1] - 1) : end].strip(" \t\n>")
+        return len(last) >= len(tok.markup) and not last.strip(tok.markup[0])
 
 
 def _cap_markup(text: str) -> str:
