@@ -20,6 +20,10 @@ where nothing before the cut reads what comes after it:
   paragraph, heading, list item, quote or table row with a word (a tail that began with
   only a rule or code would drop the pause the whole text gives the head's last clause).
 
+Markdown past its parse budget (:mod:`appliance.text.markdown_budget`) keeps the invariant:
+the tail is parsed with the head's cost spent, so it is read plainly from the line where the
+whole text is.
+
 Never cut (prepared whole, as before): a text under :data:`HEAD_MIN_CHARS` characters
 (its frontend takes a millisecond) or over ``max_chars`` (refused whole); SSML (parsed as
 one document); a surrogate (refused whole); a letter of a script the voice does not read
@@ -40,6 +44,7 @@ from collections.abc import Callable
 from appliance.core.markdownstream import block_boundaries
 from appliance.core.textstream import sentence_cuts, shift_clause
 from appliance.errors import ErrorCode, ServiceError
+from appliance.text import markdown
 from appliance.text.frontend import Clause, FrontendLimits, has_foreign_letters
 
 HEAD_MIN_CHARS = 400
@@ -133,8 +138,12 @@ def prepare_tail(
 ) -> list[Clause]:
     """The clauses of ``text[cut:]``, their spans indexing ``text`` (nothing to say: none).
     Prepared as a later segment of a text stream is: the first-clause cut
-    (``first_clause_chars``) is the head's."""
+    (``first_clause_chars``) is the head's.  Markdown's parse budget is the whole text's:
+    the head's cost is spent (``MarkdownOptions.spent``), so the rest of the text is read
+    plainly from the line where the whole text's would be."""
     later = dataclasses.replace(limits, first_clause_chars=0)
+    if options.get("text_format") == "markdown":
+        options = {**options, "markdown_options": _spent(text[:cut], options)}
     try:
         clauses = frontend(text[cut:], language, later, **options)
     except ServiceError as exc:
@@ -142,3 +151,10 @@ def prepare_tail(
             return []
         raise
     return [shift_clause(c, cut) for c in clauses]
+
+
+def _spent(head: str, options: dict[str, object]) -> markdown.MarkdownOptions:
+    """The request's Markdown options with ``head``'s parse cost spent."""
+    given = options.get("markdown_options")
+    md = given if isinstance(given, markdown.MarkdownOptions) else markdown.MarkdownOptions()
+    return dataclasses.replace(md, spent=md.spent + markdown.cost(head))

@@ -135,3 +135,17 @@ def test_an_empty_head_means_the_whole_text() -> None:
     text = "```\n" + "code\n" * 60 + "```\n\n" + "Words to say. " * 40
     clauses, cut = _in_two(text, "markdown")
     assert cut == len(text) or clauses == prepare(text, "en_US", LIMITS, text_format="markdown")
+
+
+def test_head_then_tail_past_the_markdown_budget() -> None:
+    """A long Markdown text read past its parse budget (appliance.text.markdown_budget):
+    the tail is parsed with the head's cost spent, and reads as the whole text does."""
+    rng = random.Random(28)
+    cut = 0
+    for _ in range(12):
+        text = ""
+        while len(text) < 19000:
+            block = rng.choice([*BLOCKS, REPLY, "- an item\n" * 40, "| a | b |\n" * 30])
+            text += block + rng.choice(["\n\n", "\n\n", "\n", "\n\n\n"])
+        cut += _same_as_whole(text[:19500], "markdown") < 19500
+    assert cut >= 6, cut
