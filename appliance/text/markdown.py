@@ -29,10 +29,10 @@ before parsing); markdown-it's ``maxNesting`` (:data:`MAX_NESTING`) stops deeper
 nesting — what lies deeper is not read; brackets and delimiters past :data:`MAX_BRACKETS`
 and :data:`MAX_DELIMITERS` in one paragraph are not markup (where markdown-it's cost grows
 fastest); and markdown-it is given the source up to a parse budget, the rest of it read
-plainly, line by line (:mod:`appliance.text.markdown_budget`: 16 000 units, ~16 ms of
-parsing; a 2 kB reply spends ~3 200) — every source of 20 000 characters parses in
-~25 ms or less on the bench's 2-core box (docs/markdown.md has the figures).  Pure
-functions; the daemon calls them in its frontend executor.
+plainly (:mod:`appliance.text.markdown_budget`: 16 000 units, ~16 ms of parsing; a 2 kB
+reply spends ~3 150) — every source of 20 000 characters parses in ~25 ms or less on the
+bench's 2-core box (docs/markdown.md has the figures).  Pure functions; the daemon calls
+them in its frontend executor.
 """
 
 from __future__ import annotations
@@ -111,6 +111,7 @@ _MARKUP_CHARS = frozenset("*~`_#|")
 _FOOTNOTE = re.compile(r"\[\^[^\]\s]{1,64}\](?::)?")
 _BRACKET = re.compile(r"\[")
 _DELIMITER = re.compile(r"[*~`]|(?<!\w)_|_(?!\w)")
+_NEWLINE = re.compile("\n")
 _BLANK_LINE = re.compile(r"(\n[ \t]*\n)")
 _TAG = re.compile(r"<[^<>]*>")
 _HIDDEN_HTML = re.compile(
@@ -167,8 +168,8 @@ class _Reader:
         self.text = _prepared(self.source)
         # markdown-it reads the text before the cut, read_plain the rest.
         self.cut = markdown_budget.budget_cut(self.text, self.options.spent)
-        self.line_starts = [0]
-        self.line_starts.extend(m.end() for m in re.finditer("\n", self.text))
+        self.line_starts = [0]  # markdown-it's lines (its tokens' maps index them)
+        self.line_starts.extend(m.end() for m in _NEWLINE.finditer(self.text, 0, self.cut))
         self.line_starts.append(len(self.text))
         self.limit = len(self.text)
 
@@ -216,10 +217,10 @@ class _Reader:
         if self.cut >= len(self.text):
             return []
         opts = self.options
-        mt = markdown_budget.read_plain(
+        read = markdown_budget.read_plain(
             self.text, self.cut, self.fence, opts.code_blocks, opts.code_phrase
         )
-        return [Block(mt)] if mt.text else []
+        return [Block(mt) for mt in read]
 
     def slice(self, a: int, b: int) -> MappedText:
         return MappedText(self.text[a:b], tuple(range(a, b)), tuple(range(a + 1, b + 1)))

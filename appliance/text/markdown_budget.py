@@ -7,9 +7,9 @@ autolink or an emphasis run.  20 000 characters of one-letter list items took ~2
 So a source is given to markdown-it up to a budget: :func:`cost` prices each line, in
 units of about a microsecond of parsing (markdown-it and the walk, measured with the
 bench's hostile sources), and :func:`budget_cut` finds the first line past
-:data:`BUDGET`.  Everything from that line on is read by :func:`read_plain`, line by
-line, in one pass of one regular expression — each line a sentence, its block markers,
-tags and markup dropped (its words read in order) — at ~1 µs a line.
+:data:`BUDGET`.  Everything from that line on is read by :func:`read_plain`, in one pass
+of one regular expression, at ~1 µs a line: a paragraph, list item, heading or table row a
+sentence, block markers, tags and markup dropped — the words Markdown would say, in order.
 
 The price of a line is :data:`LINE` (its newline), :data:`MARKER` for each block marker
 that starts it (``>``, a bullet, an ordered item's number, a heading's hashes) and, for each
@@ -107,7 +107,7 @@ _PLAIN = re.compile(
     # An alternative is tried only where one can start: most characters, and a space inside
     # a line, are passed over at once.  The most frequent alternatives come first.
     rf"(?=[\n<&\[\]!*~`_#>+\-\d]|\Z|^[ \t]|{_TRAILER}+(?:\n|\Z))(?:"
-    rf"(?<=[^\W_])(?P<stop>{_TRAILER}*(?:\n|\Z))"
+    rf"(?<=[^\W_])(?P<stop>{_TRAILER}*(?:\n(?P<gap>[ \t]*\n)?|\Z))"
     r"|^(?P<fence>[ \t>]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)*(?P<run>`{3,}|~{3,})[^\n]*"
     r"(?P<code>[\s\S]*?)(?:\n[ \t>]*(?P=run)[`~]*[ \t]*(?=\n|\Z)|\Z))"
     r"|^(?P<lead>[ \t]*(?:(?:>|(?:[-*+]|\d{1,9}[.)]|#{1,6})(?=[ \t\n]|$))[ \t]*)+)"
@@ -121,12 +121,16 @@ _PLAIN = re.compile(
     re.M,
 )
 """What the plain reading adds, drops, keeps or decodes, in one alternation: the end of a
-line whose last word has no sentence punctuation (a full stop is added after the word), a
-fenced block (to its closing line or the end), a line's block markers, what is dropped (a
-link's destination, an image's ``!``, a footnote marker, ``_`` at a word's edge, a lone
-``#``, hidden HTML — a script, a style, a comment —, a tag), a spaced run of ``*``, ``~``
-or backticks (text: kept), an autolink (its address is read), an entity (decoded)."""
+line whose last word has no sentence punctuation (a full stop is added after the word if the
+line is an item, a heading or a row, or ends a paragraph: a blank line follows), a fenced
+block (to its closing line or the end), a line's block markers, what
+is dropped (a link's destination, an image's ``!``, a footnote marker, ``_`` at a word's
+edge, a lone ``#``, hidden HTML — a script, a style, a comment —, a tag), a spaced run of
+``*``, ``~`` or backticks (text: kept), an autolink (its address is read), an entity
+(decoded)."""
 _LINE_END = re.compile(r"[ \t]*(?:\n|\Z)")
+_GAP = re.compile(r"[ \t]*\n[ \t]*\n")
+"""A line's end, then a blank line: a paragraph ends."""
 _ALNUM = re.compile(r"[^\W_]")
 _FINAL = frozenset(".!?:;,")
 _TRAILING = " \t*_~`#|<>[]\"')"
@@ -135,9 +139,9 @@ _TRAILING = " \t*_~`#|<>[]\"')"
 
 @dataclass
 class _Plain:
-    """The plain reading of ``text`` from an offset: one text, each line a sentence.  Its
-    pieces go straight into three lists (a :class:`~appliance.text.textmap.Builder` call
-    per piece cost twice as much: thousands of lines are read here)."""
+    """The plain reading of ``text`` from an offset: its blocks' texts.  Their pieces go
+    straight into three lists (a :class:`~appliance.text.textmap.Builder` call per piece
+    cost twice as much: thousands of lines are read here)."""
 
     text: str
     code_blocks: str
@@ -147,23 +151,50 @@ class _Plain:
     ends: list[int] = field(default_factory=list)
     kept: int = 0
     """Source offset up to which the text is in :attr:`parts` (or dropped)."""
+    item: int = -1
+    """The start of the last line that began with a list item's or a heading's marker."""
+    ends_at: list[int] = field(default_factory=list)
+    """Where each block read so far ends in :attr:`parts`' text."""
 
-    def read(self, start: int, fence: str) -> MappedText:
+    def read(self, start: int, fence: str) -> list[MappedText]:
         self.kept = self.open_fence(start, fence) if fence else start
         for m in _PLAIN.finditer(self.text, self.kept):
             kind = m.lastgroup
             if kind == "stop":  # most lines of a long plain part
-                self.stop(m.start())
+                if m["gap"] is not None or self.sentence(m.start()):
+                    self.stop(m.start())
                 continue
             a, b = m.span()
             self.keep(a)
-            if kind != "lead" and kind != "drop":
+            if kind == "lead" and m.group().strip(" \t>"):
+                self.item = a  # a list item or a heading: a sentence, as in Markdown
+            elif kind != "lead" and kind != "drop":
                 self.replace(m, kind)
             self.kept = b
             if kind != "lead" and kind != "fence" and self.line_ends(b):
                 self.end_line(a, b, kind)
         self.keep(len(self.text))
-        return MappedText("".join(self.parts), tuple(self.starts), tuple(self.ends))
+        return self.paragraphs()
+
+    def paragraph(self) -> None:
+        """A block ends here (a fenced block is one of its own, as in Markdown)."""
+        self.ends_at.append(len(self.starts))
+
+    def paragraphs(self) -> list[MappedText]:
+        """The blocks read, each with text: one text and map, sliced."""
+        text, starts, ends = "".join(self.parts), tuple(self.starts), tuple(self.ends)
+        cuts = [0, *self.ends_at, len(text)]
+        return [
+            MappedText(text[a:b], starts[a:b], ends[a:b])
+            for a, b in itertools.pairwise(cuts)
+            if text[a:b].strip()
+        ]
+
+    def sentence(self, at: int) -> bool:
+        """Is the line ``at`` is on a list item, a heading or a table row (a sentence, with a
+        full stop where it has none, as in Markdown; a paragraph's line is not)?"""
+        line = self.text.rfind("\n", 0, at) + 1
+        return line == self.item or self.text.find("|", line, at) >= 0
 
     def keep(self, end: int) -> None:
         """The source up to ``end``, its markup characters dropped."""
@@ -212,8 +243,10 @@ class _Plain:
 
     def end_line(self, a: int, b: int, kind: str | None) -> None:
         """A line that ends with what was matched at [a, b): a full stop after it when the
-        line ends in a word (dropped markup after it; an address or an entity said)."""
-        if _said(self.text, b if kind in ("url", "entity", "spaced") else a):
+        line is a sentence (or a paragraph's last) and ends in a word (dropped markup after
+        it; an address or an entity said)."""
+        ends = self.sentence(a) or _GAP.match(self.text, b)
+        if ends and _said(self.text, b if kind in ("url", "entity", "spaced") else a):
             self.add(".", b, b)
 
     def open_fence(self, start: int, run: str) -> int:
@@ -228,12 +261,15 @@ class _Plain:
 
     def code(self, a: int, inner: int, end: int) -> None:
         """A fenced block from ``a``, its code from ``inner`` to ``end``: skipped, said as
-        the code phrase, or read, as ``code_blocks`` says."""
+        the code phrase, or read, as ``code_blocks`` says; a block of its own, as in
+        Markdown (the paragraph before it ends)."""
+        self.paragraph()
         if self.code_blocks == "say" and self.code_phrase.strip():
             self.add(" " + self.code_phrase + " ", a, max(a, end))
         elif self.code_blocks == "read" and end > inner:
             self.add_source(self.text[inner:end], inner)
             self.add(". ", end, end)
+        self.paragraph()
 
 
 def _said(text: str, at: int) -> bool:
@@ -243,10 +279,15 @@ def _said(text: str, at: int) -> bool:
     return bool(body) and body[-1] not in _FINAL and bool(_ALNUM.search(body))
 
 
-def read_plain(text: str, start: int, fence: str, code_blocks: str, code_phrase: str) -> MappedText:
-    """``text`` from ``start`` read plainly: each line a sentence (a full stop added where it
-    ends in a word), its block markers (``#``, ``>``, bullets, numbers), table pipes, tags,
-    a link's destination and markup characters dropped, entities decoded, an autolink its
-    address; fenced code skipped, said or read as ``code_blocks`` says.  ``fence``: the run
-    (```` ``` ````, ``~~~``) of a fence the text before ``start`` left open; empty: none."""
+def read_plain(
+    text: str, start: int, fence: str, code_blocks: str, code_phrase: str
+) -> list[MappedText]:
+    """``text`` from ``start`` read plainly, its blocks (a fenced block is one, the text
+    between two others another): a list item, a heading, a table row and a paragraph (its
+    lines up to a blank line) are sentences (a full stop added where they end in a word), a
+    paragraph's other lines are read as written; block markers (``#``, ``>``, bullets,
+    numbers), table pipes, tags, a link's destination and markup characters are dropped,
+    entities decoded, an autolink is its address; fenced code is skipped, said or read as
+    ``code_blocks`` says.  ``fence``: the run (```` ``` ````, ``~~~``) of a fence the text
+    before ``start`` left open; empty: none."""
     return _Plain(text, code_blocks, code_phrase).read(start, fence)

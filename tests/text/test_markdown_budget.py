@@ -22,13 +22,15 @@ def _words(source: str, options: MarkdownOptions | None = None) -> list[str]:
     return _WORD.findall(" ".join(b.text.text for b in parse(source, options)))
 
 
-def _said(text: str, **kw: str) -> str:
-    """The plain reading of ``text`` (placeholders of dropped markup removed)."""
-    mt = read_plain(text, 0, kw.get("fence", ""), kw.get("code", "skip"), "Code here.")
-    assert len(mt.text) == len(mt.starts) == len(mt.ends)
-    assert all(0 <= a <= b <= len(text) for a, b in zip(mt.starts, mt.ends, strict=True))
-    assert list(mt.starts) == sorted(mt.starts)  # read in the source's order
-    return mt.text.replace(PLACEHOLDER, "")
+def _said(text: str, **kw: str) -> list[str]:
+    """The plain reading of ``text``, its blocks (placeholders of dropped markup removed)."""
+    read = read_plain(text, 0, kw.get("fence", ""), kw.get("code", "skip"), "Code here.")
+    for mt in read:
+        assert len(mt.text) == len(mt.starts) == len(mt.ends)
+        assert all(0 <= a <= b <= len(text) for a, b in zip(mt.starts, mt.ends, strict=True))
+    starts = [s for mt in read for s in mt.starts]
+    assert starts == sorted(starts)  # read in the source's order
+    return [mt.text.replace(PLACEHOLDER, "") for mt in read]
 
 
 def test_prices_add_up_line_by_line() -> None:
@@ -56,31 +58,39 @@ def test_the_cut_is_where_the_budget_runs_out() -> None:
 @pytest.mark.parametrize(
     ("source", "said"),
     [
-        ("- item\n* two\n+ three\n1. four\n10) five\n", "item.\ntwo.\nthree.\nfour.\nfive.\n"),
-        ("> quoted\n> > deeper\n## Heading ##\n", "quoted.\ndeeper.\nHeading .\n"),
-        ("| a | b |\n|---|---|\n| c | d |\n", "  a   b.  \n --- --- \n  c   d.  \n"),
-        ("See [the guide](http://x.org/a(b)) and ![a cat](c.png).", "See the guide and a cat."),
-        ("**Sure!** Here is *one*", "Sure! Here is one."),
-        ("2 * 3 and snake_case and C# and _edge_", "2 * 3 and snake_case and C# and edge."),
-        ("<b>bold</b> &amp; <http://a.org>\n", "bold & http://a.org.\n"),
-        ("a<script>x\ny</script>b <!-- note -->\n", "ab .\n"),
-        ("Note[^1] here.\n", "Note here.\n"),
-        ('He said "hi"\n', 'He said "hi."\n'),
-        ("Intro\n```sh\nls -l\n```\nAfter\n", "Intro.\n\nAfter.\n"),
-        ("Intro\n~~~\nnever closed\n", "Intro.\n"),
+        # An item, a heading, a row: a sentence; a paragraph's other lines, a quote's: as written.
+        ("- item\n* two\n+ three\n1. four\n10) five\n", ["item.\ntwo.\nthree.\nfour.\nfive.\n"]),
+        ("> quoted\n> > deeper\n## Heading ##\n", ["quoted\ndeeper\nHeading .\n"]),
+        ("| a | b |\n|---|---|\n| c | d |\n", ["  a   b.  \n --- --- \n  c   d.  \n"]),
+        # A paragraph's end is a sentence's (after a word, or after markup).
+        (
+            "A paragraph\nover two lines\n\nAnother\n \n\n*Third*\n\n- item\n",
+            ["A paragraph\nover two lines.\n\nAnother.\n \n\nThird.\n\nitem.\n"],
+        ),
+        ("See [the guide](http://x.org/a(b)) and ![a cat](c.png).", ["See the guide and a cat."]),
+        ("- [a link](u)\n- <http://a.org>\n# Head *x*\n", ["a link.\nhttp://a.org.\nHead x.\n"]),
+        ("**Sure!** Here is *one*", ["Sure! Here is one"]),
+        ("2 * 3 and snake_case and C# and _edge_", ["2 * 3 and snake_case and C# and edge"]),
+        ("<b>bold</b> &amp; <http://a.org>\n", ["bold & http://a.org\n"]),
+        ("a<script>x\ny</script>b <!-- note -->\n", ["ab \n"]),
+        ("Note[^1] here.\n", ["Note here.\n"]),
+        ('- He said "hi"\n', ['He said "hi."\n']),
+        # A fence is a block of its own, its code skipped (or said, or read: below).
+        ("Intro\n```sh\nls -l\n```\nAfter\n", ["Intro\n", "\nAfter\n"]),
+        ("Intro\n~~~\nnever closed\n", ["Intro\n"]),
     ],
 )
-def test_the_plain_reading(source: str, said: str) -> None:
+def test_the_plain_reading(source: str, said: list[str]) -> None:
     assert _said(source) == said
 
 
 def test_code_past_the_budget_is_skipped_said_or_read() -> None:
     src = "Intro\n```sh\nls -l\n```\nAfter\n"
-    assert _said(src, code="say") == "Intro.\n Code here. \nAfter.\n"
-    assert _said(src, code="read") == "Intro.\n\nls -l. \nAfter.\n"
+    assert _said(src, code="say") == ["Intro\n", " Code here. ", "\nAfter\n"]
+    assert _said(src, code="read") == ["Intro\n", "\nls -l. ", "\nAfter\n"]
     # A fence the Markdown before left open: its code first, to its closing line.
-    assert _said("ls -l\n```\nAfter\n", fence="```") == "\nAfter.\n"
-    assert _said("ls -l\n```\nAfter\n", fence="```", code="read") == "ls -l\n. \nAfter.\n"
+    assert _said("ls -l\n```\nAfter\n", fence="```") == ["\nAfter\n"]
+    assert _said("ls -l\n```\nAfter\n", fence="```", code="read") == ["ls -l\n. ", "\nAfter\n"]
 
 
 def test_a_fence_open_at_the_cut_goes_on_past_it() -> None:
