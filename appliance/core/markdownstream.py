@@ -161,6 +161,22 @@ def _scan(pending: str) -> _Scan:
     return _Scan(boundaries, None)
 
 
+def block_boundaries(text: str) -> list[int]:
+    """Every place in ``text`` where :func:`markdown_release_point` may end a segment at the
+    end of a complete block (never inside a fence or a table), ascending.  A boundary is
+    decided by the line after it (its first characters)."""
+    out: list[int] = []
+    pos = 0
+    while pos < len(text):
+        # A fence or table at the start yields only the boundary after it: ask again there.
+        found = [pos + b for b in _scan(text[pos:]).boundaries if b > 0]
+        if not found:
+            break
+        out.extend(found)
+        pos = found[-1]
+    return out
+
+
 def _text(pending: str, line: _Line) -> str:
     return pending[line.start : line.end]
 

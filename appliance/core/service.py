@@ -8,7 +8,9 @@ A door (protocol v1, Wyoming, HTTP, …) turns its wire messages into a
 
 ``open_stream`` does everything a request needs before its first work item: the
 daemon-wide cap, admission (``busy``), voice and speaker, the frontend (in the
-service's own bounded executor).  ``run`` produces the chunks on the shared
+service's own bounded executor; of a long one-shot text, its head only — the rest is
+prepared while the head is spoken and ends the request with its error if it fails:
+appliance.core.headfirst).  ``run`` produces the chunks on the shared
 scheduler; ``emit`` applies the door's back-pressure by taking its time.
 ``cancel`` (a client's cancel, a disconnect) ends ``run`` at once with
 ``result.cancelled``; the daemon's shutdown ends it with ``shutting_down``.
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from appliance.core.admission import RTF_PRIOR, Admission, CpuShare, Decision, StreamLoad
+from appliance.core.headfirst import prepare_head, prepare_tail
 from appliance.core.markdownstream import markdown_release_point
 from appliance.core.runtime import Runtime
 from appliance.core.streaming import ClauseQueue, JobSettings, JobStats, SynthesisJob, VoiceRuntime
@@ -128,6 +131,8 @@ class Stream:
         self.t_request = t_request
         self.job: SynthesisJob | None = None
         self.feed: TextFeed | None = None
+        self.tail: asyncio.Task[None] | None = None
+        """A one-shot text's rest, being prepared after its head (appliance.core.headfirst)."""
         self.cancel_reason: str | None = None
         self._failure: ServiceError | None = None
         self._run_task: asyncio.Task[Any] | None = None
@@ -292,6 +297,8 @@ class Stream:
                 stats = self.job.stats.to_dict()
         if self.feed is not None:
             self.feed.close()
+        if self.tail is not None:
+            self.tail.cancel()
         if outcome not in ("end", "cancelled") and not outcome.startswith("door:"):
             self.service.record_error(outcome)
         self.service._unregister(self)
@@ -463,12 +470,13 @@ class Service:
         self._register(stream)
         try:
             queue = await self._clauses(stream, req)
+            # Closed on failure too: a text's rest may be being prepared (headfirst).
+            settings = self._settings(req, voice, sid, speak=speak_key is not None)
         except BaseException as exc:
             stream.close()
             if isinstance(exc, ServiceError):
                 self.record_error(exc.code)
             raise
-        settings = self._settings(req, voice, sid, speak=speak_key is not None)
         jstats = JobStats(t_request=t0, frontend_ms=(time.monotonic() - t0) * 1000)
         stream.job = SynthesisJob(voice, queue, settings, self.runtime.scheduler, jstats)
         return stream
@@ -541,13 +549,7 @@ class Service:
         limits = self.frontend_limits()
         language = stream.voice.language
         if not req.text_stream:
-            clauses = await self.prepare_text(req.text, language, limits, req.text_format)
-            # <phoneme> and lexicon IPA against this voice's symbols, before any audio.
-            ph = stream.voice.phonemizer
-            for c in clauses:
-                for o in c.phonemes:
-                    ph.ipa(o.ipa)
-            return ClauseQueue(clauses, closed=True)
+            return await self._head_first(stream, limits)
         queue = ClauseQueue(closed=False)
         later = FrontendLimits(limits.max_chars, limits.sentence_chars)
 
@@ -576,18 +578,70 @@ class Service:
             stream.feed.append(req.text)
         return queue
 
+    async def _head_first(self, stream: Stream, limits: FrontendLimits) -> ClauseQueue:
+        """A one-shot text's clauses: its head's now, the rest appended once prepared (in
+        the frontend executor, while the head is spoken: appliance.core.headfirst)."""
+        req, language = stream.request, stream.voice.language
+        options = self._frontend_options(req.text_format)
+        head, cut = await asyncio.get_running_loop().run_in_executor(
+            self._frontend_pool,
+            functools.partial(prepare_head, self.frontend, req.text, language, limits, **options),
+        )
+        _check_ipa(stream, head)  # before any audio
+        if cut >= len(req.text):
+            return ClauseQueue(head, closed=True)
+        queue = ClauseQueue(head, closed=False)
+        stream.tail = asyncio.create_task(self._tail(stream, queue, cut, limits, options))
+        return queue
+
+    async def _tail(
+        self,
+        stream: Stream,
+        queue: ClauseQueue,
+        cut: int,
+        limits: FrontendLimits,
+        options: dict[str, Any],
+    ) -> None:
+        """The rest of a one-shot text: its clauses appended and the queue closed; a failure
+        ends the request with its one error, as a text stream's segment does."""
+        work = functools.partial(
+            prepare_tail,
+            self.frontend,
+            stream.request.text,
+            cut,
+            stream.voice.language,
+            limits,
+            **options,
+        )
+        try:
+            clauses = await asyncio.get_running_loop().run_in_executor(self._frontend_pool, work)
+            _check_ipa(stream, clauses)
+        except ServiceError as exc:
+            queue.close()
+            stream.fail(exc)
+            return
+        except Exception as exc:  # a bug in the frontend: this request ends, not silently
+            log.exception("stream %d: the frontend failed on the rest of its text", stream.number)
+            queue.close()
+            stream.fail(ServiceError(ErrorCode.INTERNAL, type(exc).__name__))
+            return
+        queue.put(clauses)
+        queue.close()
+
+    def _frontend_options(self, text_format: str) -> dict[str, Any]:
+        """The frontend's keyword options for a request's text."""
+        return {
+            "text_format": text_format,
+            "lexicon": self.runtime.lexicon,
+            "markdown_options": self.markdown_options(),
+        }
+
     async def prepare_text(
         self, text: str, language: str, limits: FrontendLimits, text_format: str = "text"
     ) -> list[Clause]:
         loop = asyncio.get_running_loop()
         work: Callable[[], list[Clause]] = functools.partial(
-            self.frontend,
-            text,
-            language,
-            limits,
-            text_format=text_format,
-            lexicon=self.runtime.lexicon,
-            markdown_options=self.markdown_options(),
+            self.frontend, text, language, limits, **self._frontend_options(text_format)
         )
         return await loop.run_in_executor(self._frontend_pool, work)
 
@@ -803,3 +857,11 @@ class Service:
 
     def close(self) -> None:
         self._frontend_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _check_ipa(stream: Stream, clauses: list[Clause]) -> None:
+    """<phoneme> and lexicon IPA against the stream's voice's symbols (ServiceError)."""
+    ph = stream.voice.phonemizer
+    for c in clauses:
+        for o in c.phonemes:
+            ph.ipa(o.ipa)

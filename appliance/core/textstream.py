@@ -112,6 +112,14 @@ def _known_cuts(pending: str) -> tuple[int, ...]:
     return cuts
 
 
+def sentence_cuts(text: str) -> tuple[int, ...]:
+    """Every place in ``text`` where :func:`release_point` ends a segment at a sentence end
+    (just after it, before the whitespace that follows it), ascending.  A cut is decided by
+    the text up to :data:`_CONTEXT` characters after it: a prefix that long past a cut gives
+    the whole text's decision."""
+    return _scan_cuts(text, 0)
+
+
 def _scan_cuts(text: str, start: int) -> tuple[int, ...]:
     """Sentence cuts of ``text`` from ``start`` on: ends of sentences followed by whitespace."""
     pieces = split_sentences(clean(text[start:]))

@@ -226,6 +226,15 @@ def check_script(mt: MappedText, language: str) -> MappedText:
     return mt
 
 
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def has_foreign_letters(text: str, language: str) -> bool:
+    """Does ``text`` hold a letter :func:`check_script` counts against a voice of
+    ``language`` (its verdict on a text then depends on the whole text)?"""
+    return _latin_voice(language) and any(_is_foreign(m.group()) for m in _NON_ASCII.finditer(text))
+
+
 def _drop_foreign(mt: MappedText) -> MappedText:
     return mt.map_chars(lambda c: " " if _is_foreign(c) else c).sub(_SPACE_RUNS, " ")
 

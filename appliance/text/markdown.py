@@ -20,26 +20,32 @@ unmatched (``*``, ``_`` at a word's edge, ``~``, a backtick) are dropped too: a 
 unfinished emphasis and a model's stray asterisk are markup, not words.  Nothing is
 fetched or opened: URLs are text.
 
-Parsing: markdown-it-py (CommonMark, with the table and strikethrough rules), which gives
-block tokens line ranges only; inline text is found by walking the source from a cursor
-that only moves forward, so the cost is linear in the source.  Bounds: the source is at
-most ``limits.max_text_chars`` (checked before parsing); markdown-it's ``maxNesting``
-(:data:`MAX_NESTING`) stops deeper block nesting — what lies deeper is not read (10 000
-nested list levels parse in milliseconds and say the outer items); brackets and
-delimiters past :data:`MAX_BRACKETS` and :data:`MAX_DELIMITERS` in one paragraph are not
-markup (where markdown-it's cost grows fastest).  Pure functions; the daemon calls them in
-its frontend executor.
+Parsing: markdown-it-py (CommonMark, with the table and strikethrough rules; some of its
+rules behind guards that try them only where they can match — the same tokens, see
+:mod:`appliance.text.markdown_rules`), which gives block tokens line ranges only; inline
+text is found by walking the source from a cursor that only moves forward, so the cost is
+linear in the source.  Bounds: the source is at most ``limits.max_text_chars`` (checked
+before parsing); markdown-it's ``maxNesting`` (:data:`MAX_NESTING`) stops deeper block
+nesting — what lies deeper is not read; brackets and delimiters past :data:`MAX_BRACKETS`
+and :data:`MAX_DELIMITERS` in one paragraph are not markup (where markdown-it's cost grows
+fastest); and markdown-it is given the source up to a parse budget, the rest of it read
+plainly (:mod:`appliance.text.markdown_budget`: 16 000 units, ~16 ms of parsing; a 2 kB
+reply spends ~3 150) — every source of 20 000 characters parses in ~25 ms or less on the
+bench's 2-core box (docs/markdown.md has the figures).  Pure functions; the daemon calls
+them in its frontend executor.
 """
 
 from __future__ import annotations
 
 import html
+import itertools
 import re
 from dataclasses import dataclass, field
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from appliance.text import markdown_budget, markdown_rules
 from appliance.text.textmap import Builder, MappedText
 
 CODE_BLOCKS = ("skip", "say", "read")
@@ -55,7 +61,7 @@ MAX_DELIMITERS = 256
 of one paragraph after this many are not markup either: markdown-it's cost per delimiter
 is high (6 600 of them in 20 000 characters took 60–180 ms).  They are dropped, as an
 unmatched delimiter is."""
-_PLACEHOLDER = "\ue000"
+_PLACEHOLDER = markdown_budget.PLACEHOLDER
 """Stands for markup past the caps (private use: the frontend's cleaning drops it)."""
 
 
@@ -66,6 +72,9 @@ class MarkdownOptions:
     code_phrase: str = "There is a code sample here."
     heading_pause_ms: int = 300
     rule_pause_ms: int = 500
+    spent: int = 0
+    """Budget units spent on text before this source (:func:`cost`): a text read in two
+    parts (appliance.core.headfirst) cuts its budget where the whole text does."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +85,9 @@ class Block:
     pause_after_ms: int = 0
 
 
-def _parser() -> MarkdownIt:
+def _parser(guarded: bool = True) -> MarkdownIt:
+    """The parser ttsd reads with; ``guarded=False``: without
+    :func:`~appliance.text.markdown_rules.install` (the same tokens, slower: the tests compare)."""
     md = MarkdownIt("commonmark", {"maxNesting": MAX_NESTING, "html": True})
     md.enable(["table", "strikethrough"])
     # Entities and escapes stay their own tokens (markup = the source form), so each decoded
@@ -86,7 +97,7 @@ def _parser() -> MarkdownIt:
     # cannot run them, and leaves such a link as its literal source ("[click](javascript:…)"
     # read aloud).  Nothing here renders or opens a link: every link is its text.
     md.validateLink = lambda url: True  # type: ignore[method-assign]
-    return md
+    return markdown_rules.install(md) if guarded else md
 
 
 _MD = _parser()
@@ -100,12 +111,22 @@ _MARKUP_CHARS = frozenset("*~`_#|")
 _FOOTNOTE = re.compile(r"\[\^[^\]\s]{1,64}\](?::)?")
 _BRACKET = re.compile(r"\[")
 _DELIMITER = re.compile(r"[*~`]|(?<!\w)_|_(?!\w)")
-_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+_NEWLINE = re.compile("\n")
+_BLANK_LINE = re.compile(r"(\n[ \t]*\n)")
 _TAG = re.compile(r"<[^<>]*>")
 _HIDDEN_HTML = re.compile(
     r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|\Z)|<!--.*?(?:-->|\Z)", re.I | re.S
 )
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+_READ = frozenset(
+    (
+        *("bullet_list_open", "ordered_list_open", "bullet_list_close", "ordered_list_close"),
+        *("tr_close", "fence", "code_block", "html_block", "hr"),
+    )
+)
+"""The block tokens :meth:`_Reader.read` acts on besides ``inline``."""
+_ALNUM = re.compile(r"[^\W_]")
+"""A letter or digit (``str.isalnum``), found in C, not a character at a time."""
 _FINAL = frozenset(".!?:;,")
 _CLOSERS = "\"')]"
 
@@ -113,6 +134,18 @@ _CLOSERS = "\"')]"
 def parse(source: str, options: MarkdownOptions | None = None) -> list[Block]:
     """The blocks of ``source`` in reading order (their text may be empty: a pause)."""
     return _Reader(source, options or MarkdownOptions()).read()
+
+
+def cost(source: str) -> int:
+    """The parse budget ``source`` spends (:func:`appliance.text.markdown_budget.cost` of
+    what markdown-it is given), all of it read."""
+    return markdown_budget.cost(_prepared(source))
+
+
+def _prepared(source: str) -> str:
+    """``source`` as markdown-it is given it, the same length: markdown-it folds CR LF and
+    CR to LF (done here so that offsets are the source's), markup past the caps replaced."""
+    return _cap_markup(source.replace("\r\n", " \n").replace("\r", "\n"))
 
 
 @dataclass
@@ -128,14 +161,15 @@ class _Reader:
     in_script: bool = False
     depth: int = 0
     """Lists open around the current token."""
+    fence: str = ""
+    """The run of a fence left open where markdown-it's part ends (its code goes on)."""
 
     def __post_init__(self) -> None:
-        # markdown-it folds CR LF and CR to LF: done here with the same length, so offsets
-        # into what it parses are offsets into the source.
-        self.text = self.source.replace("\r\n", " \n").replace("\r", "\n")
-        self.text = _cap_markup(self.text)
-        self.line_starts = [0]
-        self.line_starts.extend(m.end() for m in re.finditer("\n", self.text))
+        self.text = _prepared(self.source)
+        # markdown-it reads the text before the cut, read_plain the rest.
+        self.cut = markdown_budget.budget_cut(self.text, self.options.spent)
+        self.line_starts = [0]  # markdown-it's lines (its tokens' maps index them)
+        self.line_starts.extend(m.end() for m in _NEWLINE.finditer(self.text, 0, self.cut))
         self.line_starts.append(len(self.text))
         self.limit = len(self.text)
 
@@ -145,9 +179,10 @@ class _Reader:
     def read(self) -> list[Block]:
         blocks: list[Block] = []
         row: list[MappedText] = []
-        tokens = _MD.parse(self.text)
+        tokens = _MD.parse(self.text[: self.cut])
         for k, tok in enumerate(tokens):
-            if tok.type == "inline":
+            kind = tok.type
+            if kind == "inline":
                 mt = self.inline(tok)
                 if tokens[k - 1].type in ("th_open", "td_open"):
                     row.append(mt)
@@ -158,22 +193,34 @@ class _Reader:
                 if heading or self.depth:
                     mt = _sentence(mt)
                 blocks.append(Block(mt, self.options.heading_pause_ms * heading))
-            elif tok.type in ("bullet_list_open", "ordered_list_open"):
+            elif kind not in _READ:
+                continue  # most tokens open or close what the inline tokens read
+            elif kind in ("bullet_list_open", "ordered_list_open"):
                 self.depth += 1
-            elif tok.type in ("bullet_list_close", "ordered_list_close"):
+            elif kind in ("bullet_list_close", "ordered_list_close"):
                 self.depth -= 1
-            elif tok.type == "tr_close":
+            elif kind == "tr_close":
                 blocks.append(Block(_sentence(_join_cells(row))))
                 row = []
-            elif tok.type in ("fence", "code_block"):
+            elif kind in ("fence", "code_block"):
                 blocks.extend(self.code(tok))
-            elif tok.type == "html_block" and tok.map:
+            elif kind == "html_block" and tok.map:
                 a, b = self.line(tok.map[0]), self.line(tok.map[1])
                 blocks.append(Block(_sentence(_strip_html(self.slice(a, b)))))
                 self.cursor = max(self.cursor, b)
-            elif tok.type == "hr":
+            elif kind == "hr":
                 blocks.append(Block(MappedText("", (), ()), self.options.rule_pause_ms))
-        return blocks
+        return blocks + self.plain()
+
+    def plain(self) -> list[Block]:
+        """What lies past the budget, read plainly (:func:`markdown_budget.read_plain`)."""
+        if self.cut >= len(self.text):
+            return []
+        opts = self.options
+        read = markdown_budget.read_plain(
+            self.text, self.cut, self.fence, opts.code_blocks, opts.code_phrase
+        )
+        return [Block(mt) for mt in read]
 
     def slice(self, a: int, b: int) -> MappedText:
         return MappedText(self.text[a:b], tuple(range(a, b)), tuple(range(a + 1, b + 1)))
@@ -192,14 +239,28 @@ class _Reader:
             out.add(text, at, at + len(piece))
         self.cursor = at + len(piece)
 
+    def found(self, piece: str) -> MappedText:
+        """:meth:`find` of one piece, its own text: most blocks are one text token, and
+        this makes their text without a :class:`Builder`."""
+        at = self.text.find(piece, self.cursor, self.limit) if piece else -1
+        if at < 0:
+            cursor = self.cursor
+            return MappedText(piece, (cursor,) * len(piece), (cursor,) * len(piece))
+        self.cursor = end = at + len(piece)
+        return MappedText(piece, tuple(range(at, end)), tuple(range(at + 1, end + 1)))
+
     def inline(self, tok: Token) -> MappedText:
         if tok.map:
             self.cursor = max(self.cursor, self.line(tok.map[0]))
             self.limit = max(self.cursor, self.line(tok.map[1]))
         self.in_script = False  # an inline <script> left open ends with its paragraph
-        out = Builder()
-        self.children(tok.children or [], out)
-        mt = out.build()
+        children = tok.children or []
+        if len(children) == 1 and children[0].type == "text":
+            mt = self.found(children[0].content)
+        else:
+            out = Builder()
+            self.children(children, out)
+            mt = out.build()
         return _drop_stray(mt.sub(_FOOTNOTE, "") if "[^" in mt.text else mt)
 
     def children(self, children: list[Token], out: Builder) -> None:
@@ -251,6 +312,8 @@ class _Reader:
         mode = self.options.code_blocks
         a = self.line(tok.map[0]) if tok.map else self.cursor
         b = self.line(tok.map[1]) if tok.map else self.cursor
+        if tok.type == "fence" and b >= self.cut and not self.closed(tok):
+            self.fence = tok.markup  # the rest of the text begins in this fence's code
         self.cursor = max(self.cursor, a)
         self.limit = max(self.cursor, b)
         blocks: list[Block] = []
@@ -267,30 +330,36 @@ class _Reader:
         self.cursor = max(self.cursor, b)
         return blocks
 
+    def closed(self, tok: Token) -> bool:
+        """Does the fence ``tok`` end with a closing line (not where markdown-it's part
+        ends)?"""
+        if not tok.map or tok.map[1] - tok.map[0] < 2:
+            return False
+        end = self.line(tok.map[1])
+        last = self.text[self.line(tok.map[1] - 1) : end].strip(" \t\n>")
+        return len(last) >= len(tok.markup) and not last.strip(tok.markup[0])
+
 
 def _cap_markup(text: str) -> str:
     """``text`` with each paragraph's brackets and delimiters past the caps replaced (same
     length): markdown-it's cost stays linear and small whatever the source."""
     if text.count("[") <= MAX_BRACKETS and len(_DELIMITER.findall(text)) <= MAX_DELIMITERS:
         return text
-    parts = []
-    pos = 0
-    for m in [*_BLANK_LINE.finditer(text), None]:
-        end = m.end() if m else len(text)
-        parts.append(_cap(_cap(text[pos:end], _BRACKET, MAX_BRACKETS), _DELIMITER, MAX_DELIMITERS))
-        pos = end
+    parts = _BLANK_LINE.split(text)  # paragraphs, and the blank lines between them
+    for k, part in enumerate(parts):
+        if len(part) > MAX_BRACKETS:  # (a shorter one is under both caps)
+            parts[k] = _cap(_cap(part, _BRACKET, MAX_BRACKETS), _DELIMITER, MAX_DELIMITERS)
     return "".join(parts)
 
 
 def _cap(part: str, pattern: re.Pattern[str], keep: int) -> str:
-    seen = 0
-
-    def past_cap(m: re.Match[str]) -> str:
-        nonlocal seen
-        seen += 1
-        return m.group() if seen <= keep else _PLACEHOLDER
-
-    return pattern.sub(past_cap, part)
+    """``part`` with ``pattern``'s matches (a character each) after the first ``keep``
+    replaced: in C, no call per match (a paragraph under the cap costs one scan)."""
+    past = next(itertools.islice(pattern.finditer(part), keep, None), None)
+    if past is None:
+        return part
+    # Each match is one character: the rest matches alike from the first one past the cap.
+    return part[: past.start()] + pattern.sub(_PLACEHOLDER, part[past.start() :])
 
 
 def _drop_stray(mt: MappedText) -> MappedText:
@@ -313,7 +382,7 @@ def _join_cells(cells: list[MappedText]) -> MappedText:
     end = -1  # source end of the last cell read
     for cell in cells:
         body = cell.text.strip()
-        if not any(c.isalnum() for c in body):
+        if not _ALNUM.search(body):
             continue
         if end >= 0:
             out.add(", ", end, end)
@@ -327,13 +396,11 @@ def _sentence(mt: MappedText) -> MappedText:
     """``mt`` ending in sentence punctuation: a zero-width full stop where it has none."""
     body = mt.text.rstrip()
     tail = body.rstrip(_CLOSERS)
-    if not tail or tail[-1] in _FINAL or not any(c.isalnum() for c in body):
+    if not tail or tail[-1] in _FINAL or not _ALNUM.search(body):
         return mt
-    out = Builder()
-    out.copy(mt, 0, len(body))
-    end = mt.ends[len(body) - 1]
-    out.add(".", end, end)
-    return out.build()
+    n = len(body)
+    end = mt.ends[n - 1]
+    return MappedText(body + ".", (*mt.starts[:n], end), (*mt.ends[:n], end))
 
 
 def _strip_html(mt: MappedText) -> MappedText:

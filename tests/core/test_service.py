@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from appliance.core import headfirst
 from appliance.core.runtime import Runtime
 from appliance.core.service import Service
 from appliance.doors.v1.server import Server
 from appliance.errors import ErrorCode, ServiceError
+from appliance.model import stretch
 from appliance.ops.config import Config, LimitsConfig, VoicesConfig
 from appliance.speech import Chunk, SpeechRequest
 from tests.conftest import DaemonFactory, flood_until_closed
@@ -118,7 +120,9 @@ def test_two_front_ends_share_admission_stats_and_shutdown(
     asyncio.run(scenario())
 
 
-def test_open_stream_refusals_are_neutral_errors(runtime: Runtime) -> None:
+def test_open_stream_refusals_are_neutral_errors(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async def scenario() -> None:
         service = Service(runtime)
         cases = [
@@ -133,6 +137,12 @@ def test_open_stream_refusals_are_neutral_errors(runtime: Runtime) -> None:
                 await service.open_stream(req, door="mini")
             assert info.value.code == code
         assert not service.streams
+        # Refused by the request's settings, after its frontend: no stream is left behind.
+        monkeypatch.setattr(stretch, "available", lambda: False)
+        with pytest.raises(ServiceError) as info:
+            await service.open_stream(SpeechRequest(text="hi", speed=3.0), door="mini")
+        assert info.value.code == ErrorCode.BAD_REQUEST and not service.streams
+        monkeypatch.undo()
         # a language picks that language's first voice
         stream = await service.open_stream(
             SpeechRequest(text="Hello.", language="en_US"), door="mini"
@@ -182,3 +192,39 @@ def test_sighup_reaches_open_connections(daemon_factory: DaemonFactory) -> None:
         assert sent < len(flood), "the daemon kept reading a client that never reads"
         assert closed, f"not closed after {closed_after:.1f} s"
         assert closed_after < 15  # 0.5 s, generously; the old value was 60 s
+
+
+def test_a_long_text_starts_from_its_head_and_sounds_the_same(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28: a one-shot text's first clauses come from its head's frontend; the rest is
+    prepared while they play.  The audio (noise off) and chunks are those of the whole."""
+    plain = "Dr. Smith paid $3.50 for it. " * 8 + "Then the rest of the story follows here. " * 6
+    markdown = "## Notes\n\n" + "Some **bold** words, e.g. these. " * 6 + "\n\n- one\n- two\n\n"
+    markdown += "| a | b |\n|---|---|\n| 1 | 2 |\n\n" + "Closing words for the reply. " * 6
+
+    async def synthesize(text: str, fmt: str) -> tuple[list[tuple[object, ...]], int, bool]:
+        service = Service(runtime)
+        req = SpeechRequest(text=text, text_format=fmt, deterministic=True)
+        stream = await service.open_stream(req, door="mini")
+        assert stream.job is not None
+        queued, closed = stream.job.clauses.chars_total, stream.job.clauses.closed
+        got: list[Chunk] = []
+
+        async def emit(c: Chunk) -> None:
+            got.append(c)
+
+        await stream.run(emit)
+        service.close()
+        spans = [(c.text_span, c.sentence_end, c.final, c.samples.tobytes()) for c in got]
+        return spans, queued, closed
+
+    for text, fmt in ((plain, "text"), (markdown, "markdown")):
+        head_first, queued, closed = asyncio.run(synthesize(text, fmt))
+        assert not closed and queued > 0, fmt  # the head's clauses (characters), the rest to come
+        with monkeypatch.context() as m:
+            m.setattr(headfirst, "HEAD_MIN_CHARS", 10**9)
+            whole, all_queued, closed = asyncio.run(synthesize(text, fmt))
+        assert closed and all_queued > queued
+        assert head_first == whole, fmt
+        assert head_first[-1][0][1] > len(text) - 40  # the tail was spoken

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import time
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from appliance.errors import ErrorCode, ServiceError
 from appliance.text.frontend import FrontendLimits, prepare
 from appliance.text.markdown import MAX_BRACKETS, MarkdownOptions, parse
+from appliance.text.markdown_budget import PLACEHOLDER
 from tests.text.markdown_cases import CASES, MARKUP
 
 LIMITS = FrontendLimits(max_chars=20000, sentence_chars=300)
@@ -117,7 +119,52 @@ HOSTILE = {
     "emphasis": "*a _b " * 3300,
     "code spans over lines": "`a\nb` " * 3000,
     "scripts and entities": "<script>alert(1)</script>&amp;&#0;&#x110000;" * 400,
+    # Past the parse budget (appliance.text.markdown_budget): many short lines, blocks or
+    # markup characters, each cheap, 20 000 characters of them.
+    "10 000 one-letter lines": "a\n" * 9999 + "a",
+    "6 666 paragraphs": "a\n\n" * 6666,
+    "5 000 headings": "# a\n" * 5000,
+    "5 000 list items": "- a\n" * 5000,
+    "2 500 lines of nested items": "- - - a\n" * 2500,
+    "1 500 long item numbers": "123456789. a\n" * 1500,
+    "2 500 table rows": "| a |\n|---|\n" + "| b |\n" * 2497,
+    "2 000 columns, 3 000 rows": "|a" * 2000 + "\n" + "|-" * 2000 + "\n" + "|b\n" * 3000,
+    "300 paragraphs of 64 brackets": ("[" * 64 + "\n\n") * 300,
+    "26 paragraphs of 250 delimiters": ("*a " * 250 + "\n\n") * 26,
+    "1 800 autolinks": "<http://a> " * 1800,
+    "6 666 tags": "<a>" * 6666,
+    "4 000 entities": "&amp;" * 4000,
+    "10 000 escapes": "\\*" * 10000,
+    "20 000 <": "<" * 20000,
+    "20 000 &": "&" * 20000,
+    "20 000 colons": ":" * 19999 + "*",
 }
+WORDS = {
+    "10 000 one-letter lines": ["a"] * 10000,
+    "6 666 paragraphs": ["a"] * 6666,
+    "5 000 headings": ["a"] * 5000,
+    "5 000 list items": ["a"] * 5000,
+    "2 500 lines of nested items": ["a"] * 2500,
+    "1 500 long item numbers": ["a"] * 1500,
+    "2 500 table rows": ["a"] + ["b"] * 2497,
+    "2 000 columns, 3 000 rows": ["a"] * 2000 + ["b"] * 3000,
+    "300 paragraphs of 64 brackets": [],
+    "26 paragraphs of 250 delimiters": ["a"] * 6500,
+    "1 800 autolinks": ["http", "a"] * 1800,
+    "6 666 tags": [],
+    "4 000 entities": [],
+    "10 000 escapes": [],
+    "20 000 <": [],
+    "20 000 &": [],
+    "20 000 colons": [],
+    "emphasis": ["a", "b"] * 3300,
+    "code spans over lines": ["a", "b"] * 3000,
+    "scripts and entities": [],
+}
+"""The words each hostile source says, in order (what lies past a bound included)."""
+TEXT = {"20 000 <": "<", "300 paragraphs of 64 brackets": "["}
+"""Characters of :data:`MARKUP` a hostile source has as text, not markup: a lone ``<``, an
+unmatched bracket (markdown-it's text; the frontend says nothing for either)."""
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))
@@ -131,6 +178,13 @@ def test_hostile_markdown_is_bounded(name: str) -> None:
     assert elapsed < 1.0, (name, elapsed)
     for b in blocks:
         assert all(0 <= s <= e <= len(src) for s, e in zip(b.text.starts, b.text.ends, strict=True))
+
+
+@pytest.mark.parametrize("name", list(WORDS))
+def test_hostile_markdown_says_its_words_and_no_markup(name: str) -> None:
+    text = " ".join(b.text.text for b in parse(HOSTILE[name])).replace(PLACEHOLDER, "")
+    assert re.findall(r"[^\W_]+", text) == WORDS[name]
+    assert set(MARKUP.findall(text)) <= set(TEXT.get(name, "")), name
 
 
 def test_deep_nesting_says_the_outer_levels_only() -> None:

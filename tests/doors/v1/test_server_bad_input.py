@@ -318,6 +318,13 @@ def test_any_exception_on_a_requests_path_ends_it_with_internal(
         assert evs[0]["event"] == "start" and evs[-1]["event"] == "error", evs
         assert evs[-1]["code"] == "internal"
         assert [e["event"] for e in evs].count("error") == 1
+        # A long one-shot text, prepared head first, whose rest the frontend fails on
+        # (issue 28): start, its head's audio, then its one error.
+        w.send({"op": "synthesize", "id": 6, "text": "Fine so far. " * 40 + f"Then {FAULT}."})
+        evs = w.until(6)
+        assert evs[0]["event"] == "start" and evs[-1]["event"] == "error", evs
+        assert evs[-1]["code"] == "internal"
+        assert [e["event"] for e in evs].count("error") == 1
         # The connection and the daemon go on.
         w.send({"op": "synthesize", "id": 5, "text": "Still served."})
         assert w.until(5)[-1]["event"] == "end"
