@@ -113,9 +113,16 @@ def wait_until_started(path: str, proc: subprocess.Popen[bytes], log: Path, time
 DaemonFactory = Callable[..., Daemon]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def voice_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("voice-cache")
+    """Where the session's daemons and in-process loads keep the voices' cuts (so each
+    voice is cut once a session), tests/fakes/voice.py's ``real_voice`` too: set up for
+    every test, before any of them can call that."""
+    from tests.fixtures import share_voice_cache
+
+    cache = tmp_path_factory.mktemp("voice-cache")
+    share_voice_cache(cache)
+    return cache
 
 
 @pytest.fixture(scope="session")
