@@ -113,9 +113,16 @@ def wait_until_started(path: str, proc: subprocess.Popen[bytes], log: Path, time
 DaemonFactory = Callable[..., Daemon]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def voice_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("voice-cache")
+    """Where the session's daemons and in-process loads keep the voices' cuts (so each
+    voice is cut once a session), tests/fakes/voice.py's ``real_voice`` too: set up for
+    every test, before any of them can call that."""
+    from tests.fixtures import share_voice_cache
+
+    cache = tmp_path_factory.mktemp("voice-cache")
+    share_voice_cache(cache)
+    return cache
 
 
 @pytest.fixture(scope="session")
@@ -175,8 +182,24 @@ def daemon_factory(
         return daemon
 
     yield start
-    for daemon in started:
-        daemon.stop(timeout=15)
+    stop_all(started, timeout=15)
+
+
+def stop_all(daemons: list[Daemon], timeout: float) -> None:
+    """Every one of ``daemons`` stopped at once: SIGTERM to all, then each waited for (and
+    killed when it outlives ``timeout``).  One after the other (``Daemon.stop``), the
+    session's last teardown took half a minute: every daemon with HTTP or the agent on
+    says ``drain`` for ``limits.drain_notice_s`` before it stops."""
+    for daemon in daemons:
+        if daemon.alive():
+            daemon.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for daemon in daemons:
+        try:
+            daemon.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            daemon.proc.kill()
+            daemon.proc.wait()
 
 
 @pytest.fixture(scope="session")

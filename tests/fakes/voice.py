@@ -12,13 +12,18 @@ from appliance.model.engine.base import Encoded, Scales, VoiceModel
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.voices import Voice, bundled_voice_path, load_voice
 from appliance.speech import FloatArray, IntArray
+from tests.fixtures import session_voice_cache
 
 
 @functools.lru_cache(maxsize=1)
 def real_voice() -> tuple[Voice, OnnxVoiceModel]:
     """``en_US-joe-medium`` cut into encoder/decoder halves, and its CPU model (1 thread)."""
-    cache = Path(tempfile.mkdtemp(prefix="ttsd-test-voice-"))
-    atexit.register(shutil.rmtree, cache, True)
+    # The session's cache: the bundled voice cut there once serves this, the daemons and
+    # the tests that load it there (a cut of its own here took 16-18 s of each full run).
+    cache = session_voice_cache()
+    if cache is None:
+        cache = Path(tempfile.mkdtemp(prefix="ttsd-test-voice-"))
+        atexit.register(shutil.rmtree, cache, True)
     voice = load_voice("en_US-joe-medium", bundled_voice_path(), cache)
     assert voice.split_ok, voice.split_note
     cpu = OnnxVoiceModel.load(

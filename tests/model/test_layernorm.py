@@ -10,8 +10,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from appliance.model.constants import fold_constants
 from appliance.model.layernorm import LAYER_NORM_OPSET, fuse_layer_norms
 from appliance.model.voices import bundled_voice_path, load_voice
+from tests.fixtures import GERMAN, voice_path
 
 
 def _exported_layer_norm(exponent: float = 2.0) -> onnx.ModelProto:
@@ -102,6 +104,9 @@ def test_the_daemons_prior_and_flow_are_the_rewritten_ones(voice_cache: Path) ->
 def test_fused_layer_norms_that_change_the_outputs_are_not_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On the German test voice (tests/fixtures/voices: a cut in a few seconds, the bundled
+    voice's took 15-25 s): the check the cut makes is the same, and there as on the bundled
+    voice the fused nodes' changed outputs change the durations too."""
     import appliance.model.layernorm
 
     real = appliance.model.layernorm.fuse_layer_norms
@@ -115,9 +120,15 @@ def test_fused_layer_norms_that_change_the_outputs_are_not_kept(
         return fused, count
 
     monkeypatch.setattr(appliance.model.layernorm, "fuse_layer_norms", off)
-    voice = load_voice("joe", bundled_voice_path(), tmp_path)
+    voice = load_voice(GERMAN, voice_path(GERMAN), tmp_path)
     assert voice.split_ok and voice.flow_split is not None
-    ops = [n.op_type for n in onnx.load(str(voice.flow_split.prior_path)).graph.node]
-    assert "LayerNormalization" not in ops and ops.count("ReduceMean") == 72
+    prior = onnx.load(str(voice.flow_split.prior_path))
+    assert "LayerNormalization" not in [n.op_type for n in prior.graph.node]
+    # Every layer norm of the voice the fusion finds (once its constants are folded, as
+    # the cut does) is in the prior as exported.
+    _, in_the_voice = real(fold_constants(onnx.load(str(voice_path(GERMAN))))[0])
+    assert in_the_voice >= 1
+    assert real(prior)[1] == in_the_voice
     # The convolutions alone still passed: they are kept without the layer norms.
-    assert _conv_ranks(voice.flow_split.prior_path) == [4] * 69
+    ranks = _conv_ranks(voice.flow_split.prior_path)
+    assert ranks and set(ranks) == {4}

@@ -85,24 +85,36 @@ def test_the_bundled_voice_crops_before_each_stage_after_the_first(voice: Voice)
         assert sum(n.op_type == "Slice" for n in model.graph.node) == 3
 
 
-@pytest.mark.parametrize("margins", [(0, 10), (10, 10), (10, 3), (0, 0), (4, 0)])
-def test_a_cropped_window_gives_the_samples_of_the_whole_one(
-    voice: Voice, tmp_path: Path, margins: tuple[int, int]
-) -> None:
-    """The 1-D decoder (first chunks) and the 2-D one (windows ahead), each against the
-    same graph without crops decoding the whole window and trimming it."""
+Pairs = list[tuple[OnnxVoiceModel, OnnxVoiceModel]]
+
+
+@pytest.fixture(scope="module")
+def cropped_and_whole(voice: Voice, tmp_path_factory: pytest.TempPathFactory) -> Pairs:
+    """The 1-D decoder (first chunks) and the 2-D one (windows ahead), each beside the same
+    graph without crops: written and loaded once for every margin below (it took 5-7 s for
+    each of them)."""
     assert voice.cut is not None and voice.margin_decoder_path is not None
-    whole_lean = cut_lean_decoder(voice.decoder_path, tmp_path)  # type: ignore[arg-type]
+    assert voice.decoder_path is not None
+    whole_lean = cut_lean_decoder(voice.decoder_path, tmp_path_factory.mktemp("lean"))
 
     def model(dec: Path | None, lean: Path | None) -> OnnxVoiceModel:
         return OnnxVoiceModel.load(
             voice.model_path, voice.encoder_path, dec, voice.cut, 1, lean_decoder=lean
         )
 
-    pairs = [
+    return [
         (model(voice.margin_decoder_path, None), model(voice.decoder_path, None)),
         (model(voice.decoder_path, voice.lean_decoder_path), model(voice.decoder_path, whole_lean)),
     ]
+
+
+@pytest.mark.parametrize("margins", [(0, 10), (10, 10), (10, 3), (0, 0), (4, 0)])
+def test_a_cropped_window_gives_the_samples_of_the_whole_one(
+    cropped_and_whole: Pairs, margins: tuple[int, int]
+) -> None:
+    """The 1-D decoder (first chunks) and the 2-D one (windows ahead), each against the
+    same graph without crops decoding the whole window and trimming it."""
+    pairs = cropped_and_whole
     rng = np.random.default_rng(11)
     z = rng.standard_normal((1, 192, 26)).astype(np.float32)
     for cropped, whole in pairs:

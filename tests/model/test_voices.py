@@ -1,4 +1,11 @@
-"""Voices: discovery, the verified cut and its cache, whole-sentence fallback, speakers."""
+"""Voices: discovery, the verified cut and its cache, whole-sentence fallback, speakers.
+
+The bundled voice is cut afresh once for this module (``joe``, 15-40 s); the checks of
+what that cut found and cached each load it again from the same cache.  The checks of a
+stage that fails (a stage patched to fail, so the voice must be cut again with it) cut the
+generated German test voice instead (tests/fixtures/voices, a few seconds): what they test
+is the cutting machinery, which is the same for it (the same architecture, so the same
+stages and checks), and ``german`` is its cut without the patch to compare with."""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import pytest
 
 from appliance.model.conv2d import lift_to_2d as real_lift_to_2d
 from appliance.model.voices import (
+    Voice,
     VoiceError,
     VoiceInfo,
     bundled_voice_path,
@@ -20,15 +28,40 @@ from appliance.model.voices import (
     find_flow,
     load_voice,
 )
+from appliance.model.voices.verify import MARGIN_CANDIDATES
 from tests.conftest import Daemon, DaemonFactory
+from tests.fixtures import GERMAN, voice_path
 from tests.wire import Wire
 
 
-def test_cut_is_cached_by_sha256(tmp_path: Path) -> None:
-    v1 = load_voice("joe", bundled_voice_path(), tmp_path)
+@pytest.fixture(scope="module")
+def joe(tmp_path_factory: pytest.TempPathFactory) -> tuple[Voice, Path]:
+    """The bundled voice cut afresh (the voice ``load_voice`` returned from the cut itself),
+    and the cache it went to.  No test changes that cache."""
+    cache = tmp_path_factory.mktemp("joe-cut")
+    return load_voice("joe", bundled_voice_path(), cache), cache
+
+
+@pytest.fixture(scope="module")
+def german(tmp_path_factory: pytest.TempPathFactory) -> Voice:
+    """The German test voice cut afresh, as it is: what the patched cuts compare with.  (Not
+    from the session's cache: a daemon may have cut it there under another config.)"""
+    voice = _cut_german(tmp_path_factory.mktemp("german-cut"))
+    # Every stage passes as it is: the patched cuts below each take one of them away.
+    assert voice.split_ok and voice.flow_split is not None, voice.split_note
+    assert voice.margin_decoder_path is not None and voice.lean_decoder_path is not None
+    return voice
+
+
+def _cut_german(cache: Path) -> Voice:
+    return load_voice(GERMAN, voice_path(GERMAN), cache)
+
+
+def test_cut_is_cached_by_sha256(joe: tuple[Voice, Path]) -> None:
+    v1, cache = joe
     assert v1.split_ok and v1.encoder_path and v1.decoder_path
     stamp = v1.encoder_path.stat().st_mtime_ns
-    v2 = load_voice("joe", bundled_voice_path(), tmp_path)
+    v2 = load_voice("joe", bundled_voice_path(), cache)
     assert v2.encoder_path == v1.encoder_path
     assert v2.encoder_path.stat().st_mtime_ns == stamp  # reused, not cut again
     assert v1.sha256[:32] in str(v1.encoder_path)
@@ -106,30 +139,40 @@ def test_voices_dir_and_whole_sentence_fallback(
     assert "running whole-sentence" in d.log()
 
 
-def test_flow_split_is_found_verified_and_cached(tmp_path: Path) -> None:
-    v1 = load_voice("joe", bundled_voice_path(), tmp_path)
+def test_flow_split_is_found_verified_and_cached(joe: tuple[Voice, Path]) -> None:
+    v1, cache = joe
     assert v1.flow_split is not None and v1.cut is not None
     assert v1.cut.z_p and v1.cut.mask and v1.cut.flow_context == 32
     assert v1.flow_split.prior_path.is_file() and v1.flow_split.flow_path.is_file()
     meta = json.loads((v1.flow_split.prior_path.parent / "meta.json").read_text())
     assert meta["flow_ok"] is True
-    v2 = load_voice("joe", bundled_voice_path(), tmp_path)
+    v2 = load_voice("joe", bundled_voice_path(), cache)
     assert v2.flow_split == v1.flow_split and v2.cut == v1.cut
 
 
-def test_smallest_passing_context_is_found_and_cached(tmp_path: Path) -> None:
-    v1 = load_voice("joe", bundled_voice_path(), tmp_path)
+def test_smallest_passing_context_is_found_and_cached(joe: tuple[Voice, Path]) -> None:
+    v1, cache = joe
     assert v1.context_frames == 10  # 8 is off by ~1.5e-3, over the 1e-4 gate
     assert v1.flow_split is not None
     meta_path = v1.flow_split.prior_path.parent / "meta.json"
     meta = json.loads(meta_path.read_text())
     assert meta["context_frames"] == 10
-    assert load_voice("joe", bundled_voice_path(), tmp_path).context_frames == 10
-    # A cache entry with a context the check never tried is cut again, not trusted.
+    assert load_voice("joe", bundled_voice_path(), cache).context_frames == 10
+
+
+def test_a_cached_context_the_check_never_tried_is_cut_again(german: Voice, tmp_path: Path) -> None:
+    """A cache entry with a context the check never tried is cut again, not trusted (on a
+    copy of the German voice's cache entry)."""
+    assert german.flow_split is not None
+    slot = german.flow_split.prior_path.parent
+    shutil.copytree(slot, tmp_path / slot.name)
+    meta_path = tmp_path / slot.name / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["context_frames"] == german.context_frames
     meta["context_frames"] = 1
     meta_path.write_text(json.dumps(meta))
-    assert load_voice("joe", bundled_voice_path(), tmp_path).context_frames == 10
-    assert json.loads(meta_path.read_text())["context_frames"] == 10
+    assert _cut_german(tmp_path).context_frames == german.context_frames
+    assert json.loads(meta_path.read_text())["context_frames"] == german.context_frames
 
 
 def test_no_smaller_context_passing_keeps_the_exact_one(
@@ -138,7 +181,7 @@ def test_no_smaller_context_passing_keeps_the_exact_one(
     import appliance.model.voices.verify as verify
 
     monkeypatch.setattr(verify, "CONTEXT_CANDIDATES", (4, 6))  # both fail the gate
-    v = load_voice("joe", bundled_voice_path(), tmp_path)
+    v = _cut_german(tmp_path)
     assert v.split_ok and v.flow_split is not None
     assert v.context_frames == verify.DEFAULT_CONTEXT == 16
 
@@ -160,39 +203,41 @@ def test_failed_flow_check_keeps_streaming_with_the_whole_encoder(
     import appliance.model.voices.load as stages
 
     monkeypatch.setattr(stages, "verify_flow", lambda *a: (False, "max abs difference 1"))
-    v = load_voice("joe", bundled_voice_path(), tmp_path)
+    v = _cut_german(tmp_path)
     assert v.split_ok and v.flow_split is None
     monkeypatch.undo()
-    again = load_voice("joe", bundled_voice_path(), tmp_path)
+    again = _cut_german(tmp_path)
     assert again.split_ok and again.flow_split is None  # the verdict is cached
 
 
-def test_the_2d_decoder_is_written_verified_and_cached(tmp_path: Path) -> None:
-    v1 = load_voice("joe", bundled_voice_path(), tmp_path)
+def test_the_2d_decoder_is_written_verified_and_cached(joe: tuple[Voice, Path]) -> None:
+    v1, cache = joe
     assert v1.lean_decoder_path is not None and v1.lean_decoder_path.is_file()
     meta = json.loads((v1.lean_decoder_path.parent / "meta.json").read_text())
     assert meta["lean_ok"] is True and "max abs difference" in meta["lean_note"]
     stamp = v1.lean_decoder_path.stat().st_mtime_ns
-    v2 = load_voice("joe", bundled_voice_path(), tmp_path)
+    v2 = load_voice("joe", bundled_voice_path(), cache)
     assert v2.lean_decoder_path == v1.lean_decoder_path
     assert v2.lean_decoder_path.stat().st_mtime_ns == stamp
 
 
-def test_the_decoder_cropping_its_margins_is_written_verified_and_cached(tmp_path: Path) -> None:
-    v1 = load_voice("joe", bundled_voice_path(), tmp_path)
+def test_the_decoder_cropping_its_margins_is_written_verified_and_cached(
+    joe: tuple[Voice, Path],
+) -> None:
+    v1, cache = joe
     assert v1.margin_decoder_path is not None and v1.margin_decoder_path.is_file()
     meta = json.loads((v1.margin_decoder_path.parent / "meta.json").read_text())
     assert meta["margins_ok"] is True and meta["margins_keep"] == 1
     assert "keep 1: max abs difference" in meta["margins_note"]
     assert "margins kept 1" in meta["lean_note"]  # the 2-D decoder crops them too
     stamp = v1.margin_decoder_path.stat().st_mtime_ns
-    v2 = load_voice("joe", bundled_voice_path(), tmp_path)
+    v2 = load_voice("joe", bundled_voice_path(), cache)
     assert v2.margin_decoder_path == v1.margin_decoder_path
     assert v2.margin_decoder_path.stat().st_mtime_ns == stamp
 
 
 def test_crops_that_fail_the_check_leave_the_decoders_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    german: Voice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Keeping no context at all (a crop the check must catch): no cropping decoder, and
     the 2-D decoder is written without crops."""
@@ -200,26 +245,33 @@ def test_crops_that_fail_the_check_leave_the_decoders_whole(
 
     real = appliance.model.margins.add_margin_crops
     monkeypatch.setattr(appliance.model.margins, "add_margin_crops", lambda m, keep: real(m, 0))
-    v = load_voice("joe", bundled_voice_path(), tmp_path)
-    assert v.split_ok and v.context_frames == 10
+    v = _cut_german(tmp_path)
+    assert v.split_ok and v.context_frames == german.context_frames
     assert v.margin_decoder_path is None and v.lean_decoder_path is not None
     assert not (v.lean_decoder_path.parent / "decoder_margins.onnx").exists()
     lean = onnx.load(str(v.lean_decoder_path))
     assert not any(n.op_type == "Slice" for n in lean.graph.node)
     meta = json.loads((v.lean_decoder_path.parent / "meta.json").read_text())
     assert meta["margins_ok"] is False and meta["margins_keep"] is None
-    assert "keep 8: max abs difference" in meta["margins_note"]  # every candidate tried
+    tried = [k for k in MARGIN_CANDIDATES if k < v.context_frames]
+    assert len(tried) > 1
+    for keep in tried:  # every candidate tried
+        assert f"keep {keep}: max abs difference" in meta["margins_note"]
     monkeypatch.undo()
-    again = load_voice("joe", bundled_voice_path(), tmp_path)
+    again = _cut_german(tmp_path)
     assert again.margin_decoder_path is None  # the verdict is cached
 
 
 def test_flow_crops_that_fail_the_check_leave_the_flow_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    german: Voice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Crops told to keep nothing after each coupling layer fail the check: the flow is
     written again whole and the voice keeps its windowed flow."""
     import appliance.model.margins
+
+    assert german.flow_split is not None  # unpatched, its flow crops its margins
+    cropping = onnx.load(str(german.flow_split.flow_path), load_external_data=False)
+    assert any(p.key == appliance.model.margins.METADATA_KEY for p in cropping.metadata_props)
 
     real = appliance.model.margins.add_flow_margin_crops
 
@@ -231,7 +283,7 @@ def test_flow_crops_that_fail_the_check_leave_the_flow_whole(
         return cropped
 
     monkeypatch.setattr(appliance.model.margins, "add_flow_margin_crops", keep_nothing)
-    v = load_voice("joe", bundled_voice_path(), tmp_path)
+    v = _cut_german(tmp_path)
     assert v.flow_split is not None
     flow = onnx.load(str(v.flow_split.flow_path))
     assert not any(p.key == appliance.model.margins.METADATA_KEY for p in flow.metadata_props)
@@ -258,16 +310,17 @@ def _unknown(model: onnx.ModelProto) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("rewrite", [_off_the_gate, _unknown], ids=["off-gate", "unknown-op"])
 def test_a_2d_decoder_that_fails_keeps_the_voice_on_the_1d_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rewrite: Any
+    german: Voice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rewrite: Any
 ) -> None:
     import appliance.model.conv2d
 
     monkeypatch.setattr(appliance.model.conv2d, "lift_to_2d", rewrite)
-    v = load_voice("joe", bundled_voice_path(), tmp_path)
-    assert v.split_ok and v.flow_split is not None and v.context_frames == 10
+    v = _cut_german(tmp_path)
+    assert v.split_ok and v.flow_split is not None
+    assert v.context_frames == german.context_frames
     assert v.lean_decoder_path is None
     monkeypatch.undo()
-    again = load_voice("joe", bundled_voice_path(), tmp_path)
+    again = _cut_german(tmp_path)
     assert again.lean_decoder_path is None  # the verdict is cached
 
 

@@ -293,7 +293,7 @@ async def test_200_cancels_leave_the_queue_empty(sched_daemon: Daemon) -> None:
     assert st["queue_depth"] == 0
     assert st["scheduler"]["cancelled_items"] > before
     assert sched_daemon.alive()
-    res = await one_stream(sched_daemon, SHORT_TEXT, play_out=False)
+    res = await one_stream(sched_daemon, SHORT_TEXT, play_out=False, client_buffer_s=1e9)
     assert res.outcome == "end" and res.audio_s > 1.0
 
 
