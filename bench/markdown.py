@@ -54,38 +54,6 @@ print("bon appétit")
 
 Let me know if you want a *shopping list* or ~~dessert~~ wine pairings!
 """
-HOSTILE = {
-    "10 000 nested lists": "- " * 9990 + "deep",
-    "10 000 nested quotes": ">" * 10000 + " deep",
-    "unclosed fence": "Intro.\n\n```\n" + "x = 1\n" * 3000,
-    "one table row of 20 000 chars": "| a | b |\n|---|---|\n|" + " c |" * 4990,
-    "20 000 unmatched brackets": "[" * 20000,
-    "5 000 unclosed links": "[a](" * 4990,
-    "emphasis runs": "*a _b " * 3300,
-    "code spans over lines": "`a\nb` " * 3000,
-    "scripts and entities": "<script>alert(1)</script>&amp;&#0;" * 550,
-    # Many short lines, blocks or markup characters: markdown-it-py's cost per line (~5 us),
-    # per block (~10-40 us) or per character its inline parser stops at (~1-2 us) times
-    # what 20 000 characters hold; read plainly past the parse budget
-    # (appliance.text.markdown_budget).
-    "10 000 one-letter lines": "a\n" * 9999 + "a",
-    "6 666 paragraphs": "a\n\n" * 6666,
-    "5 000 headings": "# a\n" * 5000,
-    "5 000 list items": "- a\n" * 5000,
-    "2 500 lines of nested items": "- - - a\n" * 2500,
-    "1 500 long item numbers": "123456789. a\n" * 1500,
-    "2 500 table rows": "| a |\n|---|\n" + "| b |\n" * 2497,
-    "2 000 columns, 3 000 rows": "|a" * 2000 + "\n" + "|-" * 2000 + "\n" + "|b\n" * 3000,
-    "300 paragraphs of 64 brackets": ("[" * 64 + "\n\n") * 300,
-    "26 paragraphs of 250 delimiters": ("*a " * 250 + "\n\n") * 26,
-    "1 800 autolinks": "<http://a> " * 1800,
-    "6 666 tags": "<a>" * 6666,
-    "4 000 entities": "&amp;" * 4000,
-    "10 000 escapes": "\\*" * 10000,
-    "20 000 <": "<" * 20000,
-    "20 000 &": "&" * 20000,
-    "20 000 colons": ":" * 19999 + "*",
-}
 
 
 def _reply_2k() -> str:
@@ -111,6 +79,7 @@ def bench_markdown(runs: int = 200) -> dict[str, Any]:
     from appliance.core.headfirst import prepare_head
     from appliance.text.frontend import FrontendLimits, prepare
     from appliance.text.markdown import _MD, _parser, parse
+    from tests.text.markdown_cases import HOSTILE
 
     reply = _reply_2k()
     limits = FrontendLimits(max_chars=20000, sentence_chars=300)

@@ -12,7 +12,7 @@ from appliance.errors import ErrorCode, ServiceError
 from appliance.text.frontend import FrontendLimits, prepare
 from appliance.text.markdown import MAX_BRACKETS, MarkdownOptions, parse
 from appliance.text.markdown_budget import PLACEHOLDER
-from tests.text.markdown_cases import CASES, MARKUP
+from tests.text.markdown_cases import CASES, HOSTILE, MARKUP
 
 LIMITS = FrontendLimits(max_chars=20000, sentence_chars=300)
 
@@ -108,37 +108,6 @@ def test_too_long_is_refused_before_parsing() -> None:
     assert exc.value.code == ErrorCode.TEXT_TOO_LONG
 
 
-HOSTILE = {
-    "10 000 nested lists": "- " * 9990 + "deep",
-    "10 000 nested quotes": ">" * 10000 + " deep",
-    "unclosed fence": "Intro.\n\n```\n" + "x = 1\n" * 3000,
-    "one long table row": "| a | b |\n|---|---|\n|" + " c |" * 4900,
-    "unmatched brackets": "[" * 19000,
-    "unclosed links": "[a](" * 4900,
-    "images": "![" * 9900,
-    "emphasis": "*a _b " * 3300,
-    "code spans over lines": "`a\nb` " * 3000,
-    "scripts and entities": "<script>alert(1)</script>&amp;&#0;&#x110000;" * 400,
-    # Past the parse budget (appliance.text.markdown_budget): many short lines, blocks or
-    # markup characters, each cheap, 20 000 characters of them.
-    "10 000 one-letter lines": "a\n" * 9999 + "a",
-    "6 666 paragraphs": "a\n\n" * 6666,
-    "5 000 headings": "# a\n" * 5000,
-    "5 000 list items": "- a\n" * 5000,
-    "2 500 lines of nested items": "- - - a\n" * 2500,
-    "1 500 long item numbers": "123456789. a\n" * 1500,
-    "2 500 table rows": "| a |\n|---|\n" + "| b |\n" * 2497,
-    "2 000 columns, 3 000 rows": "|a" * 2000 + "\n" + "|-" * 2000 + "\n" + "|b\n" * 3000,
-    "300 paragraphs of 64 brackets": ("[" * 64 + "\n\n") * 300,
-    "26 paragraphs of 250 delimiters": ("*a " * 250 + "\n\n") * 26,
-    "1 800 autolinks": "<http://a> " * 1800,
-    "6 666 tags": "<a>" * 6666,
-    "4 000 entities": "&amp;" * 4000,
-    "10 000 escapes": "\\*" * 10000,
-    "20 000 <": "<" * 20000,
-    "20 000 &": "&" * 20000,
-    "20 000 colons": ":" * 19999 + "*",
-}
 WORDS = {
     "10 000 one-letter lines": ["a"] * 10000,
     "6 666 paragraphs": ["a"] * 6666,
@@ -157,7 +126,7 @@ WORDS = {
     "20 000 <": [],
     "20 000 &": [],
     "20 000 colons": [],
-    "emphasis": ["a", "b"] * 3300,
+    "emphasis runs": ["a", "b"] * 3300,
     "code spans over lines": ["a", "b"] * 3000,
     "scripts and entities": [],
 }

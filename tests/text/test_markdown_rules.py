@@ -15,10 +15,8 @@ from markdown_it import MarkdownIt
 
 from appliance.text import markdown
 from appliance.text.markdown import MarkdownOptions, parse
-from bench.markdown import HOSTILE as BENCH_HOSTILE
 from bench.markdown import REPLY, _reply_2k
-from tests.text.markdown_cases import CASES
-from tests.text.test_markdown import HOSTILE
+from tests.text.markdown_cases import CASES, HOSTILE
 
 PLAIN = markdown._parser(guarded=False)
 GUARDED = markdown._parser()
@@ -37,7 +35,6 @@ SOURCES = sorted(
     {
         *(c[1] for c in CASES),
         *HOSTILE.values(),
-        *BENCH_HOSTILE.values(),
         REPLY,
         _reply_2k(),
         *_literals(TESTS / "test_markdown.py"),
