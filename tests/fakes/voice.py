@@ -16,15 +16,20 @@ from tests.fixtures import session_voice_cache
 
 
 @functools.lru_cache(maxsize=1)
-def real_voice() -> tuple[Voice, OnnxVoiceModel]:
-    """``en_US-joe-medium`` cut into encoder/decoder halves, and its CPU model (1 thread)."""
+def _cache() -> Path:
     # The session's cache: the bundled voice cut there once serves this, the daemons and
     # the tests that load it there (a cut of its own here took 16-18 s of each full run).
     cache = session_voice_cache()
     if cache is None:
         cache = Path(tempfile.mkdtemp(prefix="ttsd-test-voice-"))
         atexit.register(shutil.rmtree, cache, True)
-    voice = load_voice("en_US-joe-medium", bundled_voice_path(), cache)
+    return cache
+
+
+@functools.lru_cache(maxsize=1)
+def real_voice() -> tuple[Voice, OnnxVoiceModel]:
+    """``en_US-joe-medium`` cut into encoder/decoder halves, and its CPU model (1 thread)."""
+    voice = load_voice("en_US-joe-medium", bundled_voice_path(), _cache())
     assert voice.split_ok, voice.split_note
     cpu = OnnxVoiceModel.load(
         voice.model_path, voice.encoder_path, voice.decoder_path, voice.cut, 1
@@ -32,10 +37,10 @@ def real_voice() -> tuple[Voice, OnnxVoiceModel]:
     return voice, cpu
 
 
-def flow_voice(cache: Path) -> tuple[Voice, OnnxVoiceModel]:
-    """The bundled voice cut in ``cache`` (the session's, which the daemons share) and its
-    CPU model with the flow a part of its own, as the daemon loads it (1 thread)."""
-    voice = load_voice("en_US-joe-medium", bundled_voice_path(), cache)
+def flow_voice(cache: Path | None = None) -> tuple[Voice, OnnxVoiceModel]:
+    """The bundled voice cut in ``cache`` (default: the session's, which the daemons share)
+    and its CPU model with the flow a part of its own, as the daemon loads it (1 thread)."""
+    voice = load_voice("en_US-joe-medium", bundled_voice_path(), cache or _cache())
     assert voice.flow_split is not None and voice.cut is not None
     model = OnnxVoiceModel.load(
         voice.model_path,

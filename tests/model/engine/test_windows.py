@@ -16,7 +16,7 @@ from appliance.model.engine.windows import (
 )
 from appliance.model.voices import CUT_TOLERANCE
 from appliance.speech import IntArray
-from tests.fakes.voice import RecordingModel, real_voice
+from tests.fakes.voice import RecordingModel, flow_voice, real_voice
 
 HOP = 256
 ZERO = Scales(0.0, 1.0, 0.0)
@@ -30,16 +30,7 @@ TEXT = (
 def model_and_ids() -> tuple[OnnxVoiceModel, IntArray]:
     from appliance.text.phonemize import Phonemizer
 
-    voice, _ = real_voice()
-    assert voice.cut is not None
-    model = OnnxVoiceModel.load(
-        voice.model_path,
-        voice.encoder_path,
-        voice.decoder_path,
-        voice.cut,
-        1,
-        flow=voice.flow_split,
-    )
+    voice, model = flow_voice()
     return model, Phonemizer(voice.info).ids(TEXT)
 
 
