@@ -29,7 +29,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from appliance.text.textmap import MappedText
+from appliance.text.textmap import Builder, MappedText
 
 BUDGET = 16_000
 """Units of markdown-it's work per source (~16 ms of parsing on the bench's 2-core box, the
@@ -138,23 +138,23 @@ _TRAILING = " \t*_~`#|<>[]\"')"
 
 
 @dataclass
-class _Plain:
-    """The plain reading of ``text`` from an offset: its blocks' texts.  Their pieces go
-    straight into three lists (a :class:`~appliance.text.textmap.Builder` call per piece
-    cost twice as much: thousands of lines are read here)."""
+class _Plain(Builder):
+    """The plain reading of ``text`` from an offset: its blocks' texts.  A builder whose
+    lines of plain text go straight into its lists (:meth:`keep`, :meth:`stop`: a
+    :meth:`add_source` call per piece cost twice as much: thousands of lines are read here)."""
 
     text: str
     code_blocks: str
     code_phrase: str
-    parts: list[str] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)
     kept: int = 0
     """Source offset up to which the text is in :attr:`parts` (or dropped)."""
     item: int = -1
     """The start of the last line that began with a list item's or a heading's marker."""
     ends_at: list[int] = field(default_factory=list)
-    """Where each block read so far ends in :attr:`parts`' text."""
+    """Where each block read so far ends in the text built."""
+
+    def __post_init__(self) -> None:
+        Builder.__init__(self)
 
     def read(self, start: int, fence: str) -> list[MappedText]:
         self.kept = self.open_fence(start, fence) if fence else start
@@ -178,11 +178,12 @@ class _Plain:
 
     def paragraph(self) -> None:
         """A block ends here (a fenced block is one of its own, as in Markdown)."""
-        self.ends_at.append(len(self.starts))
+        self.ends_at.append(len(self._starts))
 
     def paragraphs(self) -> list[MappedText]:
         """The blocks read, each with text: one text and map, sliced."""
-        text, starts, ends = "".join(self.parts), tuple(self.starts), tuple(self.ends)
+        built = self.build()
+        text, starts, ends = built.text, built.starts, built.ends
         cuts = [0, *self.ends_at, len(text)]
         return [
             MappedText(text[a:b], starts[a:b], ends[a:b])
@@ -200,32 +201,20 @@ class _Plain:
         """The source up to ``end``, its markup characters dropped."""
         a = self.kept
         if end > a:
-            self.parts.append(self.text[a:end].translate(_MARKUP))
-            self.starts.extend(range(a, end))
-            self.ends.extend(range(a + 1, end + 1))
+            self._parts.append(self.text[a:end].translate(_MARKUP))
+            self._starts.extend(range(a, end))
+            self._ends.extend(range(a + 1, end + 1))
             self.kept = end
 
     def stop(self, a: int) -> None:
         """:meth:`keep` up to ``a`` and a zero-width full stop there, in one call (most lines
         of a long plain part end so)."""
         k = self.kept
-        self.parts += (self.text[k:a].translate(_MARKUP), ".")
-        self.starts.extend(range(k, a + 1))
-        self.ends.extend(range(k + 1, a + 1))
-        self.ends.append(a)
+        self._parts += (self.text[k:a].translate(_MARKUP), ".")
+        self._starts.extend(range(k, a + 1))
+        self._ends.extend(range(k + 1, a + 1))
+        self._ends.append(a)
         self.kept = a
-
-    def add(self, text: str, a: int, b: int) -> None:
-        """``text`` standing for source [a, b)."""
-        self.parts.append(text)
-        self.starts.extend([a] * len(text))
-        self.ends.extend([b] * len(text))
-
-    def add_source(self, text: str, a: int) -> None:
-        """``text`` as it stands in the source at ``a`` (its characters kept)."""
-        self.parts.append(text)
-        self.starts.extend(range(a, a + len(text)))
-        self.ends.extend(range(a + 1, a + len(text) + 1))
 
     def replace(self, m: re.Match[str], kind: str | None) -> None:
         """A fenced block, an autolink, a spaced run, an entity: what is said for it."""
