@@ -74,7 +74,9 @@ BOS, EOS, PAD = "^", "$", "_"
 BOUNDARY_PHONEMES = frozenset(" ,.;:!?—-")
 # Stop consonants: their closure is near silence, where two renderings join unheard.
 CLOSURE_PHONEMES = frozenset("pbtdkgɡ")
-WORD_SIZE_CACHE = 4096
+WORD_SIZE_CACHE = 16384
+"""Words whose size a phonemizer keeps (~1.5 MB): a word not kept costs ~20 µs of espeak
+the next time a sentence needs it (docs/word-timings.md)."""
 _LANG_SWITCH = re.compile(r"\([^)]+\)")
 
 _py_decref = ctypes.pythonapi.Py_DecRef
@@ -268,14 +270,18 @@ class Phonemizer:
         return phoneme_id not in self._silent_ids
 
     def word_size(self, word: str) -> int:
-        """How many sounding ids ``word`` has when said alone (cached, at most
-        :data:`WORD_SIZE_CACHE` words)."""
-        size = self._word_sizes.get(word)
+        """How many sounding ids ``word`` has when said alone (cached: past
+        :data:`WORD_SIZE_CACHE` words, the least recently used is dropped)."""
+        sizes = self._word_sizes
+        size = sizes.pop(word, None)
         if size is None:
             size = int(np.count_nonzero(self.kinds.sound[self.ids(word)]))
-            if len(self._word_sizes) >= WORD_SIZE_CACHE:
-                self._word_sizes.clear()
-            self._word_sizes[word] = size
+            if len(sizes) >= WORD_SIZE_CACHE:
+                # The least recently used goes (insertion order, renewed on each use): a
+                # daemon's common words stay sized; dropping them all at once made every
+                # word of the next sentences cold again.
+                del sizes[next(iter(sizes))]
+        sizes[word] = size
         return size
 
     def is_pad(self, phoneme_id: int) -> bool:

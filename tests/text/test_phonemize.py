@@ -9,6 +9,7 @@ import pytest
 from piper.phonemize_espeak import EspeakPhonemizer
 
 from appliance.model.voices import VoiceInfo, bundled_voice_path
+from appliance.speech import IntArray
 from appliance.text.phonemize import Phonemizer, espeak_sentences
 
 TEXTS = [
@@ -77,3 +78,27 @@ def test_ids_frame_the_phonemes_with_bos_pad_eos() -> None:
     m = info.phoneme_id_map
     assert ids[0] == m["^"][0] and ids[-1] == m["$"][0]
     assert ids[1] == m["_"][0]
+
+
+def test_word_sizes_keep_the_words_used_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from appliance.text import phonemize
+
+    path = bundled_voice_path()
+    info = VoiceInfo.from_config("joe", json.loads(path.with_name(path.name + ".json").read_text()))
+    ph = Phonemizer(info)
+    monkeypatch.setattr(phonemize, "WORD_SIZE_CACHE", 3)
+    asked: list[str] = []
+    ids = ph.ids
+
+    def counted(text: str) -> IntArray:
+        asked.append(text)
+        return ids(text)
+
+    monkeypatch.setattr(ph, "ids", counted)
+    for word in ("the", "library", "the", "committee", "morning", "the", "library"):
+        ph.word_size(word)
+    # "library" was the least recently used when "morning" came: it was phonemized again.
+    assert asked == ["the", "library", "committee", "morning", "library"]
+    assert ph.word_size("library") == int(ph.kinds.sound[ids("library")].sum())
