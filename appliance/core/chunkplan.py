@@ -159,7 +159,9 @@ encoder attends to all of it): over 20 sentences the first word's length differe
 1.85 frames on average with 64 ids, 1.45 with 96, 1.3 with 128 (docs/speed.md)."""
 
 QUICK_MAX_MS = 250.0
-"""The join comes within this much audio: everything after it is the whole sentence's."""
+"""The join comes within this much audio as heard: everything after it is the whole
+sentence's.  Past the voice's speed (a time-stretch of ``s``) that is ``s`` times as much
+of the voice's own audio (~600 ms at 3×: the first three or four words)."""
 
 
 def quick_prefix(ids: IntArray, is_space: IdTest, min_ids: int = QUICK_PREFIX_IDS) -> int | None:

@@ -44,7 +44,7 @@ from appliance.core.chunkplan import (
 from appliance.model.engine.base import Encoded, Scales, VoiceModel
 from appliance.model.engine.bounded import encode_bounded, fused_bounded
 from appliance.model.engine.windows import decode_span
-from appliance.model.stretch import MAX_SPEED, VOICE_SPEED_LIMIT, Stretcher
+from appliance.model.stretch import MAX_SPEED, VOICE_SPEED_LIMIT, Stretcher, split_speed
 from appliance.speech import Chunk, FloatArray, IntArray, Mark, Word
 
 if TYPE_CHECKING:
@@ -274,6 +274,9 @@ class QuickStart:
     """The quick encoding's ids and their frames (its marks come from these)."""
     decode_s: float = 0.0
     """The first chunk's flow and decoder time."""
+    stretch: float = 1.0
+    """Past the voice's speed: the time-stretch of the quick audio (from its own frames,
+    as :meth:`SynthesisJob._stretch_factor` has it for a whole clause)."""
 
 
 @dataclass
@@ -323,6 +326,19 @@ class _Voiced:
         )
         moved = frame + self.shift if frame >= self.seam else frame
         return self.speech_ms + moved * frame_ms + quiet
+
+
+@dataclass
+class _Shaped:
+    """A chunk's speech and the silence around it (SSML breaks, a clause's pauses): kept
+    apart because a time-stretch shortens the speech only — a ``<break time="800ms"/>``
+    lasts 800 ms at any speed, as SSML says, and marks and word timings count it whole."""
+
+    speech: FloatArray
+    before: int = 0
+    """Samples of silence before the speech ..."""
+    after: int = 0
+    """... and after it."""
 
 
 class SynthesisJob:
@@ -425,7 +441,7 @@ class SynthesisJob:
     def _quick_time(self, quick: QuickStart, start_ms: float) -> wordtimes.IdTime:
         """A quick start's words before the join, from the quick encoding's durations (its
         ids are the sentence's up to past the join)."""
-        fm = self._frame_ms
+        fm = self._out_frame_ms()
         qcum = np.concatenate([[0.0], np.cumsum(quick.durations, dtype=np.float64)]).tolist()
         return lambda p, _: start_ms + qcum[min(p, len(qcum) - 1)] * fm
 
@@ -556,7 +572,6 @@ class SynthesisJob:
         return (
             s.quick_start
             and not s.deterministic
-            and self._stretch is None
             and s.realtime
             and not self._plan.whole
             and clause.speed == 1.0
@@ -591,7 +606,10 @@ class SynthesisJob:
         v.costs.observe_first_decode(decode_s)
         n = min(self._fade, len(audio) // 2)
         keep = len(audio) - n
-        return QuickStart(p, frames, audio[:keep], audio[keep:], q_ids, enc.durations, decode_s)
+        stretch = self._stretch_factor(enc, 1.0) if s.stretch_speed is not None else 1.0
+        return QuickStart(
+            p, frames, audio[:keep], audio[keep:], q_ids, enc.durations, decode_s, stretch
+        )
 
     def _seam_window(self, n_ids: int) -> SeamWindow | None:
         """Frames the quick audio may last before the join: long enough for the whole
@@ -600,8 +618,12 @@ class SynthesisJob:
         it is decoded in the quick item either way; a join farther on would)."""
         v, plan = self.voice, self._plan
         need_s = 1.25 * (v.costs.prior_s_per_id * n_ids + v.costs.first_decode_s) + 0.01
-        need = math.ceil(need_s * 1000.0 / self._frame_ms)
-        hi = math.floor(QUICK_MAX_MS / self._frame_ms)
+        # Both bounds are on the audio as heard: time-stretched (past the voice's speed) a
+        # frame is heard that much shorter, so the whole prior needs more frames to hide
+        # behind, and the join within QUICK_MAX_MS of listening falls on more of them.
+        heard_ms = self._frame_ms / split_speed(self.settings.stretch_speed or 1.0)[1]
+        need = math.ceil(need_s * 1000.0 / heard_ms)
+        hi = math.floor(QUICK_MAX_MS / heard_ms)
         lo = max(plan.first_min, need)
         if lo > hi:
             return None
@@ -695,10 +717,9 @@ class SynthesisJob:
             clause = await self._following()
         if self._stretch is not None:
             # A text stream's last chunk was not known as last: the stretcher's tail now.
-            tail = self._stretch.flush()
-            self._stretch.close()
+            tail = self._output(_Shaped(np.zeros(0, np.float32)), final=True)
             if len(tail):
-                await self._send(tail, self._last_span, False, True, emit, stretched=True)
+                await self._send(_Shaped(tail), self._last_span, False, True, emit)
 
     async def _encoded(self, clause: Clause) -> _Encoded:
         """The clause's encoding: prefetched, or the request's first item (urgent: work
@@ -787,21 +808,23 @@ class SynthesisJob:
         # Submitted before the first chunk goes out (emit may wait for a slow reader).
         whole = self._submit(functools.partial(self._whole_prior, encoded.ids), "encode")
         self.stats.quick_start = True
+        if self._stretch is not None:  # before the first marks and words are timed
+            self._stretch.set_factor(quick.stretch)
         start_ms = self._audio_out_s * 1000 + clause.pause_before_ms
         first_marks = self._quick_marks(clause, quick, start_ms)
         self._marks.extend(first_marks)
         seam_id = quick.seam
         if self._words is not None:  # (the id → ms maps are only made for words)
             self._place_words(encoded, self._quick_time(quick, start_ms), lambda p: p < seam_id)
-        audio = self._gain(quick.audio, clause)
-        if clause.pause_before_ms:
-            audio = np.concatenate([silence(clause.pause_before_ms, self.voice.sample_rate), audio])
+        before = len(silence(clause.pause_before_ms, self.voice.sample_rate))
         span = chunk_span(clause, 0, quick.seam, len(encoded.ids))
-        await self._send(audio, span, False, False, emit)
+        await self._send(_Shaped(self._gain(quick.audio, clause), before), span, False, False, emit)
         self.stats.windows += 1
         self._target = min(self._plan.cap, max(self._target, 2 * quick.frames))
         enc, _ = await whole
         rest = _Encoded(encoded.ids, enc, None, written=encoded.written)
+        if self._stretch is not None:  # the whole sentence's, before the rest is timed
+            self._stretch.set_factor(self._stretch_factor(enc, clause.speed))
         seam = int(np.cumsum(enc.durations)[quick.seam - 1])
         voiced = self._voiced(clause, rest, start=seam)
         voiced.speech_ms = start_ms
@@ -818,8 +841,9 @@ class SynthesisJob:
             return []
         positions = [m.position for m in clause.marks]
         frames = position_frames(clause, positions, quick.ids, quick.durations, self._is_space)
+        fm = self._out_frame_ms()
         return [
-            Mark(m.name, start_ms + f * self._frame_ms)
+            Mark(m.name, start_ms + f * fm)
             for m, f in zip(clause.marks, frames, strict=True)
             if f < quick.frames
         ]
@@ -828,7 +852,7 @@ class SynthesisJob:
         """Decode, shape and send one clause's chunks."""
         clause, encoded = voiced.clause, voiced.encoded
         if self._stretch is not None:
-            self._stretch.set_factor(self._stretch_factor(encoded, clause))
+            self._stretch.set_factor(self._stretch_factor(encoded.enc, clause.speed))
         if encoded.quick is None and voiced.seam == 0:  # a quick start placed its own
             self._place_marks(voiced)
             if self._words is not None:
@@ -840,9 +864,8 @@ class SynthesisJob:
             audio = await self._chunk_audio(voiced, j, a, b)
             last = j == len(voiced.chunks) - 1
             more = not self.clauses.exhausted or self._next is not None
-            audio = self._shape(voiced, audio, a, b, j == 0, last and more)
             await self._send(
-                audio,
+                self._shape(voiced, audio, a, b, j == 0, last and more),
                 chunk_span(clause, a, b, voiced.total),
                 last and clause.sentence_end,
                 last and not more,
@@ -851,7 +874,7 @@ class SynthesisJob:
             clause_out_s += (b - a) * hop / rate
             self._prefetch(clause_audio_s - clause_out_s)
 
-    def _stretch_factor(self, encoded: _Encoded, clause: Clause) -> float:
+    def _stretch_factor(self, enc: Encoded | None, clause_speed: float) -> float:
         """This clause's stretch, so that its length is ``1 / stretch_speed`` of the voice's
         own at speed 1 (its SSML rate kept).  Re-timed frames come with their length at rate
         1 (``base_frames``): the stretch makes up exactly what the re-timing could not (a
@@ -863,14 +886,14 @@ class SynthesisJob:
         speed = self.settings.stretch_speed
         assert speed is not None
         plain = speed / VOICE_SPEED_LIMIT
-        if encoded.enc is None:
+        if enc is None:
             return plain
-        base = encoded.enc.base_frames
+        base = enc.base_frames
         if base:
-            rate = self.settings.scales.rate * clause.speed
-            residual = float(encoded.enc.durations.sum()) * rate / base
+            rate = self.settings.scales.rate * clause_speed
+            residual = float(enc.durations.sum()) * rate / base
             return min(MAX_SPEED, max(1.0, plain * residual))
-        durations = encoded.enc.durations
+        durations = enc.durations
         frames, n = float(durations.sum()), float(np.count_nonzero(durations))
         scale = self.settings.scales.length_scale / self.settings.scales.rate
         per_scale = (frames - n / 2) / scale
@@ -915,7 +938,7 @@ class SynthesisJob:
         b: int,
         first: bool,
         fade_out: bool,
-    ) -> FloatArray:
+    ) -> _Shaped:
         """Fades at clause joins and around SSML breaks, volume, and the breaks' silence."""
         clause, rate = voiced.clause, self.voice.sample_rate
         joined = first and self._clauses_done > 0 and voiced.seam == 0
@@ -926,34 +949,48 @@ class SynthesisJob:
             self._fade if joined or pause_in else 0,
             self._fade if fade_out or pause_out else 0,
         )
-        audio = self._gain(audio, clause)
-        parts = [audio]
+        shaped = _Shaped(self._gain(audio, clause))
         if first and voiced.seam == 0:
-            parts.insert(0, silence(clause.pause_before_ms + voiced.pauses.get(0, 0), rate))
+            shaped.before = len(silence(clause.pause_before_ms + voiced.pauses.get(0, 0), rate))
         if pause_out and b > 0:
-            parts.append(silence(voiced.pauses[b], rate))
+            shaped.after += len(silence(voiced.pauses[b], rate))
         if b == voiced.total and clause.pause_after_ms:
-            parts.append(silence(clause.pause_after_ms, rate))
+            shaped.after += len(silence(clause.pause_after_ms, rate))
+        return shaped
+
+    def _output(self, shaped: _Shaped, final: bool) -> FloatArray:
+        """A chunk's samples: its speech time-stretched when the request is past the voice's
+        speed, its silence as long as asked (libsonic is flushed before a silence, so the
+        speech it holds back comes out before it, not after)."""
+        parts: list[FloatArray] = []
+        stretch = self._stretch
+        if shaped.before:
+            if stretch is not None:
+                parts.append(stretch.flush())
+            parts.append(np.zeros(shaped.before, np.float32))
+        parts.append(stretch.process(shaped.speech) if stretch is not None else shaped.speech)
+        if stretch is not None and (shaped.after or final):
+            parts.append(stretch.flush())
+        if shaped.after:
+            parts.append(np.zeros(shaped.after, np.float32))
+        if stretch is not None and final:
+            stretch.close()
+            self._stretch = None
         parts = [p for p in parts if len(p)]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
     async def _send(
         self,
-        audio: FloatArray,
+        shaped: _Shaped,
         span: tuple[int, int],
         sentence_end: bool,
         final: bool,
         emit: Emit,
-        stretched: bool = False,
     ) -> None:
-        """Count a stall if the listener ran dry, attach the marks, emit the chunk (time-
-        stretched first, when the request is past the voice's speed)."""
-        if self._stretch is not None and not stretched:
-            audio = self._stretch.process(audio)
-            if final:
-                audio = np.concatenate([audio, self._stretch.flush()])
-                self._stretch.close()
-                self._stretch = None
+        """Count a stall if the listener ran dry, attach the marks, emit the chunk."""
+        audio = self._output(shaped, final)
         self._last_span = span
         now = time.monotonic()
         run_dry = (self.stats.t_first or now) + self._audio_out_s + STALL_JITTER_S

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -277,14 +278,17 @@ def _stream(runtime: Runtime, req: SpeechRequest) -> tuple[list[Chunk], dict[str
     return asyncio.run(run())
 
 
-def _with_costs(runtime: Runtime, prior_s_per_id: float) -> tuple[list[Chunk], dict[str, object]]:
+def _with_costs(
+    runtime: Runtime, prior_s_per_id: float, **opts: Any
+) -> tuple[list[Chunk], dict[str, object]]:
     """A long first sentence, noise off, with the prior's cost estimate pinned (what the
     warm-up measured on a quiet two-core box is ~1e-4 s per id)."""
     costs = runtime.voices[runtime.default_voice].costs
     saved = (costs.prior_s_per_id, costs.first_decode_s)
     costs.prior_s_per_id, costs.first_decode_s = prior_s_per_id, 0.008
     try:
-        return _stream(runtime, SpeechRequest(text=BARE, noise_scale=0.0, noise_w=0.0))
+        req = SpeechRequest(text=BARE, noise_scale=0.0, noise_w=0.0, **opts)
+        return _stream(runtime, req)
     finally:
         costs.prior_s_per_id, costs.first_decode_s = saved
 
@@ -309,6 +313,25 @@ def test_a_long_first_sentence_starts_quick_and_joins_the_whole_sentence(
     assert abs(shift) <= 0.01 * len(want)
     t = round(0.25 * runtime.voices[runtime.default_voice].sample_rate)
     assert float(np.max(np.abs(got[t:] - want[t - shift :]))) <= 1e-4
+
+
+def test_fast_speech_starts_quick_too(runtime: Runtime) -> None:
+    """Past the voice's speed (time-stretched) a long first sentence starts quick as well,
+    its join within 250 ms as heard; the length is still 1/speed, and the words are timed
+    in order inside the audio."""
+    chunks, stats = _with_costs(runtime, 1e-4, speed=3.0, word_timings=True)
+    assert stats["quick_start"]
+    assert chunks[0].duration_ms <= 250
+    assert chunks[0].text_span[1] < len(BARE) // 2
+    got = sum(len(c.samples) for c in chunks)
+    want = len(_whole(runtime))
+    assert abs(got * 3.0 / want - 1.0) < 0.05, got * 3.0 / want
+    words = [w for c in chunks for w in c.words or ()]
+    assert [BARE[a:b] for a, b in (w.text_span for w in words)] == BARE.split()
+    offsets = [w.offset_ms for w in words]
+    assert offsets == sorted(offsets)
+    total_ms = sum(c.duration_ms for c in chunks)
+    assert offsets[-1] + words[-1].duration_ms <= total_ms + 12.0
 
 
 def test_no_quick_start_where_the_whole_prior_could_not_be_hidden(runtime: Runtime) -> None:

@@ -116,3 +116,26 @@ def test_word_timings_follow_the_stretch(daemon: Daemon) -> None:
     last = words[-1]
     # Unstretched, the timings would run to about twice the audio's length.
     assert 0.6 * total < last["offset_ms"] + last["duration_ms"] <= total + 12.0, (last, total)
+
+
+def test_a_break_lasts_as_long_at_any_speed(daemon: Daemon) -> None:
+    """SSML's ``<break time>`` is a time, not speech: at 3× (time-stretched) it still lasts
+    800 ms, and the words after it are timed after all of it (the stretch once shortened
+    the break to ~330 ms while the words still counted 800)."""
+    said = "Open the door and close the window now."
+    broken = '<speak>Open the door <break time="800ms"/> and close the window now.</speak>'
+    with Client(daemon.socket) as c:
+        plain = c.synthesize_all(said, speed=3.0, word_timings=True, **ZERO)
+        with_break = c.synthesize_all(
+            broken, text_format="ssml", speed=3.0, word_timings=True, **ZERO
+        )
+    added_ms = (len(with_break.audio) - len(plain.audio)) / 2 / 22.05
+    assert abs(added_ms - 800) < 30, added_ms
+    a = [w["offset_ms"] for ch in plain.chunks for w in ch.get("words", [])]
+    b = [w["offset_ms"] for ch in with_break.chunks for w in ch.get("words", [])]
+    assert len(a) == len(b) == len(said.split())
+    assert all(abs(y - x) < 20 for x, y in zip(a[:3], b[:3], strict=True)), (a, b)
+    assert all(abs(y - x - 800) < 30 for x, y in zip(a[3:], b[3:], strict=True)), (a, b)
+    total_ms = sum(ch["duration_ms"] for ch in with_break.chunks)
+    last = [w for ch in with_break.chunks for w in ch.get("words", [])][-1]
+    assert last["offset_ms"] + last["duration_ms"] <= total_ms + 12.0
