@@ -4,7 +4,8 @@ and where the voice's own speed should end.
 - **sweep**: the daemon at each speed against espeak-ng at the same speeds on the same
   sentences, same recogniser (pocketsphinx), same run: length × speed (goal 1 ± 0.05),
   WER as heard and slowed back to 1× with libsonic (the recogniser is trained on speech
-  at a normal rate), first packet (goal at 3×: within 10 % of 1×);
+  at a normal rate), first packet (goal at 3×: within 10 % of 1×), and the first packet
+  of a 56-, 135- and 266-character first sentence at 1, 2 and 3×;
 - **voice limit**: at total speeds 1.5–3×, the voice itself re-timed to 1–2× with libsonic
   stretching the rest to the same length: which share of the speed-up the voice should
   take (``appliance.model.stretch.VOICE_SPEED_LIMIT``), by WER.  In process, on the
@@ -31,6 +32,20 @@ SPEED_TEXTS = [
     "Your battery is low, please connect the charger.",
 ]
 SPEEDS = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
+LENGTH_TEXTS = {
+    "56 chars": SPEED_TEXTS[1],
+    "135 chars": (
+        "The quarterly report shows that revenue grew by twelve percent, driven mostly by "
+        "strong sales in the northern region and new customers."
+    ),
+    "266 chars": (
+        "The committee met on a cold and windy morning to review the proposal for the new "
+        "library building which would replace the old structure that had stood in the town "
+        "square for more than one hundred years and had become far too small for the "
+        "growing number of students."
+    ),
+}
+"""First packet by a first sentence's length: a long one starts quick at any speed."""
 ESPEAK_WPM = 175
 """espeak-ng's default rate (-s): speed s is -s 175·s (espeak-ng stretches past ~450 with
 libsonic itself)."""
@@ -101,6 +116,7 @@ def bench_speed_sweep(out: Path, quick: bool) -> dict[str, Any]:
                         "first_packet_ms": round(float(np.median(firsts)), 1),
                     }
                 )
+            by_length = _first_by_length(c, runs)
         ebase = {t: len(_espeak(t, 1.0)) for t in SPEED_TEXTS}
         for speed in SPEEDS:
             e = n = eb = nb = 0
@@ -133,13 +149,36 @@ def bench_speed_sweep(out: Path, quick: bool) -> dict[str, Any]:
         "| who | speed | duration × speed (goal 1 ± 0.05) | WER | WER slowed back to 1x "
         "| first packet |\n|---|---|---|---|---|---|"
     )
-    for r in rows:
-        fp = f"{r['first_packet_ms']} ms" if r["first_packet_ms"] is not None else "—"
+    for row in rows:
+        fp = f"{row['first_packet_ms']} ms" if row["first_packet_ms"] is not None else "—"
         print(
-            f"| {r['who']} | {r['speed']:g}x | {r['duration_x_speed']} | {r['wer']} "
-            f"| {r['wer_slowed']} | {fp} |"
+            f"| {row['who']} | {row['speed']:g}x | {row['duration_x_speed']} | {row['wer']} "
+            f"| {row['wer_slowed']} | {fp} |"
         )
-    return {"rows": rows}
+    print("\n| first sentence | " + " | ".join(f"{sp:g}x" for sp in (1.0, 2.0, 3.0)) + " |")
+    print("|---|---|---|---|")
+    for name, row in by_length.items():
+        print(f"| {name} | " + " | ".join(f"{ms:.1f} ms" for ms in row.values()) + " |")
+    return {"rows": rows, "first_packet_by_length": by_length}
+
+
+def _first_by_length(c: Client, runs: int) -> dict[str, dict[str, float]]:
+    """First packet P50 of each of :data:`LENGTH_TEXTS` at 1, 2 and 3x."""
+    out: dict[str, dict[str, float]] = {}
+    for name, text in LENGTH_TEXTS.items():
+        out[name] = {}
+        for speed in (1.0, 2.0, 3.0):
+            firsts = []
+            for _ in range(runs + 1):
+                t0 = time.perf_counter()
+                first: float | None = None
+                for ev in c.synthesize(text, format="s16le", speed=speed):
+                    if ev["event"] == "chunk" and first is None:
+                        first = (time.perf_counter() - t0) * 1000
+                if first is not None:
+                    firsts.append(first)
+            out[name][f"{speed:g}x"] = round(float(np.median(firsts[1:])), 1)
+    return out
 
 
 VOICE_SHARES = (1.0, 1.25, 1.5, 1.75, 2.0)
