@@ -255,6 +255,9 @@ def bench_voice_limit(quick: bool) -> dict[str, Any]:
         "under ~0.05 are noise).\n"
     )
     print("| total speed | voice re-timed to | WER | WER slowed back to 1x |\n|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['speed']:g}x | {r['voice']:g}x | {r['wer']:.3f} | {r['wer_slowed']:.3f} |")
+    for row in rows:
+        print(
+            f"| {row['speed']:g}x | {row['voice']:g}x | {row['wer']:.3f} "
+            f"| {row['wer_slowed']:.3f} |"
+        )
     return {"rows": rows}
