@@ -67,8 +67,9 @@ half for the work itself (the scheduler's ``slack_until``)."""
 # ------------------------------------------------------------------ audio shaping
 
 
-def silence(ms: int, rate: int) -> FloatArray:
-    return np.zeros(round(ms * rate / 1000), dtype=np.float32)
+def silence_samples(ms: int, rate: int) -> int:
+    """Samples of ``ms`` of silence (SSML breaks and pauses are exact to a sample)."""
+    return round(ms * rate / 1000)
 
 
 def fade(audio: FloatArray, n_in: int, n_out: int) -> FloatArray:
@@ -816,7 +817,7 @@ class SynthesisJob:
         seam_id = quick.seam
         if self._words is not None:  # (the id → ms maps are only made for words)
             self._place_words(encoded, self._quick_time(quick, start_ms), lambda p: p < seam_id)
-        before = len(silence(clause.pause_before_ms, self.voice.sample_rate))
+        before = silence_samples(clause.pause_before_ms, self.voice.sample_rate)
         span = chunk_span(clause, 0, quick.seam, len(encoded.ids))
         await self._send(_Shaped(self._gain(quick.audio, clause), before), span, False, False, emit)
         self.stats.windows += 1
@@ -951,11 +952,11 @@ class SynthesisJob:
         )
         shaped = _Shaped(self._gain(audio, clause))
         if first and voiced.seam == 0:
-            shaped.before = len(silence(clause.pause_before_ms + voiced.pauses.get(0, 0), rate))
+            shaped.before = silence_samples(clause.pause_before_ms + voiced.pauses.get(0, 0), rate)
         if pause_out and b > 0:
-            shaped.after += len(silence(voiced.pauses[b], rate))
+            shaped.after += silence_samples(voiced.pauses[b], rate)
         if b == voiced.total and clause.pause_after_ms:
-            shaped.after += len(silence(clause.pause_after_ms, rate))
+            shaped.after += silence_samples(clause.pause_after_ms, rate)
         return shaped
 
     def _output(self, shaped: _Shaped, final: bool) -> FloatArray:

@@ -75,7 +75,7 @@ BOUNDARY_PHONEMES = frozenset(" ,.;:!?—-")
 # Stop consonants: their closure is near silence, where two renderings join unheard.
 CLOSURE_PHONEMES = frozenset("pbtdkgɡ")
 WORD_SIZE_CACHE = 16384
-"""Words whose size a phonemizer keeps (~1.5 MB): a word not kept costs ~20 µs of espeak
+"""Words whose size a phonemizer keeps (~1.3 MB): a word not kept costs ~20 µs of espeak
 the next time a sentence needs it (docs/word-timings.md)."""
 _LANG_SWITCH = re.compile(r"\([^)]+\)")
 
