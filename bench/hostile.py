@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ Result = dict[str, Any]
 class Box:
     """One daemon with every door on: v1 on a Unix socket, Wyoming and HTTP on loopback."""
 
-    def __init__(self, out: Path, extra: dict[str, Any] | None = None, prefix: list[str] = ()):
+    def __init__(self, out: Path, extra: dict[str, Any] | None = None, prefix: Sequence[str] = ()):
         import yaml
 
         self.tmp = Path(tempfile.mkdtemp(prefix="ttsd-hostile-"))
@@ -85,7 +85,7 @@ class Box:
             c.send(message)
             while True:
                 ev = c.recv()
-                kind = ev.get("event")
+                kind = str(ev.get("event"))
                 if kind == "error":
                     return f"error {ev.get('code')}", time.monotonic() - t0
                 if kind not in ("start", "chunk", "queued", "started", "mark"):
@@ -167,7 +167,7 @@ def batched(box: Box, messages: list[dict[str, Any]]) -> str:
         seen: dict[str, int] = {}
         for _ in messages:
             ev = c.recv()
-            key = ev.get("event") if ev.get("event") != "error" else f"error {ev.get('code')}"
+            key = str(ev.get("event")) if ev.get("event") != "error" else f"error {ev.get('code')}"
             seen[key] = seen.get(key, 0) + 1
             if ev.get("code") == "frame_too_large":
                 break

@@ -23,6 +23,7 @@ frontend executor):
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -94,11 +95,11 @@ def bench_markdown(runs: int = 200) -> dict[str, Any]:
     out["frontend_plain"] = _time_ms(lambda: prepare(reply, "en_US", limits), max(20, runs // 4))
     for fmt in ("markdown", "text"):
         out[f"first_clause_{fmt}"] = _time_ms(
-            lambda fmt=fmt: prepare_head(prepare, reply, "en_US", limits, text_format=fmt),
+            functools.partial(prepare_head, prepare, reply, "en_US", limits, text_format=fmt),
             max(20, runs // 4),
         )
     out["hostile"] = {
-        name: _time_ms(lambda src=src: parse(src), 5)["p50_ms"] for name, src in HOSTILE.items()
+        name: _time_ms(functools.partial(parse, src), 5)["p50_ms"] for name, src in HOSTILE.items()
     }
     return out
 

@@ -85,7 +85,8 @@ def ttsd_rendering(sock: str, text: str, mode: str) -> np.ndarray:
         for ev in c.synthesize(text, mode=mode, format="f32le", noise_scale=0.0, noise_w=0.0):
             if ev.get("event") == "chunk":
                 parts.append(np.frombuffer(ev["audio"], dtype="<f4"))
-    return np.clip(np.concatenate(parts), -1.0, 1.0)
+    audio: np.ndarray = np.clip(np.concatenate(parts), -1.0, 1.0)
+    return audio
 
 
 def _quiet(audio: np.ndarray, rate: int) -> np.ndarray:
