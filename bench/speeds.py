@@ -99,13 +99,7 @@ def bench_speed_sweep(out: Path, quick: bool) -> dict[str, Any]:
                     r = _wer(a, t, speed)
                     e, n, eb, nb = e + r[0], n + r[1], eb + r[2], nb + r[3]
                 for _ in range(runs):
-                    t0 = time.perf_counter()
-                    first: float | None = None
-                    for ev in c.synthesize(SPEED_TEXTS[1], format="s16le", speed=speed):
-                        if ev["event"] == "chunk" and first is None:
-                            first = (time.perf_counter() - t0) * 1000
-                    if first is not None:
-                        firsts.append(first)
+                    firsts.append(_first_packet_ms(c, SPEED_TEXTS[1], speed))
                 rows.append(
                     {
                         "who": "ttsd",
@@ -162,21 +156,26 @@ def bench_speed_sweep(out: Path, quick: bool) -> dict[str, Any]:
     return {"rows": rows, "first_packet_by_length": by_length}
 
 
+def _first_packet_ms(c: Client, text: str, speed: float) -> float:
+    """Milliseconds from asking to the first chunk (the request read to its end)."""
+    t0 = time.perf_counter()
+    first: float | None = None
+    for ev in c.synthesize(text, format="s16le", speed=speed):
+        if ev["event"] == "chunk" and first is None:
+            first = (time.perf_counter() - t0) * 1000
+    if first is None:
+        raise RuntimeError(f"no audio for {text!r} at {speed}x")
+    return first
+
+
 def _first_by_length(c: Client, runs: int) -> dict[str, dict[str, float]]:
-    """First packet P50 of each of :data:`LENGTH_TEXTS` at 1, 2 and 3x."""
+    """First packet P50 of each of :data:`LENGTH_TEXTS` at 1, 2 and 3x (after one run
+    each that is not counted)."""
     out: dict[str, dict[str, float]] = {}
     for name, text in LENGTH_TEXTS.items():
         out[name] = {}
         for speed in (1.0, 2.0, 3.0):
-            firsts = []
-            for _ in range(runs + 1):
-                t0 = time.perf_counter()
-                first: float | None = None
-                for ev in c.synthesize(text, format="s16le", speed=speed):
-                    if ev["event"] == "chunk" and first is None:
-                        first = (time.perf_counter() - t0) * 1000
-                if first is not None:
-                    firsts.append(first)
+            firsts = [_first_packet_ms(c, text, speed) for _ in range(runs + 1)]
             out[name][f"{speed:g}x"] = round(float(np.median(firsts[1:])), 1)
     return out
 
