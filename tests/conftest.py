@@ -37,12 +37,16 @@ class Daemon:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            self.reap(timeout)
         return self.proc.returncode
+
+    def reap(self, timeout: float) -> None:
+        """Wait for the process to end; kill it when it outlives ``timeout``."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def let_anyone_walk_to(path: str | Path) -> None:
@@ -195,11 +199,7 @@ def stop_all(daemons: list[Daemon], timeout: float) -> None:
             daemon.proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + timeout
     for daemon in daemons:
-        try:
-            daemon.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            daemon.proc.kill()
-            daemon.proc.wait()
+        daemon.reap(max(0.1, deadline - time.monotonic()))
 
 
 @pytest.fixture(scope="session")
