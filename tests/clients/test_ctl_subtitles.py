@@ -6,6 +6,9 @@ import re
 import wave
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from tests.clients.test_client_cli import _ttsctl
 from tests.conftest import Daemon
 
@@ -37,9 +40,18 @@ def test_vtt_a_cue_per_sentence_within_the_audio(daemon: Daemon, tmp_path: Path)
         "Your train leaves at 3:45 p.m. from platform two.",
     ]
     with wave.open(str(wav)) as w:
-        audio_s = w.getnframes() / w.getframerate()
+        rate = w.getframerate()
+        samples = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float64)
     last = cues[-1][0]
-    assert last is not None and audio_s - 0.5 < end_s(last) <= audio_s
+    assert last is not None and end_s(last) <= len(samples) / rate
+    # The last cue ends with the speech: what follows is the sentence's final pause, as
+    # long as the voice's noise makes it (100–900 ms measured), and silent.
+    speech, after = np.split(samples, [round(end_s(last) * rate)])
+    assert _rms(after) < 0.05 * _rms(speech)
+
+
+def _rms(x: npt.NDArray[np.float64]) -> float:
+    return float(np.sqrt(np.mean(x**2))) if len(x) else 0.0
 
 
 def test_srt_with_at_most_n_words_a_cue(daemon: Daemon, tmp_path: Path) -> None:
