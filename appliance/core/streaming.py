@@ -204,7 +204,12 @@ class JobStats:
 
 
 IdKeep = Callable[[int], bool]
-"""Which words (by their first id's position) a call places."""
+"""Which words (by the position of the id after their last) a call places."""
+
+
+def _never(_: int) -> bool:
+    return False
+
 
 Emit = Callable[[Chunk], Awaitable[None]]
 """Hands one chunk to its door (which applies back-pressure by taking its time)."""
@@ -308,13 +313,12 @@ class _Voiced:
     total: int
     """Frames of the clause (of its whole encoding)."""
     speech_ms: float
-    """Output time where the clause's frame 0 sounds (after its ``pause_before_ms``)."""
+    """Output time where the clause's frame 0 sounds (after its ``pause_before_ms``); after a
+    quick start, where it would have to for frame ``seam`` to sound at the join."""
     pauses: dict[int, int] = field(default_factory=dict)
     """Frame → ms of silence spliced in after it (SSML breaks between words)."""
     seam: int = 0
-    """A quick start: the whole encoding's frame its audio joins at ..."""
-    shift: int = 0
-    """... and how many frames later the output is from there on (quick minus whole)."""
+    """A quick start: the whole encoding's frame its audio joins at."""
     lead: FloatArray | None = None
     """Samples that go before the next chunk's (a quick start's crossfade)."""
 
@@ -325,8 +329,7 @@ class _Voiced:
             if self.pauses
             else 0
         )
-        moved = frame + self.shift if frame >= self.seam else frame
-        return self.speech_ms + moved * frame_ms + quiet
+        return self.speech_ms + frame * frame_ms + quiet
 
 
 @dataclass
@@ -407,13 +410,13 @@ class SynthesisJob:
     def _place_words(
         self, encoded: _Encoded, at: wordtimes.IdTime, keep: IdKeep | None = None
     ) -> None:
-        """Queue the clause's written words (those whose first id ``keep`` takes) at their
-        output times (``at``)."""
+        """Queue the clause's written words (those whose end ``keep`` takes: the id after
+        their last) at their output times (``at``)."""
         if self._words is None or encoded.written is None:
             return
         words = encoded.written
         if keep is not None:
-            words = [w for w in words if keep(w.start)]
+            words = [w for w in words if keep(w.end)]
         self._words.extend(wordtimes.timed_words(words, at))
 
     def _written(self, clause: Clause, ids: IntArray) -> list[wordtimes.WrittenWord]:
@@ -422,6 +425,13 @@ class SynthesisJob:
         return wordtimes.written_words(
             clause.text, clause.word_spans, ids, spoken, ph.kinds, ph.word_size
         )
+
+    def _next_ms(self) -> float:
+        """Where the next speech starts in the output: after what was sent and what the
+        time-stretch still holds of the speech before (libsonic keeps ~20 ms across
+        chunks; words placed from the sent audio alone came that much early)."""
+        held = self._stretch.held if self._stretch is not None else 0.0
+        return (self._audio_out_s + held / self.voice.sample_rate) * 1000
 
     def _out_frame_ms(self) -> float:
         """A frame's ms in the output: a stretched clause (speed past the voice's limit) is
@@ -510,9 +520,18 @@ class SynthesisJob:
 
     def _bounded(self, ids: IntArray, scales: Scales, prior: bool) -> tuple[IntArray, Encoded]:
         v, s = self.voice, self.settings
+        scales = self._anchored(ids, scales)
         return encode_bounded(
             v.model, ids, scales, s.speaker, s.max_phonemes, v.phonemizer.is_boundary, prior
         )
+
+    def _anchored(self, ids: IntArray, scales: Scales) -> Scales:
+        """Re-timed, every word starts where the rate puts it (to half a frame: word
+        timings scale with the speed), not wherever the roundings before it land it."""
+        if scales.rate == 1.0 or not self.voice.model.retimes:
+            return scales
+        starts = wordtimes.spoken_words(ids, self.voice.phonemizer.kinds)
+        return dataclasses.replace(scales, anchors=tuple(a for a, _ in starts))
 
     def _encode(self, clause: Clause, first_target: int | None = None) -> _Encoded:
         """Phonemize and encode a clause; with ``first_target``, also plan it and decode
@@ -591,12 +610,15 @@ class SynthesisJob:
             log.debug("no quick start: prefix at %s, window %s", cut, window)
             return None
         q_ids = np.concatenate([ids[:cut], ids[-1:]])
-        enc = v.model.encode_prior(q_ids, s.scales, s.speaker)
+        enc = v.model.encode_prior(q_ids, self._anchored(q_ids, s.scales), s.speaker)
         # The first chunk's right context must be the quick encoding's own.
         inside = enc.frames - v.model.flow_context - s.context
         window = dataclasses.replace(window, hi=min(window.hi, inside))
         ph = v.phonemizer
-        seam = choose_seam(q_ids, enc.durations, cut, window, ph.is_space, ph.is_closure)
+        # With word timings, a join inside a word (a stop's closure) would leave that
+        # word's end unknown when the chunk its sound starts in goes: word gaps only.
+        closure = ph.is_closure if self._words is None else _never
+        seam = choose_seam(q_ids, enc.durations, cut, window, ph.is_space, closure)
         if seam is None:
             log.debug("no quick start: no word gap or stop within %s", window)
             return None
@@ -767,8 +789,7 @@ class SynthesisJob:
             assert encoded.audio is not None
             total = len(encoded.audio) // self.voice.hop
             chunks = [(0, total)] if len(encoded.audio) else []
-        pre_ms = clause.pause_before_ms
-        voiced = _Voiced(clause, encoded, chunks, total, self._audio_out_s * 1000 + pre_ms)
+        voiced = _Voiced(clause, encoded, chunks, total, self._next_ms() + clause.pause_before_ms)
         for f, p in zip(self._pause_frames(clause, encoded), clause.pauses, strict=True):
             key = min(total, round(f))
             voiced.pauses[key] = voiced.pauses.get(key, 0) + p.ms
@@ -811,12 +832,12 @@ class SynthesisJob:
         self.stats.quick_start = True
         if self._stretch is not None:  # before the first marks and words are timed
             self._stretch.set_factor(quick.stretch)
-        start_ms = self._audio_out_s * 1000 + clause.pause_before_ms
+        start_ms = self._next_ms() + clause.pause_before_ms
         first_marks = self._quick_marks(clause, quick, start_ms)
         self._marks.extend(first_marks)
         seam_id = quick.seam
         if self._words is not None:  # (the id → ms maps are only made for words)
-            self._place_words(encoded, self._quick_time(quick, start_ms), lambda p: p < seam_id)
+            self._place_words(encoded, self._quick_time(quick, start_ms), lambda e: e <= seam_id)
         before = silence_samples(clause.pause_before_ms, self.voice.sample_rate)
         span = chunk_span(clause, 0, quick.seam, len(encoded.ids))
         await self._send(_Shaped(self._gain(quick.audio, clause), before), span, False, False, emit)
@@ -828,12 +849,18 @@ class SynthesisJob:
             self._stretch.set_factor(self._stretch_factor(enc, clause.speed))
         seam = int(np.cumsum(enc.durations)[quick.seam - 1])
         voiced = self._voiced(clause, rest, start=seam)
-        voiced.speech_ms = start_ms
-        voiced.seam, voiced.shift = seam, quick.frames - seam
-        voiced.lead = quick.tail
+        # The join sounds after the quick audio sent (stretched at its own factor) and its
+        # tail, which is crossfaded into the whole's first chunk (at the whole's factor).
+        fm = self._out_frame_ms()
+        tail_ms = len(quick.tail) / self.voice.sample_rate * 1000 * fm / self._frame_ms
+        voiced.speech_ms = self._next_ms() + tail_ms - seam * fm
+        voiced.seam, voiced.lead = seam, quick.tail
         self._place_marks(voiced, skip=len(first_marks))
         if self._words is not None:
-            self._place_words(encoded, self._id_time(voiced), lambda p: p >= seam_id)
+            # The word after the join starts at it (its pad, before the join, is the quick
+            # audio's: the word is sent with the chunk its sound is in).
+            at = self._id_time(voiced)
+            self._place_words(encoded, lambda p, a: at(max(p, seam_id), a), lambda e: e > seam_id)
         return voiced
 
     def _quick_marks(self, clause: Clause, quick: QuickStart, start_ms: float) -> list[Mark]:

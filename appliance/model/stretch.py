@@ -86,6 +86,8 @@ class Stretcher:
         lib.sonicSetSpeed(self._stream, ctypes.c_float(factor))
         lib.sonicSetQuality(self._stream, 1)  # the slower, better pitch search
         self.factor = factor
+        self._due = 0.0
+        """Output samples the input so far makes at its factors, less those read."""
 
     def set_factor(self, factor: float) -> None:
         """From the next samples on (a clause's own factor; the held-back samples of the
@@ -98,6 +100,14 @@ class Stretcher:
     def _ptr(self, a: FloatArray) -> ctypes._Pointer[ctypes.c_float]:
         return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
 
+    @property
+    def held(self) -> float:
+        """Output samples libsonic owes for the input so far (what it holds back, at the
+        factors the input came with): where the next input starts in the output is the
+        samples read so far plus these."""
+        with self._lock:
+            return max(0.0, self._due)
+
     def _read(self) -> FloatArray:
         assert self._stream is not None
         n = int(self._lib.sonicSamplesAvailable(self._stream))
@@ -105,6 +115,7 @@ class Stretcher:
         if n > 0:
             got = int(self._lib.sonicReadFloatFromStream(self._stream, self._ptr(out), n))
             out = out[: max(got, 0)]
+        self._due -= len(out)
         return out
 
     def process(self, samples: FloatArray) -> FloatArray:
@@ -116,6 +127,7 @@ class Stretcher:
             if len(x):
                 if not self._lib.sonicWriteFloatToStream(self._stream, self._ptr(x), len(x)):
                     raise MemoryError("sonicWriteFloatToStream failed")
+                self._due += len(x) / self.factor
             return self._read()
 
     def flush(self) -> FloatArray:
@@ -124,7 +136,9 @@ class Stretcher:
             if self._stream is None:
                 return np.zeros(0, np.float32)
             self._lib.sonicFlushStream(self._stream)
-            return self._read()
+            out = self._read()
+            self._due = 0.0  # all out: what it gave is the input's length from here on
+            return out
 
     def close(self) -> None:
         with self._lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -279,7 +280,7 @@ def _stream(runtime: Runtime, req: SpeechRequest) -> tuple[list[Chunk], dict[str
 
 
 def _with_costs(
-    runtime: Runtime, prior_s_per_id: float, **opts: Any
+    runtime: Runtime, prior_s_per_id: float, text: str = BARE, **opts: Any
 ) -> tuple[list[Chunk], dict[str, object]]:
     """A long first sentence, noise off, with the prior's cost estimate pinned (what the
     warm-up measured on a quiet two-core box is ~1e-4 s per id)."""
@@ -287,7 +288,7 @@ def _with_costs(
     saved = (costs.prior_s_per_id, costs.first_decode_s)
     costs.prior_s_per_id, costs.first_decode_s = prior_s_per_id, 0.008
     try:
-        req = SpeechRequest(text=BARE, noise_scale=0.0, noise_w=0.0, **opts)
+        req = SpeechRequest(text=text, noise_scale=0.0, noise_w=0.0, **opts)
         return _stream(runtime, req)
     finally:
         costs.prior_s_per_id, costs.first_decode_s = saved
@@ -332,6 +333,27 @@ def test_fast_speech_starts_quick_too(runtime: Runtime) -> None:
     assert offsets == sorted(offsets)
     total_ms = sum(c.duration_ms for c in chunks)
     assert offsets[-1] + words[-1].duration_ms <= total_ms + 12.0
+
+
+PRICED = "It costs $49.95 today, Dr. Smith, and the museum opens at nine."
+
+
+@pytest.mark.parametrize("text", [BARE, PRICED])
+@pytest.mark.parametrize("speed", [1.0, 1.25, 2.0, 3.0])
+def test_words_around_a_quick_starts_join(runtime: Runtime, speed: float, text: str) -> None:
+    """After a quick start, each word comes with the chunk its sound starts in, and ends
+    before the next begins: the words before the join are timed from the quick encoding,
+    the rest from the whole one, none from both (a join inside a word, at a stop, would
+    leave that word's end unknown when its chunk goes: with word timings, gaps only)."""
+    chunks, stats = _with_costs(runtime, 1e-4, text, speed=speed, word_timings=True)
+    assert stats["quick_start"]
+    for c in chunks:
+        for w in c.words or ():
+            assert c.offset_ms - 1e-6 <= w.offset_ms < c.offset_ms + c.duration_ms
+    words = [w for c in chunks for w in c.words or ()]
+    assert len(words) == len(text.split())
+    for w, nxt in itertools.pairwise(words):
+        assert w.offset_ms + w.duration_ms <= nxt.offset_ms + 1e-6, (w, nxt)
 
 
 def test_no_quick_start_where_the_whole_prior_could_not_be_hidden(runtime: Runtime) -> None:

@@ -82,6 +82,24 @@ def test_stretcher_joins_are_seamless() -> None:
     assert float(np.max(np.abs(np.diff(got)))) < 0.1  # no step at any join
 
 
+def test_stretcher_says_what_it_holds_back() -> None:
+    """libsonic keeps a few pitch periods across chunks: ``held`` is what it owes for the
+    input so far, so the next input's place in the output is what was read plus that."""
+    t = np.arange(22050) / 22050
+    x = (0.3 * np.sin(2 * np.pi * 140 * t)).astype(np.float32)
+    s = Stretcher(22050, 1.5)
+    read = 0
+    for factor, part in ((1.5, x[:7000]), (2.5, x[7000:15000]), (2.0, x[15000:])):
+        s.set_factor(factor)
+        read += len(s.process(part))
+    due = 7000 / 1.5 + 8000 / 2.5 + (len(x) - 15000) / 2.0
+    assert s.held > 100  # it does hold some back (~20 ms)
+    assert abs(read + s.held - due) < 0.01 * due
+    rest = s.flush()
+    assert s.held == 0.0
+    assert abs(read + len(rest) - due) < 0.01 * due
+
+
 def test_speed_bounds(daemon: Daemon) -> None:
     with Client(daemon.socket) as c:
         for bad in (4.5, 0.4):

@@ -43,6 +43,42 @@ def test_past_one_frame_each_every_id_keeps_its_frame() -> None:
     assert retime(np.ceil(u), u, 4.0).tolist() == [1.0] * 50
 
 
+def _starts(d: np.ndarray, anchors: list[int]) -> np.ndarray:
+    return np.concatenate(([0.0], np.cumsum(d)))[anchors]
+
+
+@pytest.mark.parametrize("rate", [0.8, 1.25, 1.6])
+@pytest.mark.parametrize("seed", range(6))
+def test_anchors_start_where_the_rate_puts_them(rate: float, seed: int) -> None:
+    """Each anchor (a word's first id) starts at its speed-1 frame / rate, rounded; the
+    total and every id's frame are kept."""
+    rng = np.random.default_rng(seed)
+    # Words of 3–8 ids of 1.5 frames or more: each has frames to spare at these rates.
+    lengths = rng.integers(3, 9, size=rng.integers(5, 50))
+    u = (1.5 + rng.gamma(2.0, 1.6, size=int(lengths.sum()))).astype(np.float32)
+    d = np.ceil(u)
+    anchors = np.cumsum(lengths)[:-1].tolist()
+    plain, new = retime(d, u, rate), retime(d, u, rate, anchors)
+    assert new.sum() == plain.sum() and new.min() >= 1
+    want = np.floor(_starts(d, anchors) / rate + 0.5)
+    assert np.abs(_starts(new, anchors) - want).max() <= 0.0
+    # Without them, the roundings before a word move it (what the anchors are for).
+    assert np.abs(_starts(plain, anchors) - want).max() >= 1.0
+
+
+def test_a_word_that_cannot_shrink_splits_its_miss() -> None:
+    """Words of one-frame ids cannot go faster: the frames they keep push the next word
+    late, and the words before start that much early, so neither misses by the whole."""
+    u = np.array([3.6, 3.6, 0.9, 0.9, 0.9, 0.9, 3.6, 3.6], np.float32)
+    d = np.ceil(u)  # 4 4 1 1 1 1 4 4: the middle word of four ids, one frame each
+    anchors = [2, 6]
+    new = retime(d, u, 2.0, anchors)
+    assert new[2:6].tolist() == [1.0] * 4 and new.sum() == retime(d, u, 2.0).sum()
+    want = np.floor(_starts(d, anchors) / 2.0 + 0.5)  # 4 and 6: the middle word wants 2
+    miss = _starts(new, anchors) - want
+    assert miss.tolist() == [-1.0, 1.0], new
+
+
 def test_rate_one_is_the_prior_itself() -> None:
     u = np.array([0.4, 2.5, 1.0, 3.7, 0.9], np.float32)
     assert retime(np.ceil(u), u, 1.0).tolist() == np.ceil(u).tolist()

@@ -40,6 +40,10 @@ class Scales:
     :attr:`VoiceModel.retimes` runs the prior at ``length_scale`` and re-times its frames
     exactly (:mod:`appliance.model.retime`); another runs its graph at
     ``length_scale / rate`` (what :meth:`as_array` gives)."""
+    anchors: tuple[int, ...] = ()
+    """Re-timed, the id positions (ascending) that start where ``rate`` puts them, to half a
+    frame: the clause's word starts, so word timings scale exactly with the speed.  Not in
+    :meth:`as_array` (nor in a seed): they only place frames."""
 
     def as_array(self) -> FloatArray:
         """The graph's ``scales`` input, ``rate`` folded into the length scale."""

@@ -17,6 +17,7 @@ bound: only text that could not be spoken otherwise takes it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -53,6 +54,14 @@ def _wrap(ids: IntArray, a: int, b: int) -> IntArray:
     return np.concatenate([ids[:2], ids[a:b], ids[-1:]])
 
 
+def _piece_scales(scales: Scales, a: int, b: int) -> Scales:
+    """``scales`` for the piece of inner ids [a, b): its anchors, in its own positions."""
+    if not scales.anchors:
+        return scales
+    inside = tuple(p - a + 2 for p in scales.anchors if a <= p < b)
+    return dataclasses.replace(scales, anchors=inside)
+
+
 def encode_bounded(
     model: VoiceModel,
     ids: IntArray,
@@ -68,8 +77,12 @@ def encode_bounded(
     run = model.encode_prior if prior else model.encode
     if len(ids) <= max_ids:
         return ids, run(ids, scales, speaker)
-    pieces = [_wrap(ids, a, b) for a, b in piece_ranges(ids, max_ids, is_cut)]
-    parts = [run(p, scales, speaker) for p in pieces]
+    ranges = piece_ranges(ids, max_ids, is_cut)
+    pieces = [_wrap(ids, a, b) for a, b in ranges]
+    parts = [
+        run(p, _piece_scales(scales, a, b), speaker)
+        for p, (a, b) in zip(pieces, ranges, strict=True)
+    ]
     joined = np.concatenate(pieces)
     durations = np.concatenate([e.durations for e in parts])
     g = parts[0].g

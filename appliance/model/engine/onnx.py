@@ -233,7 +233,7 @@ class OnnxVoiceModel(VoiceModel):
             named = dict(zip((o.name for o in session.get_outputs()), outs, strict=True))
             mean, std = named[MEAN], named[STD]
             if retimed:
-                new = retime(durations, named[UNROUNDED], scales.rate)
+                new = retime(durations, named[UNROUNDED], scales.rate, scales.anchors)
                 mean, std = respace(mean, durations, new), respace(std, durations, new)
                 base, durations = int(durations.sum()), new
             latent = noise.z_p(mean, std, rng)
