@@ -203,12 +203,8 @@ class JobStats:
         }
 
 
-IdKeep = Callable[[int], bool]
-"""Which words (by the position of the id after their last) a call places."""
-
-
-def _never(_: int) -> bool:
-    return False
+WordKeep = Callable[[wordtimes.WrittenWord], bool]
+"""Which of a clause's words a call places."""
 
 
 Emit = Callable[[Chunk], Awaitable[None]]
@@ -408,16 +404,18 @@ class SynthesisJob:
         return tuple(out)
 
     def _place_words(
-        self, encoded: _Encoded, at: wordtimes.IdTime, keep: IdKeep | None = None
-    ) -> None:
-        """Queue the clause's written words (those whose end ``keep`` takes: the id after
-        their last) at their output times (``at``)."""
+        self, encoded: _Encoded, at: wordtimes.IdTime, keep: WordKeep | None = None
+    ) -> float:
+        """Queue the clause's written words (those ``keep`` takes) at their output times
+        (``at``); returns the last one's end (0.0: none)."""
         if self._words is None or encoded.written is None:
-            return
+            return 0.0
         words = encoded.written
         if keep is not None:
-            words = [w for w in words if keep(w.end)]
-        self._words.extend(wordtimes.timed_words(words, at))
+            words = [w for w in words if keep(w)]
+        timed = wordtimes.timed_words(words, at)
+        self._words.extend(timed)
+        return timed[-1].offset_ms + timed[-1].duration_ms if timed else 0.0
 
     def _written(self, clause: Clause, ids: IntArray) -> list[wordtimes.WrittenWord]:
         ph = self.voice.phonemizer
@@ -615,10 +613,7 @@ class SynthesisJob:
         inside = enc.frames - v.model.flow_context - s.context
         window = dataclasses.replace(window, hi=min(window.hi, inside))
         ph = v.phonemizer
-        # With word timings, a join inside a word (a stop's closure) would leave that
-        # word's end unknown when the chunk its sound starts in goes: word gaps only.
-        closure = ph.is_closure if self._words is None else _never
-        seam = choose_seam(q_ids, enc.durations, cut, window, ph.is_space, closure)
+        seam = choose_seam(q_ids, enc.durations, cut, window, ph.is_space, ph.is_closure)
         if seam is None:
             log.debug("no quick start: no word gap or stop within %s", window)
             return None
@@ -836,8 +831,15 @@ class SynthesisJob:
         first_marks = self._quick_marks(clause, quick, start_ms)
         self._marks.extend(first_marks)
         seam_id = quick.seam
+
+        def heard_first(w: wordtimes.WrittenWord) -> bool:
+            # Some of its sound is before the join (more than the pad before its first
+            # sounding id): it goes with the first chunk, timed by the quick encoding.
+            return w.start < seam_id - 1 or w.end <= seam_id
+
+        quick_end = 0.0
         if self._words is not None:  # (the id → ms maps are only made for words)
-            self._place_words(encoded, self._quick_time(quick, start_ms), lambda e: e <= seam_id)
+            quick_end = self._place_words(encoded, self._quick_time(quick, start_ms), heard_first)
         before = silence_samples(clause.pause_before_ms, self.voice.sample_rate)
         span = chunk_span(clause, 0, quick.seam, len(encoded.ids))
         await self._send(_Shaped(self._gain(quick.audio, clause), before), span, False, False, emit)
@@ -857,10 +859,17 @@ class SynthesisJob:
         voiced.seam, voiced.lead = seam, quick.tail
         self._place_marks(voiced, skip=len(first_marks))
         if self._words is not None:
-            # The word after the join starts at it (its pad, before the join, is the quick
-            # audio's: the word is sent with the chunk its sound is in).
+            # The rest from the whole encoding.  The first of them starts at the join at the
+            # earliest (its pad before it is the quick audio's), and not before the end of a
+            # word the join cut (at a stop): that word went with the first chunk, its end
+            # from the quick encoding's frames, a frame or so off the whole's.
             at = self._id_time(voiced)
-            self._place_words(encoded, lambda p, a: at(max(p, seam_id), a), lambda e: e > seam_id)
+
+            def whole_at(p: int, start: bool) -> float:
+                t = at(max(p, seam_id), start)
+                return max(t, quick_end) if start else t
+
+            self._place_words(encoded, whole_at, lambda w: not heard_first(w))
         return voiced
 
     def _quick_marks(self, clause: Clause, quick: QuickStart, start_ms: float) -> list[Mark]:

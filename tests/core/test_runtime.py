@@ -336,15 +336,19 @@ def test_fast_speech_starts_quick_too(runtime: Runtime) -> None:
 
 
 PRICED = "It costs $49.95 today, Dr. Smith, and the museum opens at nine."
+LONG_WORD = (  # no word gap in the join's window: the join is at a stop inside a word
+    "Counterproductive bureaucratic procedures delayed the construction of the new "
+    "hospital wing by several months."
+)
 
 
-@pytest.mark.parametrize("text", [BARE, PRICED])
+@pytest.mark.parametrize("text", [BARE, PRICED, LONG_WORD])
 @pytest.mark.parametrize("speed", [1.0, 1.25, 2.0, 3.0])
 def test_words_around_a_quick_starts_join(runtime: Runtime, speed: float, text: str) -> None:
     """After a quick start, each word comes with the chunk its sound starts in, and ends
-    before the next begins: the words before the join are timed from the quick encoding,
-    the rest from the whole one, none from both (a join inside a word, at a stop, would
-    leave that word's end unknown when its chunk goes: with word timings, gaps only)."""
+    before the next begins: the words heard before the join are timed from the quick
+    encoding, the rest from the whole one (a word the join cuts at a stop goes with the
+    first chunk, its end from the quick frames; the next word starts after it)."""
     chunks, stats = _with_costs(runtime, 1e-4, text, speed=speed, word_timings=True)
     assert stats["quick_start"]
     for c in chunks:
