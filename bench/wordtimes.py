@@ -28,7 +28,8 @@ from bench.rig import start_daemon
 _MARKUP = re.compile(r"[/_=<>{}*`|\[\]#]")
 
 
-def _first_packet(client: Any, rid: int, text: str, timed: bool) -> float:
+def _first_packet(client: Any, rid: int, text: str, timed: bool) -> tuple[float, bool]:
+    """The first packet's ms at the client, and whether the request had a quick start."""
     t0 = time.perf_counter()
     req: dict[str, Any] = {"op": "synthesize", "id": rid, "text": text}
     if timed:
@@ -42,7 +43,7 @@ def _first_packet(client: Any, rid: int, text: str, timed: bool) -> float:
         elif ev.get("event") in ("end", "error"):
             if ev["event"] == "error" or first is None:
                 raise RuntimeError(str(ev))
-            return first
+            return first, bool(ev.get("stats", {}).get("quick_start"))
 
 
 def socket_cost(path: str, texts: dict[str, str], runs: int) -> dict[str, dict[str, float]]:
@@ -54,18 +55,27 @@ def socket_cost(path: str, texts: dict[str, str], runs: int) -> dict[str, dict[s
     for name, text in texts.items():
         off: list[float] = []
         on: list[float] = []
+        paired: list[float] = []
         for i in range(runs + 2):
             # Alternate which goes first, so neither always follows the other.
-            pair = ((False, off), (True, on)) if i % 2 else ((True, on), (False, off))
-            for timed, into in pair:
+            got: dict[bool, tuple[float, bool]] = {}
+            for timed in (False, True) if i % 2 else (True, False):
                 rid += 1
-                ms = _first_packet(client, rid, text, timed)
-                if i >= 2:  # warm-up
-                    into.append(ms)
+                got[timed] = _first_packet(client, rid, text, timed)
+            if i < 2:  # warm-up
+                continue
+            off.append(got[False][0])
+            on.append(got[True][0])
+            # Whether a long sentence gets a quick start moves its first packet by tens of
+            # ms, far more than the words cost: a pair counts where both took the same path.
+            if got[False][1] == got[True][1]:
+                paired.append(got[True][0] - got[False][0])
         out[name] = {
             "off_p50": statistics.median(off),
             "on_p50": statistics.median(on),
             "delta_p50": statistics.median(on) - statistics.median(off),
+            "paired_p50": statistics.median(paired) if paired else float("nan"),
+            "pairs": len(paired),
         }
     client.close()
     return out
@@ -171,16 +181,16 @@ def bench_wordtimes(out: Path, runs: int, texts: dict[str, str]) -> dict[str, An
 def print_wordtimes(r: dict[str, Any]) -> None:
     print("\n## Word timings: first packet cost (goal ≤ +0.5 ms)\n")
     print(
-        "| text | off P50 ms | on P50 ms | Δ P50 ms | word work ms (in-process, warm) "
-        "| cold (words not sized yet) |"
+        "| text | off P50 ms | on P50 ms | Δ of P50s | Δ P50, paired (same path: pairs) "
+        "| word work ms (in-process, warm) | cold (words not sized yet) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for name, row in r["socket"].items():
         work = r["compute"].get(f"{name}_ms", float("nan"))
         cold = r["compute"].get(f"{name}_cold_ms", float("nan"))
         print(
             f"| {name} | {row['off_p50']:.2f} | {row['on_p50']:.2f} | {row['delta_p50']:+.2f} "
-            f"| {work:.3f} | {cold:.3f} |"
+            f"| {row['paired_p50']:+.2f} ({row['pairs']}) | {work:.3f} | {cold:.3f} |"
         )
     c = r.get("prose")
     if c:
