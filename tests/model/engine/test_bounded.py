@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from appliance.model.engine.base import Scales
+from appliance.core.wordtimes import spoken_words
+from appliance.model.engine.base import Encoded, Scales, VoiceModel
 from appliance.model.engine.bounded import encode_bounded, fused_bounded, piece_ranges
 from appliance.model.engine.windows import decode_span
+from appliance.speech import IntArray
 from appliance.text.phonemize import Phonemizer
 from tests.conftest import DaemonFactory
 from tests.fakes.voice import RecordingModel, real_voice
@@ -78,3 +80,32 @@ def test_one_request_cannot_take_gigabytes_in_the_encoder(
     assert evs[-1]["stats"]["audio_ms"] > 30 * 2000  # all of it said
     grown = psutil.Process(d.proc.pid).memory_info().rss / 1e6 - base
     assert grown < 300, f"RSS grew by {grown:.0f} MB"
+
+
+class _AnchorsSeen(RecordingModel):
+    """Records the ids and anchors of each encoder call."""
+
+    def __init__(self, inner: VoiceModel) -> None:
+        super().__init__(inner)
+        self.calls: list[tuple[IntArray, tuple[int, ...]]] = []
+
+    def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
+        self.calls.append((ids, scales.anchors))
+        return super().encode_prior(ids, scales, speaker)
+
+
+def test_each_piece_gets_its_own_word_starts() -> None:
+    """Re-timed in pieces, each piece's anchors are the clause's word starts inside it, at
+    their places in the piece's own ids (after the start pair it is wrapped in)."""
+    voice, cpu = real_voice()
+    ph = Phonemizer(voice.info)
+    ids = ph.ids(TEXT)
+    starts = tuple(a for a, _ in spoken_words(ids, ph.kinds))
+    model = _AnchorsSeen(cpu)
+    scales = Scales(0.0, 1.0, 0.0, rate=1.25, anchors=starts)
+    encode_bounded(model, ids, scales, None, 100, ph.is_space, prior=True)
+    ranges = piece_ranges(ids, 100, ph.is_space)
+    assert len(model.calls) == len(ranges) >= 3
+    for (piece, anchors), (a, b) in zip(model.calls, ranges, strict=True):
+        assert anchors == tuple(p - a + 2 for p in starts if a <= p < b)
+        assert all(piece[q] == ids[q - 2 + a] for q in anchors)
