@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from appliance.core import wordtimes
-from appliance.text.frontend import FrontendLimits, prepare
+from appliance.text.frontend import Clause, FrontendLimits, prepare
 from appliance.text.phonemize import Phonemizer
 from bench.rig import start_daemon
 
@@ -102,27 +102,37 @@ def _phonemizer() -> Phonemizer:
     return Phonemizer(read_info("en_US-joe-medium", bundled_voice_path()))
 
 
+_LIMITS = FrontendLimits(max_chars=20000, sentence_chars=400)
+
+
+def _first_clause(ph: Phonemizer, text: str) -> tuple[Clause, Any]:
+    """A text's first clause, as the frontend makes it, and its ids."""
+    clause = prepare(text, "en_US", _LIMITS)[0]
+    return clause, ph.ids(clause.text)
+
+
+def _written(ph: Phonemizer, clause: Clause, ids: Any) -> list[wordtimes.WrittenWord]:
+    """The word work of a clause, as the stream does it (``SynthesisJob._written``)."""
+    spoken = wordtimes.spoken_words(ids, ph.kinds)
+    return wordtimes.written_words(
+        clause.text, clause.word_spans, ids, spoken, ph.kinds, ph.word_size
+    )
+
+
 def compute_cost(texts: dict[str, str], repeat: int = 200) -> dict[str, float]:
     """Per first clause: ms of the word work the stream adds, warm (the word-size cache
     holds the words, as it does in a daemon that has spoken them before) and cold (words
     it has not: where espeak ran words together, each token is phonemized alone once)."""
-    from appliance.text.frontend import Clause
-
     ph = _phonemizer()
-    limits = FrontendLimits(max_chars=20000, sentence_chars=400)
     out: dict[str, float] = {}
     for name, text in texts.items():
-        clause = prepare(text, "en_US", limits)[0]
-        ids = ph.ids(clause.text)
+        clause, ids = _first_clause(ph, text)
         cum = np.cumsum(np.full(len(ids) + 1, 3.0))
 
         def work(
             ph: Phonemizer = ph, ids: Any = ids, clause: Clause = clause, cum: Any = cum
         ) -> None:
-            spoken = wordtimes.spoken_words(ids, ph.kinds)
-            words = wordtimes.written_words(
-                clause.text, clause.word_spans, ids, spoken, ph.kinds, ph.word_size
-            )
+            words = _written(ph, clause, ids)
             wordtimes.timed_words(words, lambda p, _: float(cum[p]) * 11.6)
 
         work()
@@ -145,17 +155,12 @@ def prose_cost(sentences: list[str]) -> dict[str, float]:
     """The word work of each sentence's first clause with no word sized yet (a phonemizer
     of its own): what a reply of new words costs its first packet."""
     ph = _phonemizer()
-    limits = FrontendLimits(max_chars=20000, sentence_chars=400)
     times = []
     for text in sentences:
-        clause = prepare(text, "en_US", limits)[0]
-        ids = ph.ids(clause.text)
+        clause, ids = _first_clause(ph, text)
         fresh = Phonemizer(ph.info)
         t0 = time.perf_counter()
-        spoken = wordtimes.spoken_words(ids, fresh.kinds)
-        wordtimes.written_words(
-            clause.text, clause.word_spans, ids, spoken, fresh.kinds, fresh.word_size
-        )
+        _written(fresh, clause, ids)
         times.append((time.perf_counter() - t0) * 1000)
     times.sort()
     return {
