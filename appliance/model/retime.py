@@ -138,10 +138,9 @@ def _move(
         # Rounded up by d - scaled: give to the least rounded-up, take from the most.
         if step > 0:
             excess = np.where(scaled > 0, d - scaled, np.inf)
-            i = int(np.argmin(excess))
         else:
             excess = np.where(d > 1, scaled - d, np.inf)
-            i = int(np.argmin(excess))
+        i = int(np.argmin(excess))
         if not np.isfinite(excess[i]):  # no id can give (or take) a frame
             break
         d[i] += step
