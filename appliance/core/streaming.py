@@ -207,6 +207,14 @@ WordKeep = Callable[[wordtimes.WrittenWord], bool]
 """Which of a clause's words a call places."""
 
 
+def _with_words(
+    work: Callable[[], Any], words: wordtimes.WordWork | None
+) -> tuple[Any, list[wordtimes.WrittenWord] | None]:
+    """A work item's result and, when given, all of a clause's written words (the ones
+    its first chunk went out without are found on its next chunk's item)."""
+    return work(), words.all() if words is not None else None
+
+
 Emit = Callable[[Chunk], Awaitable[None]]
 """Hands one chunk to its door (which applies back-pressure by taking its time)."""
 
@@ -296,7 +304,21 @@ class _Encoded:
     quick: QuickStart | None = None
     written: list[wordtimes.WrittenWord] | None = None
     """With word timings: the clause's written words and their ids (made on the worker:
-    the alignment may phonemize words)."""
+    the alignment may phonemize words); for a request's first clause, only the first
+    ones (those its first chunk needs) while ``words_left`` is set."""
+    words_left: wordtimes.WordWork | None = None
+    """The rest of a first clause's word work, done on its next chunk's work item: off
+    the first packet's path (issue 29's cost)."""
+
+
+@dataclass
+class _WordsDue:
+    """A clause's words found after its first chunk went out: where they sound (``at``),
+    which of them to place (``keep``: those not placed with the first chunk)."""
+
+    work: wordtimes.WordWork
+    at: wordtimes.IdTime
+    keep: WordKeep
 
 
 @dataclass
@@ -317,6 +339,8 @@ class _Voiced:
     """A quick start: the whole encoding's frame its audio joins at."""
     lead: FloatArray | None = None
     """Samples that go before the next chunk's (a quick start's crossfade)."""
+    words_due: _WordsDue | None = None
+    """Words still to find and place, with the next chunk decoded."""
 
     def at_ms(self, frame: float, frame_ms: float, after: Callable[[int], bool]) -> float:
         """Output time of a frame; a pause at that very frame counts when ``after`` it."""
@@ -404,25 +428,47 @@ class SynthesisJob:
         return tuple(out)
 
     def _place_words(
-        self, encoded: _Encoded, at: wordtimes.IdTime, keep: WordKeep | None = None
+        self,
+        words: list[wordtimes.WrittenWord] | None,
+        at: wordtimes.IdTime,
+        keep: WordKeep | None = None,
     ) -> float:
-        """Queue the clause's written words (those ``keep`` takes) at their output times
-        (``at``); returns the last one's end (0.0: none)."""
-        if self._words is None or encoded.written is None:
+        """Queue written words (those ``keep`` takes) at their output times (``at``);
+        returns the last one's end (0.0: none)."""
+        if self._words is None or words is None:
             return 0.0
-        words = encoded.written
         if keep is not None:
             words = [w for w in words if keep(w)]
         timed = wordtimes.timed_words(words, at)
         self._words.extend(timed)
         return timed[-1].offset_ms + timed[-1].duration_ms if timed else 0.0
 
-    def _written(self, clause: Clause, ids: IntArray) -> list[wordtimes.WrittenWord]:
+    def _word_work(self, clause: Clause, ids: IntArray) -> wordtimes.WordWork:
         ph = self.voice.phonemizer
-        spoken = wordtimes.spoken_words(ids, ph.kinds)
-        return wordtimes.written_words(
-            clause.text, clause.word_spans, ids, spoken, ph.kinds, ph.word_size
-        )
+        return wordtimes.WordWork.of(clause.text, clause.word_spans, ids, ph.kinds, ph.word_size)
+
+    def _find_words(self, clause: Clause, out: _Encoded, first: bool) -> None:
+        """The clause's written words; a request's first clause finds those its first chunk
+        needs now, the rest with its next chunk (:class:`wordtimes.WordWork`)."""
+        work = self._word_work(clause, out.ids)
+        position = self._first_chunk_ids(out) if first else None
+        if position is None:
+            out.written = work.all()
+            return
+        out.written = work.before(position)
+        out.words_left = work if work.pending else None
+
+    def _first_chunk_ids(self, out: _Encoded) -> int | None:
+        """An id position every word the first chunk may carry starts before (None: no
+        first chunk of its own, it needs them all)."""
+        if out.quick is not None:  # words that start after the join are the whole's
+            return out.quick.seam
+        if out.enc is None or not out.chunks:
+            return None
+        # A word goes with the chunk its first frame is in (to half a frame): one frame
+        # past the chunk's end leaves no doubt.
+        before = np.concatenate([[0.0], np.cumsum(out.enc.durations, dtype=np.float64)])
+        return int(np.searchsorted(before, out.chunks[0][1] + 1))
 
     def _next_ms(self) -> float:
         """Where the next speech starts in the output: after what was sent and what the
@@ -538,7 +584,7 @@ class SynthesisJob:
         ids = self._ids(clause)
         out = self._encode_ids(clause, ids, first_target)
         if self._words is not None:
-            out.written = self._written(clause, out.ids)
+            self._find_words(clause, out, first_target is not None)
         return out
 
     def _encode_ids(self, clause: Clause, ids: IntArray, first_target: int | None) -> _Encoded:
@@ -839,14 +885,15 @@ class SynthesisJob:
 
         quick_end = 0.0
         if self._words is not None:  # (the id → ms maps are only made for words)
-            quick_end = self._place_words(encoded, self._quick_time(quick, start_ms), heard_first)
+            quick_time = self._quick_time(quick, start_ms)
+            quick_end = self._place_words(encoded.written, quick_time, heard_first)
         before = silence_samples(clause.pause_before_ms, self.voice.sample_rate)
         span = chunk_span(clause, 0, quick.seam, len(encoded.ids))
         await self._send(_Shaped(self._gain(quick.audio, clause), before), span, False, False, emit)
         self.stats.windows += 1
         self._target = min(self._plan.cap, max(self._target, 2 * quick.frames))
         enc, _ = await whole
-        rest = _Encoded(encoded.ids, enc, None, written=encoded.written)
+        rest = _Encoded(encoded.ids, enc, None)
         if self._stretch is not None:  # the whole sentence's, before the rest is timed
             self._stretch.set_factor(self._stretch_factor(enc, clause.speed))
         seam = int(np.cumsum(enc.durations)[quick.seam - 1])
@@ -869,7 +916,13 @@ class SynthesisJob:
                 t = at(max(p, seam_id), start)
                 return max(t, quick_end) if start else t
 
-            self._place_words(encoded, whole_at, lambda w: not heard_first(w))
+            def after_join(w: wordtimes.WrittenWord) -> bool:
+                return not heard_first(w)
+
+            if encoded.words_left is not None:  # found with the first chunk after the join
+                voiced.words_due = _WordsDue(encoded.words_left, whole_at, after_join)
+            else:
+                self._place_words(encoded.written, whole_at, after_join)
         return voiced
 
     def _quick_marks(self, clause: Clause, quick: QuickStart, start_ms: float) -> list[Mark]:
@@ -893,13 +946,15 @@ class SynthesisJob:
         if encoded.quick is None and voiced.seam == 0:  # a quick start placed its own
             self._place_marks(voiced)
             if self._words is not None:
-                self._place_words(encoded, self._id_time(voiced))
+                self._place_first_words(voiced)
         hop, rate = self.voice.hop, self.voice.sample_rate
         clause_audio_s = (voiced.total - voiced.seam) * hop / rate
         clause_out_s = 0.0
         for j, (a, b) in enumerate(voiced.chunks):
             audio = await self._chunk_audio(voiced, j, a, b)
             last = j == len(voiced.chunks) - 1
+            if last and voiced.words_due is not None:  # no work item of its own carried them
+                self._place_due(voiced, voiced.words_due.work.all())
             more = not self.clauses.exhausted or self._next is not None
             await self._send(
                 self._shape(voiced, audio, a, b, j == 0, last and more),
@@ -910,6 +965,25 @@ class SynthesisJob:
             )
             clause_out_s += (b - a) * hop / rate
             self._prefetch(clause_audio_s - clause_out_s)
+
+    def _place_first_words(self, voiced: _Voiced) -> None:
+        """Queue the clause's words; those a first clause found after its first chunk are
+        placed when they are (:meth:`_place_due`)."""
+        encoded, at = voiced.encoded, self._id_time(voiced)
+        self._place_words(encoded.written, at)
+        if encoded.words_left is not None:
+            placed = encoded.written[-1].start if encoded.written else -1
+
+            def unplaced(w: wordtimes.WrittenWord) -> bool:
+                return w.start > placed  # written words start in order, none at the same id
+
+            voiced.words_due = _WordsDue(encoded.words_left, at, unplaced)
+
+    def _place_due(self, voiced: _Voiced, words: list[wordtimes.WrittenWord] | None) -> None:
+        due = voiced.words_due
+        if due is not None and words is not None:
+            self._place_words(words, due.at, due.keep)
+            voiced.words_due = None
 
     def _stretch_factor(self, enc: Encoded | None, clause_speed: float) -> float:
         """This clause's stretch, so that its length is ``1 / stretch_speed`` of the voice's
@@ -947,19 +1021,21 @@ class SynthesisJob:
         if encoded.enc is None:
             assert encoded.audio is not None
             return encoded.audio
-        if voiced.lead is None:
-            audio, timing = await self._submit(
-                functools.partial(self._decode, encoded.enc, a, b), "decode"
-            )
-            if self._seq == 0:
-                self.stats.first_decode_ms = timing.run_s * 1000
-            return audio  # type: ignore[no-any-return]
         # The first chunk after a quick start's join: one frame more, whose last samples
         # are crossfaded with the quick audio's.
-        audio, _ = await self._submit(
-            functools.partial(self._decode, encoded.enc, a - 1, b), "decode"
+        lead = voiced.lead
+        decode = functools.partial(self._decode, encoded.enc, a if lead is None else a - 1, b)
+        due = voiced.words_due
+        (audio, words), timing = await self._submit(
+            functools.partial(_with_words, decode, due.work if due is not None else None),
+            "decode",
         )
-        hop, lead = self.voice.hop, voiced.lead
+        self._place_due(voiced, words)
+        if self._seq == 0:
+            self.stats.first_decode_ms = timing.run_s * 1000
+        if lead is None:
+            return audio  # type: ignore[no-any-return]
+        hop = self.voice.hop
         voiced.lead = None
         return np.concatenate([crossfade(lead, audio[hop - len(lead) : hop]), audio[hop:]])
 

@@ -8,23 +8,28 @@ each with the span of the source characters it came from (:mod:`appliance.text.t
 tokens that came from one written token ("$49.95" → "forty-nine dollars and ninety-five
 cents", a ``<sub>``'s alias) share that span and become ONE written word.
 
-Pure functions over ids, the voice's id kinds (:class:`~appliance.text.phonemize.IdKinds`:
-word gaps, sounding ids, pads as tables) and the clause's words, so they are table-tested
-without a model; the stream (:mod:`appliance.core.streaming`) turns id positions into
-output milliseconds (speed, prosody, breaks and clause pauses are in that mapping, not
-here).
+Functions (and one class) over ids, the voice's id kinds
+(:class:`~appliance.text.phonemize.IdKinds`: word gaps, sounding ids, pads) and the
+clause's words, so they are table-tested without a model; the stream
+(:mod:`appliance.core.streaming`) turns id positions into output milliseconds (speed,
+prosody, breaks and clause pauses are in that mapping, not here).
 
-This runs on the first packet's critical path (issue 29: ≤ +0.5 ms), so the passes over
-ids are numpy over the id array, and the alignment, only run where espeak's count of words
-differs from the text's, is a tight loop.
+A request's first clause does this on its first packet's path (issue 29: ≤ +0.5 ms), so
+:class:`WordWork` finds there only the words its first chunk needs, exactly as the whole
+clause's alignment has them, and the rest with its next chunk; the passes over ids are
+one Python loop over the voice's id kinds (right after the model's runs, numpy's calls
+cost more than the work); the alignment, only run where espeak's count of words differs
+from the text's, is a tight loop.
 
 Bounds: the passes over ids and tokens are linear in the clause's ids and words; the
 alignment is its tokens × (3 + |tokens − words|) cells, five steps each (:func:`align`; a
-clause is capped by the frontend); nothing is kept between calls.
+clause is capped by the frontend); a :class:`WordWork` holds one clause's rows until its
+clause's words are all found; nothing is kept between clauses.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections.abc import Callable, Sequence
@@ -33,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from appliance.speech import IntArray, Word
-from appliance.text.phonemize import IdKinds
+from appliance.text.phonemize import ID_PAD, ID_SOUND, ID_SPACE, IdKinds
 
 Ids = Sequence[int] | IntArray
 
@@ -48,17 +53,37 @@ def spoken_words(ids: Ids, kinds: IdKinds) -> list[tuple[int, int]]:
 
     The pad is in because the sound starts there: against pocketsphinx's word starts, the
     first sounding id is ~55 ms late on average, its pad ~32 ms (tests/doors/v1)."""
-    a = np.asarray(ids, dtype=np.int64)
-    at = np.flatnonzero(kinds.sound[a])
-    if not at.size:
-        return []
-    gap = kinds.space[a].cumsum()[at]  # which stretch between gaps each sounding id is in
-    cut = np.flatnonzero(gap[1:] != gap[:-1])  # the last sounding id of a word, bar the last
-    first = at[np.concatenate(([0], cut + 1))]
-    end = at[np.append(cut, at.size - 1)] + 1
-    # Before a word's first sounding id is its gap or a silent id of its own stretch.
-    start = first - (kinds.pad[a[first - 1]] & (first > 0))
-    return list(zip(start.tolist(), end.tolist(), strict=True))
+    return _spoken(ids, kinds)[0]
+
+
+def _spoken(ids: Ids, kinds: IdKinds) -> tuple[list[tuple[int, int]], list[int], list[int]]:
+    """:func:`spoken_words`, the positions of the sounding ids and each word's count of
+    them, in one pass over the ids (:attr:`IdKinds.codes`: see there why not numpy)."""
+    codes = kinds.codes
+    spoken: list[tuple[int, int]] = []
+    sounding: list[int] = []
+    sizes: list[int] = []
+    lo = hi = gap = -1
+    size = prev = 0
+    for k, i in enumerate(ids.tolist() if isinstance(ids, np.ndarray) else ids):
+        kind = codes[i]
+        if kind == ID_SOUND:
+            sounding.append(k)
+            if lo < 0:  # a word's first sound: from the pad before it, in its own stretch
+                lo = k - 1 if k - 1 > gap and prev == ID_PAD else k
+                size = 0
+            hi = k + 1
+            size += 1
+        elif kind == ID_SPACE:
+            if lo >= 0:
+                spoken.append((lo, hi))
+                sizes.append(size)
+            lo, gap = -1, k
+        prev = kind
+    if lo >= 0:
+        spoken.append((lo, hi))
+        sizes.append(size)
+    return spoken, sounding, sizes
 
 
 @dataclass(frozen=True)
@@ -84,10 +109,17 @@ def _proportional(n_tokens: int, n_spoken: int) -> list[tuple[int, int]]:
 MAX_JOIN = 3
 """Most tokens espeak says as one word ("in the" → ɪnðə), or spoken words of one token."""
 _STEPS = ((3, 1), (2, 1), (1, 3), (1, 2), (1, 1))
-"""(tokens, spoken words) of one alignment step, in the order :func:`_programme` weighs
+"""(tokens, spoken words) of one alignment step, in the order :class:`_Programme` weighs
 them (from the earliest cell first: a tie goes to the first)."""
 _JOIN_COST = 0.5
 """What a step that is not one to one costs on top of its sizes' difference."""
+
+
+def reachable(n_tokens: int, n_spoken: int) -> bool:
+    """Whether :func:`align` can pair them at all: steps join or split at most
+    :data:`MAX_JOIN` (else the tokens go in proportion).  Joins alone reach any
+    n ≤ MAX_JOIN·m and splits alone the reverse, within the band; mixing them only costs."""
+    return 0 < n_tokens <= MAX_JOIN * n_spoken and n_spoken <= MAX_JOIN * n_tokens
 
 
 def align(token_sizes: Sequence[int], word_sizes: Sequence[int]) -> list[tuple[int, int]]:
@@ -102,75 +134,240 @@ def align(token_sizes: Sequence[int], word_sizes: Sequence[int]) -> list[tuple[i
     costing the difference in size (and :data:`_JOIN_COST` for not being one to one).
 
     Work: tokens × (3 + |tokens − words|) cells, five steps each, written out in
-    :func:`_programme` (the same cells, steps and ties as the whole-table programme it
+    :class:`_Programme` (the same cells, steps and ties as the whole-table programme it
     replaced; a test holds the two equal).  For the core table's 266-character sentence
-    (49 tokens, 46 words, three joins) ~0.11 ms of the word work's ~0.23 ms in-process,
-    where it was 0.23 of 0.43 ms (0.38 against 0.70 ms while another process shares the
-    core; ``compute_cost`` in ``bench/wordtimes.py``, see docs/word-timings.md)."""
+    (49 tokens, 46 words, three joins) ~0.11 ms of the word work's ~0.23 ms in-process;
+    a request's first clause runs it in two parts (:class:`WordWork`)."""
     n, m = len(token_sizes), len(word_sizes)
-    if n == 0 or m == 0:
-        return []
-    low = min(0, m - n) - 1
-    steps = _programme(token_sizes, word_sizes, low)
-    if steps is None:
-        return _proportional(n, m)
-    out: list[tuple[int, int]] = [(0, 0)] * n
-    i, j = n, m
-    while i > 0:
-        a, b = _STEPS[steps[i][j - i - low + 2]]
-        out[i - a : i] = [(j - b, j - 1)] * a
-        i, j = i - a, j - b
-    return out
+    if not reachable(n, m):
+        return _proportional(n, m) if n and m else []
+    programme = _Programme(n, word_sizes)
+    programme.run(token_sizes)
+    return programme.ranges(n, m)
 
 
-def _programme(
-    token_sizes: Sequence[int], word_sizes: Sequence[int], low: int
-) -> list[list[int]] | None:
-    """The step (index into :data:`_STEPS`) that reaches each cell (i tokens, j words)
-    most cheaply, by rows of i, at ``j - i - low + 2``; None if (n, m) cannot be reached.
+class _Programme:
+    """:func:`align`'s dynamic programme, run some tokens (rows) at a time.
 
-    Joins move j - i down, splits up: the path stays within the net count of them, and
-    one step either side (a join and a split that cancel out): the band [low, high].  Each
-    row keeps two unreachable cells either side of the band, so a step from outside it
-    reads infinity; the steps are written out (this is the alignment's inner loop)."""
-    n, m = len(token_sizes), len(word_sizes)
-    high = max(0, m - n) + 1
-    inf = float("inf")
-    pad = [inf] * (high - low + 5)
-    # Sizes of the last one, two, three tokens before i and words before j (0 where there
-    # are none: the cell such a step comes from is unreachable anyway).
-    t = [0, 0, 0, *token_sizes]
-    w1 = [0, *word_sizes]
-    w2 = [0, 0, *(a + b for a, b in itertools.pairwise(word_sizes))]
-    w3 = [0, 0, 0, *(a + b for a, b in zip(w2[2:], word_sizes[2:], strict=False))]
-    rows = [pad, pad, pad, [*pad]]  # cost of reaching cell; row i is rows[i + 3]
-    rows[3][2 - low] = 0.0
-    how: list[list[int]] = [[]]
-    join = _JOIN_COST  # a local: the loop below is the hot path
-    for i in range(1, n + 1):
-        t1 = t[i + 2]
-        t2 = t1 + t[i + 1]
-        t3 = t2 + t[i]
-        r1, r2, r3 = rows[i + 2], rows[i + 1], rows[i]
-        row, got = [*pad], [0] * len(pad)
-        j = max(1, i + low)
-        for x in range(j - i - low + 2, min(m, i + high) - i - low + 3):
-            wj = w1[j]
-            best, step = r3[x + 2] + abs(t3 - wj), 0
-            if (c := r2[x + 1] + abs(t2 - wj)) < best:
-                best, step = c, 1
-            if (c := r1[x - 2] + abs(t1 - w3[j])) < best:
-                best, step = c, 2
-            if (c := r1[x - 1] + abs(t1 - w2[j])) < best:
-                best, step = c, 3
-            best += join
-            if (c := r1[x] + abs(t1 - wj)) < best:
-                best, step = c, 4
-            row[x], got[x] = best, step
-            j += 1
-        rows.append(row)
-        how.append(got)
-    return how if rows[n + 3][m - n - low + 2] < inf else None
+    The cost of reaching cell (i tokens, j words) is kept by rows of i, at ``j - i - low
+    + 2``, with the step (index into :data:`_STEPS`) that reaches it most cheaply.  Joins
+    move j - i down, splits up: a path stays within the net count of them, and one step
+    either side (a join and a split that cancel out): the band [low, high].  Each row keeps
+    two unreachable cells either side of the band, so a step from outside it reads
+    infinity; the steps are written out (this is the alignment's inner loop).  A row needs
+    only the three before it, so the rows of the first tokens are the whole clause's,
+    whatever the tokens after them (:meth:`settled` says how much of the path they fix)."""
+
+    def __init__(self, n: int, word_sizes: Sequence[int]) -> None:
+        m = len(word_sizes)
+        self.n, self.m = n, m
+        self.low = min(0, m - n) - 1
+        self.high = max(0, m - n) + 1
+        self._pad = [float("inf")] * (self.high - self.low + 5)
+        # Sizes of the last one, two, three tokens before i and words before j (0 where
+        # there are none: the cell such a step comes from is unreachable anyway).
+        self._t = [0, 0, 0]
+        self._w1 = [0, *word_sizes]
+        self._w2 = [0, 0, *(a + b for a, b in itertools.pairwise(word_sizes))]
+        self._w3 = [0, 0, 0, *(a + b for a, b in zip(self._w2[2:], word_sizes[2:], strict=False))]
+        self._rows = [self._pad, self._pad, self._pad, [*self._pad]]  # row i is rows[i + 3]
+        self._rows[3][2 - self.low] = 0.0
+        self.how: list[list[int]] = [[]]
+
+    @property
+    def done(self) -> int:
+        """Tokens whose rows are run."""
+        return len(self.how) - 1
+
+    def run(self, token_sizes: Sequence[int]) -> None:
+        """The rows of the next tokens (``token_sizes``: each said alone)."""
+        low, high, m, pad = self.low, self.high, self.m, self._pad
+        t, w1, w2, w3, rows = self._t, self._w1, self._w2, self._w3, self._rows
+        t.extend(token_sizes)
+        join = _JOIN_COST  # a local: the loop below is the hot path
+        for i in range(self.done + 1, self.done + len(token_sizes) + 1):
+            t1 = t[i + 2]
+            t2 = t1 + t[i + 1]
+            t3 = t2 + t[i]
+            r1, r2, r3 = rows[i + 2], rows[i + 1], rows[i]
+            row, got = [*pad], [0] * len(pad)
+            j = max(1, i + low)
+            for x in range(j - i - low + 2, min(m, i + high) - i - low + 3):
+                wj = w1[j]
+                best, step = r3[x + 2] + abs(t3 - wj), 0
+                if (c := r2[x + 1] + abs(t2 - wj)) < best:
+                    best, step = c, 1
+                if (c := r1[x - 2] + abs(t1 - w3[j])) < best:
+                    best, step = c, 2
+                if (c := r1[x - 1] + abs(t1 - w2[j])) < best:
+                    best, step = c, 3
+                best += join
+                if (c := r1[x] + abs(t1 - wj)) < best:
+                    best, step = c, 4
+                row[x], got[x] = best, step
+                j += 1
+            rows.append(row)
+            self.how.append(got)
+
+    def _back(self, cell: tuple[int, int]) -> tuple[int, int]:
+        """The cell the best step into ``cell`` comes from."""
+        i, j = cell
+        a, b = _STEPS[self.how[i][j - i - self.low + 2]]
+        return i - a, j - b
+
+    def settled(self) -> tuple[int, int]:
+        """The last cell that every path through the rows run so far passes through: the
+        alignment up to it is the whole clause's, whatever the tokens after (a streaming
+        Viterbi decoder's traceback).  The whole clause's path leaves the rows run from
+        one of the last three (a step joins up to three tokens); the paths back from
+        each of their reachable cells are followed, the furthest first, until they meet."""
+        inf, low = float("inf"), self.low
+        cells = {
+            (i, x + i + low - 2)
+            for i in range(max(0, self.done - 2), self.done + 1)
+            for x, cost in enumerate(self._rows[i + 3])
+            if cost < inf
+        }
+        while len(cells) > 1:
+            latest = max(cells)
+            cells.remove(latest)
+            cells.add(self._back(latest))
+        return cells.pop() if cells else (0, 0)
+
+    def ranges(self, i: int, j: int) -> list[tuple[int, int]]:
+        """Spoken words [lo, hi] of each of the first ``i`` tokens, on the path to (i, j)."""
+        out: list[tuple[int, int]] = [(0, 0)] * i
+        while i > 0:
+            a, b = _STEPS[self.how[i][j - i - self.low + 2]]
+            out[i - a : i] = [(j - b, j - 1)] * a
+            i, j = i - a, j - b
+        return out
+
+
+_SETTLE_LAG = 4
+"""Rows :meth:`WordWork.before` first runs past the tokens it needs, then more as needed:
+the settled cell trails the rows run by 5–9 over the prose of these docs (up to 24), but
+each token run costs espeak ~30 µs the first time it is met, and each try ~30 µs: on the
+docs' prose, 4 had the least first-packet cost of 2–12 cold and about the least warm."""
+
+
+class WordWork:
+    """The written words of one clause (:func:`written_words`), found in two parts when
+    its first packet waits for them: :meth:`before` gives the first words (all that start
+    before an id position: the first chunk's), :meth:`all` all of them, the same as one
+    call would have found.
+
+    The alignment is the costly part (and sizing tokens the phonemizer has not met, ~16
+    µs each): :meth:`before` runs its programme over the first tokens only (a few more
+    than the words that start before the position), and gives the words up to the cell
+    every path through those rows passes (:meth:`_Programme.settled`), so they are the
+    whole clause's.  :meth:`all` runs the rest, on the work item of the clause's next
+    chunk.  Not thread-safe; the stream calls it from one work item at a time."""
+
+    @classmethod
+    def of(
+        cls,
+        text: str,
+        word_spans: Sequence[tuple[int, int]],
+        ids: Ids,
+        kinds: IdKinds,
+        token_size: Callable[[str], int] | None = None,
+    ) -> WordWork:
+        """The work of a clause from its ids (its spoken words found here)."""
+        spoken, sounding, sizes = _spoken(ids, kinds)
+        return cls(text, word_spans, ids, spoken, kinds, token_size, (sounding, sizes))
+
+    def __init__(
+        self,
+        text: str,
+        word_spans: Sequence[tuple[int, int]],
+        ids: Ids,
+        spoken: Sequence[tuple[int, int]],
+        kinds: IdKinds,
+        token_size: Callable[[str], int] | None = None,
+        sounding: tuple[list[int], list[int]] | None = None,
+    ) -> None:
+        """``sounding``: the positions of the sounding ids (ascending) and each spoken
+        word's count of them, if known."""
+        # The frontend's words are \S+, whose whitespace is str.split's (word_spans follow it).
+        self._voiced = [
+            (token, span)
+            for token, span in zip(text.split(), word_spans, strict=False)
+            if token.isalnum() or _VOICED.search(token)  # most tokens are a bare word
+        ]
+        self._spoken = spoken
+        self._token_size = token_size
+        self._sizes: list[int] = []
+        self._sounding: list[int] = []
+        self._programme: _Programme | None = None
+        self._all: list[WrittenWord] | None = None
+        n = len(self._voiced)
+        if not spoken or not n:
+            self._all = []
+        elif n == len(spoken):
+            self._all = _merged(self._voiced, spoken)
+        else:
+            self._sounding, sizes = sounding or _spoken(ids, kinds)[1:]
+            if token_size is not None and reachable(n, len(spoken)):
+                self._programme = _Programme(n, sizes)
+            else:
+                self._all = self._recounted()
+
+    @property
+    def pending(self) -> bool:
+        """Whether :meth:`all` has work left."""
+        return self._all is None
+
+    def before(self, position: int) -> list[WrittenWord]:
+        """The clause's first written words: at least all that start before id
+        ``position``, in order, each as :meth:`all` has it."""
+        prog = self._programme
+        if self._all is not None or prog is None:
+            return self.all()
+        n, m = prog.n, prog.m
+        heard = bisect.bisect_left(self._spoken, (position,))  # spoken words before it
+        want = -(-heard * n // m) + 1  # about the tokens that say them, and one
+        rows = want + _SETTLE_LAG
+        while rows < n:
+            self._run(rows)
+            i, j = prog.settled()
+            # Past the words before the position (else the last token settled is not):
+            if j > heard:
+                words = _merged(self._voiced[:i], self._token_ids(prog.ranges(i, j)))
+                # The last may still merge with the tokens after: the ones before are whole.
+                if words and words[-1].start >= position:
+                    return words[:-1]
+            rows += max(2, want + 1 - i)
+        return self.all()
+
+    def all(self) -> list[WrittenWord]:
+        """All the clause's written words, in order."""
+        if self._all is None:
+            prog = self._programme
+            assert prog is not None
+            self._run(prog.n)
+            self._all = _merged(self._voiced, self._token_ids(prog.ranges(prog.n, prog.m)))
+        return self._all
+
+    def _run(self, rows: int) -> None:
+        prog, size = self._programme, self._token_size
+        assert prog is not None and size is not None
+        first = len(self._sizes)
+        more = [max(1, size(t)) for t, _ in self._voiced[first:rows]]
+        self._sizes.extend(more)
+        prog.run(more)
+
+    def _recounted(self) -> list[WrittenWord]:
+        """In proportion: no way to size the tokens, or more joins than a step makes."""
+        n, size = len(self._voiced), self._token_size
+        self._sizes = [
+            max(1, size(t) if size is not None else sum(c.isalnum() for c in t))
+            for t, _ in self._voiced
+        ]
+        return _merged(self._voiced, self._token_ids(_proportional(n, len(self._spoken))))
+
+    def _token_ids(self, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        return _token_ids(ranges, self._sizes, self._spoken, self._sounding)
 
 
 def written_words(
@@ -190,20 +387,13 @@ def written_words(
     that word's ids in proportion to their sizes.  Tokens with no letter or digit (a
     dash) are not spoken; consecutive tokens whose source spans overlap ("$49.95" said
     as five words) are one written word."""
-    if not spoken:
-        return []
-    # The frontend's words are \S+, whose whitespace is str.split's (word_spans follow it).
-    voiced = [
-        (token, span)
-        for token, span in zip(text.split(), word_spans, strict=False)
-        if token.isalnum() or _VOICED.search(token)  # most tokens are a bare word
-    ]
-    if not voiced:
-        return []
-    if len(voiced) == len(spoken):
-        placed = list(spoken)
-    else:
-        placed = _recounted([t for t, _ in voiced], ids, spoken, kinds, token_size)
+    return WordWork(text, word_spans, ids, spoken, kinds, token_size).all()
+
+
+def _merged(
+    voiced: Sequence[tuple[str, tuple[int, int]]], placed: Sequence[tuple[int, int]]
+) -> list[WrittenWord]:
+    """Tokens and their ids as written words: tokens whose spans or ids overlap are one."""
     out: list[WrittenWord] = []
     for (_, span), (a, b) in zip(voiced, placed, strict=True):
         if out and (span[0] < out[-1].span[1] or a < out[-1].end):
@@ -215,29 +405,11 @@ def written_words(
     return out
 
 
-def _recounted(
-    tokens: Sequence[str],
-    ids: Ids,
-    spoken: Sequence[tuple[int, int]],
-    kinds: IdKinds,
-    token_size: Callable[[str], int] | None,
-) -> list[tuple[int, int]]:
-    """Each token's id range when espeak's count of words differs from the text's."""
-    sounding = np.flatnonzero(kinds.sound[np.asarray(ids, dtype=np.int64)])
-    if token_size is not None:
-        sizes = [max(1, token_size(t)) for t in tokens]
-        ranges = align(sizes, word_sizes(sounding, spoken))
-    else:
-        sizes = [max(1, sum(c.isalnum() for c in t)) for t in tokens]
-        ranges = _proportional(len(tokens), len(spoken))
-    return _token_ids(ranges, sizes, spoken, sounding)
-
-
 def _token_ids(
     ranges: Sequence[tuple[int, int]],
     sizes: Sequence[int],
     spoken: Sequence[tuple[int, int]],
-    sounding: IntArray,
+    sounding: Sequence[int],
 ) -> list[tuple[int, int]]:
     """Each token's id range: its spoken words' ids; tokens that share the same spoken
     words split their sounding ids (``sounding``: the clause's, ascending) in proportion
@@ -253,7 +425,7 @@ def _token_ids(
             out.append((a, b))
             t = u
             continue
-        pos = sounding[sounding.searchsorted(a) : sounding.searchsorted(b)].tolist()
+        pos = sounding[bisect.bisect_left(sounding, a) : bisect.bisect_left(sounding, b)]
         total, cum, c0 = sum(sizes[t:u]), 0, 0
         for k in range(t, u):
             cum += sizes[k]
@@ -273,13 +445,10 @@ def _token_ids(
     return out
 
 
-def word_sizes(sounding: IntArray, spoken: Sequence[tuple[int, int]]) -> list[int]:
+def word_sizes(sounding: Sequence[int], spoken: Sequence[tuple[int, int]]) -> list[int]:
     """Sounding ids of each spoken word (the sizes :func:`align` compares); ``sounding``:
     the positions of the clause's sounding ids, ascending."""
-    ends = np.fromiter(itertools.chain.from_iterable(spoken), np.int64, 2 * len(spoken))
-    bounds = sounding.searchsorted(ends)
-    sizes: list[int] = (bounds[1::2] - bounds[::2]).tolist()
-    return sizes
+    return [bisect.bisect_left(sounding, b) - bisect.bisect_left(sounding, a) for a, b in spoken]
 
 
 IdTime = Callable[[int, bool], float]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -264,13 +264,17 @@ BARE = (
 )
 
 
-def _stream(runtime: Runtime, req: SpeechRequest) -> tuple[list[Chunk], dict[str, object]]:
+def _stream(
+    runtime: Runtime, req: SpeechRequest, seen: Callable[[Chunk], None] | None = None
+) -> tuple[list[Chunk], dict[str, object]]:
     async def run() -> tuple[list[Chunk], dict[str, object]]:
         service = Service(runtime)
         stream = await service.open_stream(req, door="test")
         chunks: list[Chunk] = []
 
         async def emit(chunk: Chunk) -> None:
+            if seen is not None:
+                seen(chunk)
             chunks.append(chunk)
 
         result = await stream.run(emit)
@@ -280,7 +284,11 @@ def _stream(runtime: Runtime, req: SpeechRequest) -> tuple[list[Chunk], dict[str
 
 
 def _with_costs(
-    runtime: Runtime, prior_s_per_id: float, text: str = BARE, **opts: Any
+    runtime: Runtime,
+    prior_s_per_id: float,
+    text: str = BARE,
+    seen: Callable[[Chunk], None] | None = None,
+    **opts: Any,
 ) -> tuple[list[Chunk], dict[str, object]]:
     """A long first sentence, noise off, with the prior's cost estimate pinned (what the
     warm-up measured on a quiet two-core box is ~1e-4 s per id)."""
@@ -289,7 +297,7 @@ def _with_costs(
     costs.prior_s_per_id, costs.first_decode_s = prior_s_per_id, 0.008
     try:
         req = SpeechRequest(text=text, noise_scale=0.0, noise_w=0.0, **opts)
-        return _stream(runtime, req)
+        return _stream(runtime, req, seen)
     finally:
         costs.prior_s_per_id, costs.first_decode_s = saved
 
@@ -356,6 +364,50 @@ def test_words_around_a_quick_starts_join(runtime: Runtime, speed: float, text: 
             assert c.offset_ms - 1e-6 <= w.offset_ms < c.offset_ms + c.duration_ms
     words = [w for c in chunks for w in c.words or ()]
     assert len(words) == len(text.split())
+    for w, nxt in itertools.pairwise(words):
+        assert w.offset_ms + w.duration_ms <= nxt.offset_ms + 1e-6, (w, nxt)
+
+
+COMMITTEE = (  # espeak says "on a", "to review", "for the" as one word each
+    "The committee met on a cold and windy morning to review the proposal for the new "
+    "library building, which would replace the old reading room that had served the "
+    "town for more than sixty years."
+)
+
+
+@pytest.mark.parametrize("prior_s_per_id", [1e-4, 1e-2])  # a quick start; encoded whole
+def test_a_first_sentences_later_words_are_found_after_its_first_chunk(
+    runtime: Runtime, prior_s_per_id: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Word timings cost the first packet only the first words' work (issue 29): before
+    the first chunk goes out, the alignment has sized the first tokens only; the rest are
+    found with the next chunk, and every word still comes with the chunk its sound
+    starts in, once, in order."""
+    ph = runtime.voices[runtime.default_voice].phonemizer
+    sized: list[str] = []
+    size = ph.word_size
+
+    def counting(token: str) -> int:
+        sized.append(token)
+        return size(token)
+
+    monkeypatch.setattr(ph, "word_size", counting)
+    at_first: list[int] = []
+
+    def seen(chunk: Chunk) -> None:
+        if chunk.seq == 0:
+            at_first.append(len(sized))
+
+    chunks, stats = _with_costs(runtime, prior_s_per_id, COMMITTEE, seen, word_timings=True)
+    assert stats["quick_start"] == (prior_s_per_id < 1e-3)
+    tokens = COMMITTEE.split()
+    assert 0 < at_first[0] <= len(tokens) // 2, (at_first, len(tokens))
+    assert sized == tokens  # each sized once, the rest after the first chunk
+    for c in chunks:
+        for w in c.words or ():
+            assert c.offset_ms - 1e-6 <= w.offset_ms < c.offset_ms + c.duration_ms
+    words = [w for c in chunks for w in c.words or ()]
+    assert [COMMITTEE[a:b] for a, b in (w.text_span for w in words)] == tokens
     for w, nxt in itertools.pairwise(words):
         assert w.offset_ms + w.duration_ms <= nxt.offset_ms + 1e-6, (w, nxt)
 

@@ -15,13 +15,15 @@ import pytest
 
 from appliance.core.wordtimes import (
     MAX_JOIN,
+    WordWork,
     _proportional,
     align,
+    reachable,
     spoken_words,
     word_sizes,
     written_words,
 )
-from appliance.text.phonemize import IdKinds
+from appliance.text.phonemize import ID_PAD, ID_SILENT, ID_SOUND, ID_SPACE, IdKinds
 
 SPACE, PAD, COMMA, END = 3, 0, 8, 2
 SILENT = {SPACE, PAD, COMMA, END}
@@ -170,6 +172,61 @@ def test_align_is_the_whole_table_programme_it_replaced(
         assert align(tokens, words) == reference_align(tokens, words), (tokens, words)
 
 
+def reference_reaches(n: int, m: int) -> bool:
+    """Whether the old programme's steps reach (n, m) within its band (a search)."""
+    low, high = min(0, m - n) - 1, max(0, m - n) + 1
+    seen, todo = {(0, 0)}, [(0, 0)]
+    while todo:
+        i, j = todo.pop()
+        for a, b, _ in _OLD_STEPS:
+            cell = (i + a, j + b)
+            if cell not in seen and cell[0] <= n and cell[1] <= m and low <= j + b - i - a <= high:
+                seen.add(cell)
+                todo.append(cell)
+    return n > 0 and m > 0 and (n, m) in seen
+
+
+def test_reachable_is_where_the_programme_can_end() -> None:
+    for n in range(0, 16):
+        for m in range(0, 16):
+            assert reachable(n, m) == reference_reaches(n, m), (n, m)
+
+
+def clause_of(tokens: list[int], words: list[int]) -> tuple[str, list[tuple[int, int]], list[int]]:
+    """A clause of tokens "t0 t1 ..." and its ids: each spoken word a gap, a pad and its
+    sounding ids (sizes as ``words``)."""
+    text = " ".join(f"t{k}" for k in range(len(tokens)))
+    spans = [m.span() for m in re.finditer(r"\S+", text)]
+    ids: list[int] = []
+    for size in words:
+        ids += [SPACE, PAD, *([20] * size)]
+    return text, spans, ids
+
+
+@pytest.mark.parametrize("make", [espeak_like, any_sizes])
+def test_the_first_words_are_the_whole_clauses(
+    make: Callable[[random.Random], tuple[list[int], list[int]]],
+) -> None:
+    """WordWork.before gives, before the first packet, the words that start before a
+    position exactly as the whole clause's alignment has them (and all of them)."""
+    rng = random.Random(290)
+    for _ in range(1500):
+        tokens, words = make(rng)
+        text, spans, ids = clause_of(tokens, words)
+        spoken = spoken_words(ids, KINDS)
+
+        def size(token: str, tokens: list[int] = tokens) -> int:
+            return tokens[int(token[1:])]
+
+        whole = written_words(text, spans, ids, spoken, KINDS, size)
+        for position in {0, rng.randint(0, len(ids)), len(ids)}:
+            work = WordWork(text, spans, ids, spoken, KINDS, size)
+            first = work.before(position)
+            assert first == whole[: len(first)], (tokens, words, position)
+            assert all(w in first for w in whole if w.start < position), (tokens, words, position)
+            assert work.all() == whole
+
+
 # -- spoken words and their sizes
 
 
@@ -177,9 +234,12 @@ def test_id_tables() -> None:
     assert KINDS.space.tolist()[:9] == [i == SPACE for i in range(9)]
     assert KINDS.pad.tolist()[:9] == [i == PAD for i in range(9)]
     assert KINDS.sound.tolist()[:10] == [i not in SILENT for i in range(10)]
+    codes = {SPACE: ID_SPACE, PAD: ID_PAD, COMMA: ID_SILENT, END: ID_SILENT}
+    assert KINDS.codes[:10] == tuple(codes.get(i, ID_SOUND) for i in range(10))
     # a gap or a pad never sounds, even if the silent ids leave it out
     kinds = IdKinds.of(8, space={1}, silent=set(), pad={2})
     assert kinds.sound.tolist() == [True, False, False, True, True, True, True, True]
+    assert kinds.codes == (ID_SOUND, ID_SPACE, ID_PAD, *[ID_SOUND] * 5)
     assert not kinds.sound.flags.writeable
     with pytest.raises(ValueError):
         IdKinds.of(8, space={1}, silent=set(), pad={1})
