@@ -11,7 +11,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from appliance.model.engine.onnx import OnnxVoiceModel
+    from appliance.voicetypes import Voice
 
 
 def start_daemon(
@@ -40,6 +44,25 @@ def start_daemon(
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError("daemon did not start")
+
+
+def bundled_model() -> tuple[OnnxVoiceModel, Voice]:
+    """The bundled voice in process, as the daemon cuts and caches it: its model (two
+    threads) and the voice (info, paths)."""
+    from appliance.model.engine.onnx import OnnxVoiceModel
+    from appliance.model.voices import bundled_voice_path, load_voice
+    from appliance.ops.paths import default_cache_dir
+
+    voice = load_voice("en_US-joe-medium", bundled_voice_path(), default_cache_dir())
+    model = OnnxVoiceModel.load(
+        voice.model_path,
+        voice.encoder_path,
+        voice.decoder_path,
+        voice.cut,
+        2,
+        flow=voice.flow_split,
+    )
+    return model, voice
 
 
 def peak_rss_mb(pid: int) -> float:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from appliance.clients.client import Client
-from bench.rig import start_daemon
+from bench.rig import bundled_model, start_daemon
 
 SPEED_TEXTS = [
     "Please turn on the kitchen lights.",
@@ -193,20 +193,9 @@ class _VoiceAt:
     voice itself re-timed to one speed and libsonic stretching the rest to another."""
 
     def __init__(self) -> None:
-        from appliance.model.engine.onnx import OnnxVoiceModel
-        from appliance.model.voices import bundled_voice_path, load_voice
-        from appliance.ops.paths import default_cache_dir
         from appliance.text.phonemize import Phonemizer
 
-        voice = load_voice("en_US-joe-medium", bundled_voice_path(), default_cache_dir())
-        self.model = OnnxVoiceModel.load(
-            voice.model_path,
-            voice.encoder_path,
-            voice.decoder_path,
-            voice.cut,
-            2,
-            flow=voice.flow_split,
-        )
+        self.model, voice = bundled_model()
         self.phonemizer = Phonemizer(voice.info)
         self.defaults = voice.info
 
