@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -42,8 +41,6 @@ from appliance.text.phonemize import ID_PAD, ID_SOUND, ID_SPACE, IdKinds
 
 Ids = Sequence[int] | IntArray
 
-_VOICED = re.compile(r"[^\W_]")
-"""A letter or digit: ``\\w`` is exactly ``str.isalnum`` and ``_`` (for every code point)."""
 
 
 def spoken_words(ids: Ids, kinds: IdKinds) -> list[tuple[int, int]]:
@@ -293,7 +290,7 @@ class WordWork:
         self._voiced = [
             (token, span)
             for token, span in zip(text.split(), word_spans, strict=False)
-            if token.isalnum() or _VOICED.search(token)  # most tokens are a bare word
+            if any(map(str.isalnum, token))  # a letter or digit
         ]
         self._spoken = spoken
         self._token_size = token_size
