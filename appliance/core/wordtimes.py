@@ -42,7 +42,6 @@ from appliance.text.phonemize import ID_PAD, ID_SOUND, ID_SPACE, IdKinds
 Ids = Sequence[int] | IntArray
 
 
-
 def spoken_words(ids: Ids, kinds: IdKinds) -> list[tuple[int, int]]:
     """Id ranges [i, j) of each spoken word, in order: from the pad just before its first
     sounding id (the voice's transition into it) to its last sounding id, between two word
