@@ -1,6 +1,7 @@
 """The word-timing passes that issue 29 made fast, held to what they replaced (copied
 here): the alignment of the text's tokens to espeak's words (against the whole-table
-programme), spoken words from the id tables (against the per-id loop), and the id tables
+programme, and its first words, found before the rest, against one call over the whole
+clause), spoken words from the id tables (against the per-id loop), and the id tables
 themselves (appliance.core.wordtimes, appliance.text.phonemize.IdKinds)."""
 
 from __future__ import annotations
