@@ -253,12 +253,13 @@ class WordWork:
     before an id position: the first chunk's), :meth:`all` all of them, the same as one
     call would have found.
 
-    The alignment is the costly part (and sizing tokens the phonemizer has not met, ~16
-    µs each): :meth:`before` runs its programme over the first tokens only (a few more
-    than the words that start before the position), and gives the words up to the cell
-    every path through those rows passes (:meth:`_Programme.settled`), so they are the
-    whole clause's.  :meth:`all` runs the rest, on the work item of the clause's next
-    chunk.  Not thread-safe; the stream calls it from one work item at a time."""
+    The alignment is the costly part (and sizing tokens the phonemizer has not met, ~10
+    µs each, 30–40 right after the model's runs): :meth:`before` runs its programme over
+    the first tokens only (a few more than the words that start before the position),
+    and gives the words up to the cell every path through those rows passes
+    (:meth:`_Programme.settled`), so they are the whole clause's.  :meth:`all` runs the
+    rest, on the work item of the clause's next chunk.  Not thread-safe; the stream calls
+    it from one work item at a time."""
 
     @classmethod
     def of(
