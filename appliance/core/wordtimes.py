@@ -53,8 +53,9 @@ def spoken_words(ids: Ids, kinds: IdKinds) -> list[tuple[int, int]]:
 
 
 def _spoken(ids: Ids, kinds: IdKinds) -> tuple[list[tuple[int, int]], list[int], list[int]]:
-    """:func:`spoken_words`, the positions of the sounding ids and each word's count of
-    them, in one pass over the ids (:attr:`IdKinds.codes`: see there why not numpy)."""
+    """:func:`spoken_words`, the positions of the sounding ids, and each word's count of
+    them (the sizes :func:`align` compares), in one pass over the ids
+    (:attr:`IdKinds.codes`: see there why not numpy)."""
     codes = kinds.codes
     spoken: list[tuple[int, int]] = []
     sounding: list[int] = []
@@ -440,12 +441,6 @@ def _token_ids(
             c0 = c1
         t = u
     return out
-
-
-def word_sizes(sounding: Sequence[int], spoken: Sequence[tuple[int, int]]) -> list[int]:
-    """Sounding ids of each spoken word (the sizes :func:`align` compares); ``sounding``:
-    the positions of the clause's sounding ids, ascending."""
-    return [bisect.bisect_left(sounding, b) - bisect.bisect_left(sounding, a) for a, b in spoken]
 
 
 IdTime = Callable[[int, bool], float]

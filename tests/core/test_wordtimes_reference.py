@@ -18,10 +18,10 @@ from appliance.core.wordtimes import (
     MAX_JOIN,
     WordWork,
     _proportional,
+    _spoken,
     align,
     reachable,
     spoken_words,
-    word_sizes,
     written_words,
 )
 from appliance.text.phonemize import ID_PAD, ID_SILENT, ID_SOUND, ID_SPACE, IdKinds
@@ -279,8 +279,10 @@ def test_spoken_words_are_the_per_id_loop_they_replaced() -> None:
     ],
 )
 def test_word_sizes_count_sounding_ids(ids: list[int], sizes: list[int]) -> None:
-    sounding = np.flatnonzero(KINDS.sound[np.asarray(ids)])
-    assert word_sizes(sounding, spoken_words(ids, KINDS)) == sizes
+    spoken, sounding, got = _spoken(ids, KINDS)
+    assert spoken == spoken_words(ids, KINDS)
+    assert sounding == np.flatnonzero(KINDS.sound[np.asarray(ids)]).tolist()
+    assert got == sizes
 
 
 @pytest.mark.parametrize(
