@@ -467,14 +467,13 @@ class SynthesisJob:
         if out.enc is None or not out.chunks:
             return None
         # A word goes with the chunk its first frame is in (to half a frame): one frame
-        # past the chunk's end leaves no doubt.  (A loop: numpy's calls right after the
-        # model's cost ~0.1 ms here.)
-        limit, frames = out.chunks[0][1] + 1, 0.0
-        for p, d in enumerate(out.enc.durations.tolist()):
+        # past the chunk's end leaves no doubt.  (The durations a Python float at a time,
+        # as far as the chunk: see wordtimes.FrameSums.)
+        limit, n = out.chunks[0][1] + 1, len(out.enc.durations)
+        for p, frames in enumerate(itertools.accumulate(out.enc.durations.data, initial=0.0)):
             if frames >= limit:
-                return p
-            frames += d
-        return len(out.ids) + 1
+                return p if p < n else None
+        return None
 
     def _next_ms(self) -> float:
         """Where the next speech starts in the output: after what was sent and what the
@@ -495,8 +494,7 @@ class SynthesisJob:
         if enc is None:  # a whole-clause voice: in proportion to the ids
             n = max(1, len(voiced.encoded.ids))
             return lambda p, after: voiced.at_ms(p / n * voiced.total, fm, lambda _: after)
-        # A list: indexing it gives a float, where an array would make a numpy scalar.
-        cum = list(itertools.accumulate(enc.durations.tolist(), initial=0.0))
+        cum = wordtimes.FrameSums(enc.durations)
         return lambda p, after: voiced.at_ms(cum[p], fm, lambda _: after)
 
     def _quick_time(self, quick: QuickStart, start_ms: float) -> wordtimes.IdTime:

@@ -16,10 +16,11 @@ prosody, breaks and clause pauses are in that mapping, not here).
 
 A request's first clause does this on its first packet's path (issue 29: ≤ +0.5 ms), so
 :class:`WordWork` finds there only the words its first chunk needs, exactly as the whole
-clause's alignment has them, and the rest with its next chunk; the passes over ids are
-one Python loop over the voice's id kinds (right after the model's runs, numpy's calls
-cost more than the work); the alignment, only run where espeak's count of words differs
-from the text's, is a tight loop.
+clause's alignment has them, and the rest with its next chunk.  The ids are read as one
+string of their kinds, a byte each, searched by ``bytes``' and ``re``'s C loops as far
+as the first words need (right after the model's runs, a Python loop over a long
+clause's ids, or numpy's calls, cost more than the work); the alignment, only run where
+espeak's count of words differs from the text's, is a tight loop.
 
 Bounds: the passes over ids and tokens are linear in the clause's ids and words; the
 alignment is its tokens × (3 + |tokens − words|) cells, five steps each (:func:`align`; a
@@ -31,13 +32,14 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from appliance.speech import IntArray, Word
-from appliance.text.phonemize import ID_PAD, ID_SOUND, ID_SPACE, IdKinds
+from appliance.speech import FloatArray, IntArray, Word
+from appliance.text.phonemize import ID_PAD, ID_SILENT, ID_SOUND, ID_SPACE, IdKinds
 
 Ids = Sequence[int] | IntArray
 
@@ -49,38 +51,55 @@ def spoken_words(ids: Ids, kinds: IdKinds) -> list[tuple[int, int]]:
 
     The pad is in because the sound starts there: against pocketsphinx's word starts, the
     first sounding id is ~55 ms late on average, its pad ~32 ms (tests/doors/v1)."""
-    return _spoken(ids, kinds)[0]
+    kinds_string, sizes = _spoken(ids, kinds)
+    return _SpokenWords(kinds_string, len(sizes)).all()
 
 
-def _spoken(ids: Ids, kinds: IdKinds) -> tuple[list[tuple[int, int]], list[int], list[int]]:
-    """:func:`spoken_words`, the positions of the sounding ids, and each word's count of
-    them (the sizes :func:`align` compares), in one pass over the ids
-    (:attr:`IdKinds.codes`: see there why not numpy)."""
-    codes = kinds.codes
-    spoken: list[tuple[int, int]] = []
-    sounding: list[int] = []
-    sizes: list[int] = []
-    lo = hi = gap = -1
-    size = prev = 0
-    for k, i in enumerate(ids.tolist() if isinstance(ids, np.ndarray) else ids):
-        kind = codes[i]
-        if kind == ID_SOUND:
-            sounding.append(k)
-            if lo < 0:  # a word's first sound: from the pad before it, in its own stretch
-                lo = k - 1 if k - 1 > gap and prev == ID_PAD else k
-                size = 0
-            hi = k + 1
-            size += 1
-        elif kind == ID_SPACE:
-            if lo >= 0:
-                spoken.append((lo, hi))
-                sizes.append(size)
-            lo, gap = -1, k
-        prev = kind
-    if lo >= 0:
-        spoken.append((lo, hi))
-        sizes.append(size)
-    return spoken, sounding, sizes
+_SPOKEN = re.compile(b"%s?%s(?:[^%s]*%s)?" % (ID_PAD, ID_SOUND, ID_SPACE, ID_SOUND))
+"""A spoken word in a clause's kinds (:meth:`IdKinds.string`): its first sounding id (and
+the pad right before it) to its last, with no word gap between."""
+_NOT_SOUNDS = ID_SILENT + ID_PAD
+"""Deleted, a clause's kinds split at its gaps into each spoken word's sounding ids."""
+
+
+def _spoken(ids: Ids, kinds: IdKinds) -> tuple[bytes, list[int]]:
+    """The clause's kinds as one string (:meth:`IdKinds.string`: C loops, where a Python loop
+    over a long clause's ids cost more than the rest of its first packet's word work),
+    and each spoken word's count of sounding ids (the sizes :func:`align` compares)."""
+    string = kinds.string(ids.tolist() if isinstance(ids, np.ndarray) else ids)
+    return string, list(map(len, string.translate(None, _NOT_SOUNDS).split()))
+
+
+class _SpokenWords:
+    """A clause's spoken words (:func:`spoken_words`), each found when first asked for: a
+    first packet needs a long clause's first few, the rest come with its next chunk."""
+
+    def __init__(self, kinds: bytes, count: int) -> None:
+        """``kinds``: the clause's (:meth:`IdKinds.string`), with ``count`` spoken words."""
+        self.kinds = kinds
+        self._count = count
+        self._found: list[tuple[int, int]] = []
+        self._more = _SPOKEN.finditer(kinds)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, k: int) -> tuple[int, int]:
+        found = self._found
+        while len(found) <= k:
+            found.append(next(self._more).span())
+        return found[k]
+
+    def starting_before(self, position: int) -> int:
+        """How many start before id ``position``."""
+        found = self._found
+        while len(found) < self._count and (not found or found[-1][0] < position):
+            found.append(next(self._more).span())
+        return bisect.bisect_left(found, (position,))
+
+    def all(self) -> list[tuple[int, int]]:
+        self._found.extend(m.span() for m in self._more)
+        return self._found
 
 
 @dataclass(frozen=True)
@@ -206,30 +225,35 @@ class _Programme:
             rows.append(row)
             self.how.append(got)
 
-    def _back(self, cell: tuple[int, int]) -> tuple[int, int]:
-        """The cell the best step into ``cell`` comes from."""
-        i, j = cell
-        a, b = _STEPS[self.how[i][j - i - self.low + 2]]
-        return i - a, j - b
-
     def settled(self) -> tuple[int, int]:
         """The last cell that every path through the rows run so far passes through: the
         alignment up to it is the whole clause's, whatever the tokens after (a streaming
         Viterbi decoder's traceback).  The whole clause's path leaves the rows run from
         one of the last three (a step joins up to three tokens); the paths back from
-        each of their reachable cells are followed, the furthest first, until they meet."""
-        inf, low = float("inf"), self.low
-        cells = {
-            (i, x + i + low - 2)
-            for i in range(max(0, self.done - 2), self.done + 1)
-            for x, cost in enumerate(self._rows[i + 3])
-            if cost < inf
-        }
-        while len(cells) > 1:
-            latest = max(cells)
-            cells.remove(latest)
-            cells.add(self._back(latest))
-        return cells.pop() if cells else (0, 0)
+        each of their reachable cells are followed back a row at a time, the latest row
+        first, until one cell is left (in the row's own offsets: a cell's step is read
+        where it was written, with no tuple per cell)."""
+        inf, low, how = float("inf"), self.low, self.how
+        rows: dict[int, set[int]] = {}  # row i → offsets x of the cells left in it
+        left = 0
+        for i in range(max(0, self.done - 2), self.done + 1):
+            frontier = {x for x, cost in enumerate(self._rows[i + 3]) if cost < inf}
+            rows[i], left = frontier, left + len(frontier)
+        if not left:
+            return (0, 0)
+        i = self.done
+        while left > 1:
+            for x in rows.pop(i) if i in rows else ():
+                left -= 1
+                a, b = _STEPS[how[i][x]]
+                back = rows.setdefault(i - a, set())
+                y = x + a - b  # the offset of (i - a, j - b)
+                if y not in back:
+                    back.add(y)
+                    left += 1
+            i -= 1
+        i, last = next((r, xs) for r, xs in rows.items() if xs)
+        return i, last.pop() + i + low - 2
 
     def ranges(self, i: int, j: int) -> list[tuple[int, int]]:
         """Spoken words [lo, hi] of each of the first ``i`` tokens, on the path to (i, j)."""
@@ -271,45 +295,36 @@ class WordWork:
         kinds: IdKinds,
         token_size: Callable[[str], int] | None = None,
     ) -> WordWork:
-        """The work of a clause from its ids (its spoken words found here)."""
-        spoken, sounding, sizes = _spoken(ids, kinds)
-        return cls(text, word_spans, ids, spoken, kinds, token_size, (sounding, sizes))
+        """The work of a clause (``text``, its tokens' source spans) from its ids; with
+        ``token_size`` (a token's sounding ids said alone), the tokens are aligned where
+        espeak's count of words differs from the text's, else in proportion."""
+        kinds_string, sizes = _spoken(ids, kinds)
+        return cls(text, word_spans, _SpokenWords(kinds_string, len(sizes)), sizes, token_size)
 
     def __init__(
         self,
         text: str,
         word_spans: Sequence[tuple[int, int]],
-        ids: Ids,
-        spoken: Sequence[tuple[int, int]],
-        kinds: IdKinds,
-        token_size: Callable[[str], int] | None = None,
-        sounding: tuple[list[int], list[int]] | None = None,
+        spoken: _SpokenWords,
+        sizes: list[int],
+        token_size: Callable[[str], int] | None,
     ) -> None:
-        """``sounding``: the positions of the sounding ids (ascending) and each spoken
-        word's count of them, if known."""
-        # The frontend's words are \S+, whose whitespace is str.split's (word_spans follow it).
-        self._voiced = [
-            (token, span)
-            for token, span in zip(text.split(), word_spans, strict=False)
-            if any(map(str.isalnum, token))  # a letter or digit
-        ]
+        """``sizes``: each spoken word's count of sounding ids."""
+        self._voiced = _voiced(text, word_spans)
         self._spoken = spoken
         self._token_size = token_size
         self._sizes: list[int] = []
-        self._sounding: list[int] = []
         self._programme: _Programme | None = None
         self._all: list[WrittenWord] | None = None
-        n = len(self._voiced)
-        if not spoken or not n:
+        n, m = len(self._voiced), len(spoken)
+        if not m or not n:
             self._all = []
-        elif n == len(spoken):
-            self._all = _merged(self._voiced, spoken)
+        elif n == m:
+            self._all = _merged(self._voiced, spoken.all())
+        elif token_size is not None and reachable(n, m):
+            self._programme = _Programme(n, sizes)
         else:
-            self._sounding, sizes = sounding or _spoken(ids, kinds)[1:]
-            if token_size is not None and reachable(n, len(spoken)):
-                self._programme = _Programme(n, sizes)
-            else:
-                self._all = self._recounted()
+            self._all = self._recounted()
 
     @property
     def pending(self) -> bool:
@@ -323,7 +338,7 @@ class WordWork:
         if self._all is not None or prog is None:
             return self.all()
         n, m = prog.n, prog.m
-        heard = bisect.bisect_left(self._spoken, (position,))  # spoken words before it
+        heard = self._spoken.starting_before(position)
         want = -(-heard * n // m) + 1  # about the tokens that say them, and one
         rows = want + _SETTLE_LAG
         while rows < n:
@@ -365,27 +380,43 @@ class WordWork:
         return _merged(self._voiced, self._token_ids(_proportional(n, len(self._spoken))))
 
     def _token_ids(self, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-        return _token_ids(ranges, self._sizes, self._spoken, self._sounding)
+        return _token_ids(ranges, self._sizes, self._spoken)
+
+
+_SILENT_TOKEN = re.compile(r"(?<!\S)(?:[^\w\s]|_)+(?!\S)")
+"""A token with no letter or digit (``re``'s \\w is ``str.isalnum`` and "_", its \\s is
+``str.isspace``, as ``str.split``'s)."""
+
+
+def _voiced(text: str, word_spans: Sequence[tuple[int, int]]) -> list[tuple[str, tuple[int, int]]]:
+    """The clause's tokens that say something (a letter or digit), with their spans.
+
+    The frontend's tokens are \\S+, whose whitespace is ``str.split``'s (``word_spans``
+    follow it).  Most clauses have no silent token: one search finds that, where a test
+    per token cost ~1 µs each on the first packet's path."""
+    tokens = zip(text.split(), word_spans, strict=False)
+    if _SILENT_TOKEN.search(text) is None:
+        return list(tokens)
+    return [(token, span) for token, span in tokens if any(map(str.isalnum, token))]
 
 
 def written_words(
     text: str,
     word_spans: Sequence[tuple[int, int]],
     ids: Ids,
-    spoken: Sequence[tuple[int, int]],
     kinds: IdKinds,
     token_size: Callable[[str], int] | None = None,
 ) -> list[WrittenWord]:
     """The clause's written words in order, each with its source span and its ids.
 
     ``text``/``word_spans``: the clause's text and the source span of each of its tokens;
-    ``ids``/``spoken``: its ids and spoken words (:func:`spoken_words`); ``token_size``: a
-    token's sounding ids said alone, for when espeak's count differs from the text's
-    (:func:`align`; without it, in proportion).  Tokens espeak said as one word share
-    that word's ids in proportion to their sizes.  Tokens with no letter or digit (a
-    dash) are not spoken; consecutive tokens whose source spans overlap ("$49.95" said
-    as five words) are one written word."""
-    return WordWork(text, word_spans, ids, spoken, kinds, token_size).all()
+    ``ids``: its ids; ``token_size``: a token's sounding ids said alone, for when espeak's
+    count of words (:func:`spoken_words`) differs from the text's (:func:`align`; without
+    it, in proportion).  Tokens espeak said as one word share that word's ids in
+    proportion to their sizes.  Tokens with no letter or digit (a dash) are not spoken;
+    consecutive tokens whose source spans overlap ("$49.95" said as five words) are one
+    written word."""
+    return WordWork.of(text, word_spans, ids, kinds, token_size).all()
 
 
 def _merged(
@@ -406,12 +437,10 @@ def _merged(
 def _token_ids(
     ranges: Sequence[tuple[int, int]],
     sizes: Sequence[int],
-    spoken: Sequence[tuple[int, int]],
-    sounding: Sequence[int],
+    spoken: _SpokenWords,
 ) -> list[tuple[int, int]]:
     """Each token's id range: its spoken words' ids; tokens that share the same spoken
-    words split their sounding ids (``sounding``: the clause's, ascending) in proportion
-    to their sizes."""
+    words split their sounding ids in proportion to their sizes."""
     out: list[tuple[int, int]] = []
     t = 0
     while t < len(ranges):
@@ -423,7 +452,8 @@ def _token_ids(
             out.append((a, b))
             t = u
             continue
-        pos = sounding[bisect.bisect_left(sounding, a) : bisect.bisect_left(sounding, b)]
+        kinds, sound = spoken.kinds, ID_SOUND[0]
+        pos = [k for k in range(a, b) if kinds[k] == sound]
         total, cum, c0 = sum(sizes[t:u]), 0, 0
         for k in range(t, u):
             cum += sizes[k]
@@ -441,6 +471,26 @@ def _token_ids(
             c0 = c1
         t = u
     return out
+
+
+class FrameSums:
+    """Frames before each id position of a clause (at ``len(durations)``: all of them),
+    summed only as far as asked: the words a first chunk carries need only the first
+    sums.  The durations are read through a ``memoryview``, a Python float at a time:
+    a long clause's whole list (a float object per id) cost ~0.05 ms right after the
+    model's runs, and numpy's scalars and calls more than the sums."""
+
+    def __init__(self, durations: FloatArray) -> None:
+        self._durations = durations.data
+        self._sums = [0.0]
+
+    def __getitem__(self, p: int) -> float:
+        sums = self._sums
+        if p >= len(sums):
+            more = itertools.accumulate(self._durations[len(sums) - 1 : p], initial=sums[-1])
+            next(more)  # the last sum, already in
+            sums.extend(more)
+        return sums[p]
 
 
 IdTime = Callable[[int, bool], float]

@@ -8,9 +8,11 @@ import json
 import re
 from functools import cache
 
+import numpy as np
 import pytest
 
 from appliance.core.wordtimes import (
+    FrameSums,
     WrittenWord,
     spoken_words,
     timed_words,
@@ -50,8 +52,7 @@ def words_for(text: str) -> list[tuple[str, int, int]]:
     base = 0
     for c in prepare(text, "en_US", LIMITS):
         ids = ph.ids(c.text).tolist()
-        spoken = spoken_words(ids, ph.kinds)
-        for w in written_words(c.text, c.word_spans, ids, spoken, ph.kinds, ph.word_size):
+        for w in written_words(c.text, c.word_spans, ids, ph.kinds, ph.word_size):
             out.append((text[w.span[0] : w.span[1]], base + w.start, base + w.end))
         base += len(ids)
     return out
@@ -97,7 +98,7 @@ def test_a_count_espeak_disagrees_with_still_tiles_in_order() -> None:
             ids += [SPACE, PAD, 20 + k, PAD, 30 + k]
         spoken = spoken_words(ids, KINDS)
         assert len(spoken) == n_spoken
-        words = written_words(text, spans, ids, spoken, KINDS)
+        words = written_words(text, spans, ids, KINDS)
         assert words[0].start == spoken[0][0] and words[-1].end == spoken[-1][1]
         for w, nxt in itertools.pairwise(words):
             assert w.end <= nxt.start and w.span[1] <= nxt.span[0]
@@ -134,6 +135,20 @@ def test_times_come_from_the_id_map() -> None:
         return p * 10.0 + (100.0 if p > 6 or (p == 6 and start) else 0.0)
 
     assert timed_words(words, at) == [Word((0, 2), 10.0, 20.0), Word((3, 9), 160.0, 50.0)]
+
+
+@pytest.mark.parametrize("step", [1, 2])  # the model's array, or a strided view of one
+def test_frame_sums_are_the_running_sums_read_as_far_as_asked(step: int) -> None:
+    rng = np.random.default_rng(29)
+    for _ in range(200):
+        durations = rng.integers(0, 6, size=rng.integers(0, 40) * step).astype(np.float32)
+        durations = durations[::step]
+        want = [0.0, *itertools.accumulate(durations.tolist())]
+        sums = FrameSums(durations)
+        asked = rng.integers(0, len(want), size=5).tolist()
+        for p in asked:
+            assert sums[p] == want[p]
+        assert sums._sums == want[: max(asked) + 1]  # no further
 
 
 def test_heard_is_the_words_whose_sound_ended() -> None:

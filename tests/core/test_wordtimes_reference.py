@@ -19,6 +19,7 @@ from appliance.core.wordtimes import (
     WordWork,
     _proportional,
     _spoken,
+    _voiced,
     align,
     reachable,
     spoken_words,
@@ -214,14 +215,13 @@ def test_the_first_words_are_the_whole_clauses(
     for _ in range(1500):
         tokens, words = make(rng)
         text, spans, ids = clause_of(tokens, words)
-        spoken = spoken_words(ids, KINDS)
 
         def size(token: str, tokens: list[int] = tokens) -> int:
             return tokens[int(token[1:])]
 
-        whole = written_words(text, spans, ids, spoken, KINDS, size)
+        whole = written_words(text, spans, ids, KINDS, size)
         for position in {0, rng.randint(0, len(ids)), len(ids)}:
-            work = WordWork(text, spans, ids, spoken, KINDS, size)
+            work = WordWork.of(text, spans, ids, KINDS, size)
             first = work.before(position)
             assert first == whole[: len(first)], (tokens, words, position)
             assert all(w in first for w in whole if w.start < position), (tokens, words, position)
@@ -244,6 +244,11 @@ def test_id_tables() -> None:
     assert not kinds.sound.flags.writeable
     with pytest.raises(ValueError):
         IdKinds.of(8, space={1}, silent=set(), pad={1})
+    # A clause's kinds a byte each, whether its ids fit in a byte (a translate table) or not
+    for size in (8, 300):
+        kinds = IdKinds.of(size, space={1}, silent={3}, pad={2})
+        ids = [0, 1, 2, 3, 7, size - 1]
+        assert kinds.string(ids) == b"".join(kinds.codes[i] for i in ids) == b"s p.ss"
 
 
 def random_ids(rng: random.Random) -> list[int]:
@@ -268,6 +273,8 @@ def test_spoken_words_are_the_per_id_loop_they_replaced() -> None:
         want = reference_spoken_words(ids, is_space, is_sound, is_pad)
         assert spoken_words(ids, KINDS) == want, ids
         assert spoken_words(np.asarray(ids, dtype=np.int64), KINDS) == want, ids
+        sizes = [sum(is_sound(i) for i in ids[a:b]) for a, b in want]
+        assert _spoken(ids, KINDS)[1] == sizes, ids
 
 
 @pytest.mark.parametrize(
@@ -279,9 +286,11 @@ def test_spoken_words_are_the_per_id_loop_they_replaced() -> None:
     ],
 )
 def test_word_sizes_count_sounding_ids(ids: list[int], sizes: list[int]) -> None:
-    spoken, sounding, got = _spoken(ids, KINDS)
-    assert spoken == spoken_words(ids, KINDS)
-    assert sounding == np.flatnonzero(KINDS.sound[np.asarray(ids)]).tolist()
+    kinds, got = _spoken(ids, KINDS)
+    assert kinds == b"".join(KINDS.codes[i] for i in ids)
+    assert [k for k in range(len(ids)) if kinds[k : k + 1] == ID_SOUND] == np.flatnonzero(
+        KINDS.sound[np.asarray(ids)]
+    ).tolist()
     assert got == sizes
 
 
@@ -301,5 +310,21 @@ def test_tokens_are_whitespace_separated_with_a_letter_or_digit(
     ids: list[int] = []
     for k in range(len(voiced)):
         ids += [SPACE, PAD, 20 + k, PAD]
-    words = written_words(text, spans, ids, spoken_words(ids, KINDS), KINDS)
+    words = written_words(text, spans, ids, KINDS)
     assert [text[w.span[0] : w.span[1]] for w in words] == voiced
+
+
+def test_voiced_tokens_are_the_per_token_test_they_replaced() -> None:
+    """One search says whether a clause has a token with nothing to say; the tokens are
+    then those with a letter or digit, as the per-token test had them."""
+    pool = ["a", "7", "²", "Ⅻ", "é", "_", "-", "—", ".", "'", " ", "\u00a0", "\n", "\u3000"]
+    rng = random.Random(29)
+    for _ in range(3000):
+        text = "".join(rng.choice(pool) for _ in range(rng.randint(0, 12)))
+        spans = [m.span() for m in re.finditer(r"\S+", text)]
+        want = [
+            (token, span)
+            for token, span in zip(text.split(), spans, strict=True)
+            if any(map(str.isalnum, token))
+        ]
+        assert _voiced(text, spans) == want, repr(text)
