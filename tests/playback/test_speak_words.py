@@ -81,7 +81,10 @@ def test_heard_after_a_newer_message_cuts_it(speaker_daemon: Daemon) -> None:
     with Wire(speaker_daemon.socket) as w:
         w.send({"op": "speak", "id": 1, "text": TEXT, "priority": "text", "word_timings": True})
         w.until(1, ("started",))
-        time.sleep(0.8)
+        # The second word's sound has started, so the first was played whole: a fixed
+        # sleep left too little margin where the first chunk came late (a slow box).
+        w.until(1, ("word",))
+        w.until(1, ("word",))
         w.send({"op": "speak", "id": 2, "text": "Important news.", "priority": "message"})
         end = w.until(1)[-1]
         w.until(2)
