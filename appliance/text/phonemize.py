@@ -159,9 +159,9 @@ gap is a space, so a clause's kinds split at its word gaps)."""
 @dataclass(frozen=True)
 class IdKinds:
     """Which ids are word gaps, a word's own sound and pads, as tables indexed by id: a
-    whole id array looked up at once (``kinds.sound[ids]``), or one id at a time in a
-    Python loop (``codes``) where calling :meth:`Phonemizer.is_sound` per id costs ~0.1
-    µs each.  A gap or a pad never sounds, and a pad is no gap."""
+    whole id array looked up at once (``kinds.sound[ids]``), or a clause's ids read as
+    one string of kinds (:meth:`string`), where calling :meth:`Phonemizer.is_sound` per
+    id costs ~0.1 µs each.  A gap or a pad never sounds, and a pad is no gap."""
 
     space: BoolTable
     sound: BoolTable
