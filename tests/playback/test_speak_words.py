@@ -88,6 +88,6 @@ def test_heard_after_a_newer_message_cuts_it(speaker_daemon: Daemon) -> None:
         w.send({"op": "speak", "id": 2, "text": "Important news.", "priority": "message"})
         end = w.until(1)[-1]
         w.until(2)
-    assert end["event"] == "end" and end["interrupted"] is True
+    assert end["event"] == "end" and end["interrupted"] is True, end
     a, b = end["heard"]
     assert a == 0 and 0 < b < len(TEXT)
