@@ -461,7 +461,7 @@ class Service:
         if speak_key is not None and not self._speaker.is_set():
             await self._speaker.wait()  # start-up: the speaker is still starting
         try:
-            voice, sid = self._admit(req)
+            voice, sid = self._admit(req, speak=speak_key is not None)
         except ServiceError as exc:
             self.record_error(exc.code)
             raise
@@ -481,7 +481,7 @@ class Service:
         stream.job = SynthesisJob(voice, queue, settings, self.runtime.scheduler, jstats)
         return stream
 
-    def _admit(self, req: SpeechRequest) -> tuple[VoiceRuntime, int | None]:
+    def _admit(self, req: SpeechRequest, speak: bool) -> tuple[VoiceRuntime, int | None]:
         """The checks before any work: shutting down, the request's own fields, the
         daemon-wide cap, the voice and speaker, admission (``busy``)."""
         if self.stopping:
@@ -498,7 +498,7 @@ class Service:
                 ErrorCode.BAD_REQUEST, "text_format 'ssml' cannot be used with text_stream"
             )
         voice, sid = self.resolve_voice(req.voice, req.speaker, req.language)
-        if req.realtime:
+        if req.realtime and not (speak and self._cuts_speech(req.priority)):
             # Batch requests are always taken: they only use time no stream needs.
             decision = self.admit()
             if not decision.admit:
@@ -508,6 +508,14 @@ class Service:
                     retry_after_ms=decision.retry_after_ms,
                 )
         return voice, sid
+
+    def _cuts_speech(self, priority: str) -> bool:
+        """A ``speak`` that will cut what is speaking takes that speech's place: the cut
+        one stops producing at its next chunk, so admitting it adds no load.  Refusing it
+        as ``busy`` would leave the late speech it was sent to silence playing on (a
+        screen reader's message behind the text it interrupts)."""
+        player = self.runtime.player
+        return player is not None and player.cuts(priority)
 
     def _settings(
         self, req: SpeechRequest, voice: VoiceRuntime, sid: int | None, speak: bool

@@ -328,6 +328,12 @@ class Player:
             self._end(u, reason)
         return utt
 
+    def cuts(self, priority: str) -> bool:
+        """Whether a request of ``priority`` submitted now would cut what is speaking (the
+        service admits such a ``speak`` in that speech's place: appliance.core.service)."""
+        with self._lock:
+            return self._state == "ok" and self._queue.cuts(priority)
+
     def _cancel(self, utt: Utterance) -> None:
         with self._lock:
             if self._queue.current is utt or self._playing is utt:

@@ -53,6 +53,14 @@ ORDER: tuple[Priority, ...] = (
     Priority.PROGRESS,
 )
 _CUT_BY_MESSAGE_OR_TEXT = frozenset({Priority.TEXT, Priority.NOTIFICATION, Priority.PROGRESS})
+# What a speaking item of each priority is cut by (a notification only when it is admitted).
+_CUTS: dict[Priority, frozenset[Priority]] = {
+    Priority.IMPORTANT: frozenset(ORDER) - {Priority.IMPORTANT},
+    Priority.MESSAGE: _CUT_BY_MESSAGE_OR_TEXT,
+    Priority.TEXT: _CUT_BY_MESSAGE_OR_TEXT,
+    Priority.NOTIFICATION: frozenset({Priority.NOTIFICATION}),
+    Priority.PROGRESS: frozenset({Priority.NOTIFICATION}),
+}
 
 
 @dataclass
@@ -107,29 +115,38 @@ class SpeechQueue(Generic[T]):
 
     # --- arrival ----------------------------------------------------------------------------
 
+    def cuts(self, priority: Priority | str) -> bool:
+        """Whether an arrival of ``priority`` now would cut the speaking item (a question
+        only: nothing changes)."""
+        p = Priority(priority)
+        if self.current_priority not in _CUTS[p]:
+            return False
+        return p is not Priority.NOTIFICATION or not self._others_waiting()
+
+    def _others_waiting(self) -> bool:
+        """Something other than a notification is waiting or held."""
+        return self._held is not None or any(
+            self._waiting[q] for q in ORDER if q is not Priority.NOTIFICATION
+        )
+
     def submit(self, item: T, priority: Priority | str) -> Admission[T]:
         p = Priority(priority)
         speaking = self.current_priority
-        cut_current = False
+        cut_current = self.cuts(p)
         dropped: list[T] = []
 
         if p is Priority.IMPORTANT:
-            cut_current = speaking is not None and speaking is not Priority.IMPORTANT
             dropped += self._drain(Priority.NOTIFICATION, Priority.PROGRESS)
         elif p in (Priority.MESSAGE, Priority.TEXT):
-            cut_current = speaking in _CUT_BY_MESSAGE_OR_TEXT
             drain = [Priority.NOTIFICATION, Priority.PROGRESS, Priority.TEXT]
             dropped += self._drain(*drain)
         elif p is Priority.NOTIFICATION:
-            others_waiting = self._held is not None or any(
-                self._waiting[q] for q in ORDER if q is not Priority.NOTIFICATION
-            )
-            if (speaking is not None and speaking is not Priority.NOTIFICATION) or others_waiting:
+            if (
+                speaking is not None and speaking is not Priority.NOTIFICATION
+            ) or self._others_waiting():
                 return Admission(accepted=False, position=-1)
-            cut_current = speaking is Priority.NOTIFICATION
             dropped += self._drain(Priority.NOTIFICATION)
         else:  # progress
-            cut_current = speaking is Priority.NOTIFICATION
             dropped += self._drain(Priority.NOTIFICATION)
             busy = (speaking is not None and not cut_current) or any(
                 self._waiting[q] for q in ORDER

@@ -181,3 +181,25 @@ def test_unknown_priority_is_rejected() -> None:
     q: SpeechQueue[Msg] = SpeechQueue()
     with pytest.raises(ValueError):
         q.submit(Msg("x"), "urgent")
+
+
+@pytest.mark.parametrize("speaking", [None, *Priority])
+@pytest.mark.parametrize("waiting", [None, *Priority])
+@pytest.mark.parametrize("arriving", list(Priority))
+def test_cuts_answers_what_submit_then_does(
+    speaking: Priority | None, waiting: Priority | None, arriving: Priority
+) -> None:
+    """The service asks ``cuts`` before admission (a speak that cuts what is speaking
+    takes its place): the answer must be what the arrival then does."""
+    q: SpeechQueue[Msg] = SpeechQueue()
+    if speaking is not None:
+        speak(q, "speaking", speaking)
+        q.next()
+    if waiting is not None:
+        speak(q, "waiting", waiting)
+    before = (q.current, order(q))
+    predicted = q.cuts(arriving)
+    assert (q.current, order(q)) == before  # a question only
+    _, adm = speak(q, "arriving", arriving)
+    assert predicted == (adm.cut is not None)
+    assert adm.cut is None or adm.cut.name == "speaking"
