@@ -44,7 +44,7 @@ from appliance.ops import memory
 from appliance.ops.activation import ActivationError, activated_unix_listener, listen_fds
 from appliance.ops.config import LIVE_KEYS, Config, ConfigError, flatten, load_config
 from appliance.ops.logsetup import set_level
-from appliance.ops.notify import Notifier, watchdog_interval_s, watchdog_loop
+from appliance.ops.notify import Notifier, settle_owed, watchdog_interval_s, watchdog_loop
 from appliance.text.lexicon import LexiconError, load_checked
 
 if TYPE_CHECKING:
@@ -224,6 +224,12 @@ class Daemon:
             asyncio.get_running_loop().create_task(watchdog_loop(self.notifier, interval, alive))
         )
 
+    def _settle_notices(self) -> None:
+        """An owed READY (the manager's queue was full) goes out with the next watchdog
+        ping; without a watchdog, a task sends it again until it is delivered."""
+        if self.notifier.owed and watchdog_interval_s() is None:
+            self._keep(asyncio.get_running_loop().create_task(settle_owed(self.notifier)))
+
     def _keep(self, task: asyncio.Task[Any]) -> None:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -258,6 +264,7 @@ class Daemon:
         if not self._stop.is_set():
             service.release_speech()
             self.notifier.ready(status=status_line(runtime))
+            self._settle_notices()
             log.info(
                 "ready: backend=%s voices=%s playback=%s",
                 runtime.backend_status.get("backend", "onnx-cpu"),
@@ -367,6 +374,7 @@ class Daemon:
         finally:
             if self.runtime is not None:
                 self.notifier.ready(status=status_line(self.runtime))
+                self._settle_notices()
 
     async def _reload_files(self) -> None:
         try:

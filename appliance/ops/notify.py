@@ -3,7 +3,12 @@
 The protocol is one datagram of ``KEY=VALUE`` lines sent to the ``AF_UNIX`` socket named by
 ``$NOTIFY_SOCKET`` (a leading ``@`` names the abstract namespace).  Sending uses a
 non-blocking socket so it can be called from the event loop: a full receive queue or a gone
-manager drops the message with a log line instead of stalling speech.
+manager drops the message with a log line instead of stalling speech.  Except a change of
+state (``READY``, ``RELOADING``, ``STOPPING``): one that meets a full queue is *owed* and
+sent again, first, with the next message (a watchdog ping; :func:`settle_owed` where there
+is none).  Lost, a ``READY`` leaves systemd waiting until it kills a healthy service; the
+queue does fill while a slow box warms up, its pings unread (``net.unix.max_dgram_qlen``
+is 10 where no sysctl raised it).  At most :data:`OWED_MAX` are kept.
 
 The watchdog keeper (:func:`watchdog_loop`) pings systemd only while the inference workers'
 heartbeat is fresh, so a wedged worker (the loop alive, the model stuck) gets the service
@@ -13,6 +18,7 @@ restarted instead of silently queueing requests forever.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import socket
@@ -20,6 +26,10 @@ import time
 from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
+
+STATE_KEYS = frozenset({"READY", "RELOADING", "STOPPING"})
+"""The fields whose message is owed, not dropped, when the manager's queue is full."""
+OWED_MAX = 8
 
 
 def _address(raw: str) -> str | bytes:
@@ -43,6 +53,7 @@ class Notifier:
         self._address = address
         self._sock = sock
         self._last_errno: int | None = None
+        self._owed: collections.deque[bytes] = collections.deque(maxlen=OWED_MAX)
 
     @classmethod
     def disabled(cls) -> Notifier:
@@ -76,16 +87,37 @@ class Notifier:
         """Send ``KEY=VALUE`` fields in one datagram; True when the manager got it.
 
         Never raises and never blocks: errors are logged (once per distinct error, so a
-        missing manager does not flood the journal) and reported as False.
+        missing manager does not flood the journal) and reported as False.  Owed state
+        changes go first; a state change that meets a full queue is owed (see the module).
         """
         if self._sock is None or self._address is None or not fields:
             return False
         payload = "\n".join(_line(k, v) for k, v in fields.items()).encode()
+        full = not self.pay_owed() or not self._deliver(payload, ",".join(fields))
+        if full and STATE_KEYS.intersection(k.upper() for k in fields):
+            self._owed.append(payload)
+        return not full
+
+    @property
+    def owed(self) -> int:
+        """State changes waiting for room in the manager's queue."""
+        return len(self._owed)
+
+    def pay_owed(self) -> bool:
+        """Send the owed state changes, oldest first; True when none is left."""
+        while self._owed:
+            if not self._deliver(self._owed[0], "owed"):
+                return False
+            self._owed.popleft()
+        return True
+
+    def _deliver(self, payload: bytes, what: str) -> bool:
+        assert self._sock is not None and self._address is not None
         try:
             self._sock.sendto(payload, self._address)
         except OSError as exc:
             if exc.errno != self._last_errno:
-                log.warning("sd_notify %s failed: %s", ",".join(fields), exc)
+                log.warning("sd_notify %s failed: %s", what, exc)
                 self._last_errno = exc.errno
             return False
         self._last_errno = None
@@ -153,6 +185,13 @@ def watchdog_interval_s(environ: Mapping[str, str] | None = None) -> float | Non
     if usec <= 0:
         return None
     return usec / 2 / 1_000_000
+
+
+async def settle_owed(notifier: Notifier, interval_s: float = 0.5) -> None:
+    """Re-send owed state changes every ``interval_s`` until none is left (where no
+    watchdog ping would carry them)."""
+    while not notifier.pay_owed():
+        await asyncio.sleep(interval_s)
 
 
 async def watchdog_loop(

@@ -52,7 +52,8 @@ async def test_events_reach_the_event_loop(player: Player) -> None:
     latency = await asyncio.wait_for(utt.wait_started(), 10)
     assert latency is not None and latency > 0
     end = await asyncio.wait_for(utt.wait_ended(), 10)
-    assert end.reason == "done" and end.stats["underruns"] == 0
+    # All of it played.  (Not "no underruns": a device xrun on a busy box counts too.)
+    assert end.reason == "done" and abs(end.stats["played_ms"] - 300.0) < 15.0
 
 
 def test_stop_silences_within_50ms(player: Player, pulse: PulseServer) -> None:
@@ -139,7 +140,11 @@ def test_starved_producer_counts_an_underrun(player: Player) -> None:
     utt = player.submit("message", 1.0, 22050, "slow")
     utt.push(tone(440, 0.1))
     assert utt.wait_started_sync(timeout=10)
-    time.sleep(0.4)  # the producer falls behind mid-utterance
+    # The producer falls behind mid-utterance.  Not a fixed sleep: after an xrun ALSA's
+    # pulse plugin may sit ~2 s before it calls back again (a busy CI box).
+    deadline = time.monotonic() + 10
+    while utt.underruns == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
     utt.push(tone(440, 0.1))
     utt.finish()
     end = utt.wait_ended_sync(timeout=10)

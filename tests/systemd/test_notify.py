@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.ops.notify import Notifier, watchdog_interval_s, watchdog_loop
+from appliance.ops.notify import Notifier, settle_owed, watchdog_interval_s, watchdog_loop
 
 
 class Receiver:
@@ -157,3 +157,38 @@ async def test_watchdog_pings_only_while_the_heartbeat_is_fresh(path_receiver: R
     assert got[3].startswith("STATUS=") and "stalled" in got[3]
     assert got[4:] == ["WATCHDOG=1"] * (len(got) - 4)
     assert len(got) >= 7
+
+
+def fill(n: Notifier) -> None:
+    """Pings until the manager's queue is full (nobody reads it)."""
+    for _ in range(100_000):
+        if not n.watchdog():
+            return
+    raise AssertionError("the receive queue never filled")
+
+
+def test_a_state_change_meeting_a_full_queue_goes_first_with_the_next_message(
+    path_receiver: Receiver,
+) -> None:
+    n = Notifier.from_env({"NOTIFY_SOCKET": path_receiver.env_value})
+    fill(n)
+    assert n.owed == 0  # a ping is expendable
+    assert n.ready(status="warm") is False
+    assert n.owed == 1
+    before = path_receiver.pending()  # the manager reads its queue at last
+    assert before and all(m == "WATCHDOG=1" for m in before)
+    assert n.watchdog()
+    assert n.owed == 0
+    assert path_receiver.pending() == ["READY=1\nSTATUS=warm", "WATCHDOG=1"]
+
+
+async def test_settle_owed_sends_it_where_no_ping_would(path_receiver: Receiver) -> None:
+    n = Notifier.from_env({"NOTIFY_SOCKET": path_receiver.env_value})
+    fill(n)
+    assert n.stopping() is False
+    settling = asyncio.create_task(settle_owed(n, interval_s=0.02))
+    await asyncio.sleep(0.1)
+    assert not settling.done()  # still full: still owed
+    path_receiver.pending()
+    await asyncio.wait_for(settling, timeout=5)
+    assert path_receiver.pending() == ["STOPPING=1"]
