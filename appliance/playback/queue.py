@@ -53,7 +53,7 @@ ORDER: tuple[Priority, ...] = (
     Priority.PROGRESS,
 )
 _CUT_BY_MESSAGE_OR_TEXT = frozenset({Priority.TEXT, Priority.NOTIFICATION, Priority.PROGRESS})
-# What a speaking item of each priority is cut by (a notification only when it is admitted).
+# The speaking priorities an arrival of each priority cuts (a notification: only when admitted).
 _CUTS: dict[Priority, frozenset[Priority]] = {
     Priority.IMPORTANT: frozenset(ORDER) - {Priority.IMPORTANT},
     Priority.MESSAGE: _CUT_BY_MESSAGE_OR_TEXT,
