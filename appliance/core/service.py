@@ -460,8 +460,9 @@ class Service:
             await self._warm.wait()  # start-up: the voices are still warming up
         if speak_key is not None and not self._speaker.is_set():
             await self._speaker.wait()  # start-up: the speaker is still starting
+        speak = speak_key is not None
         try:
-            voice, sid = self._admit(req, speak=speak_key is not None)
+            voice, sid = self._admit(req, speak)
         except ServiceError as exc:
             self.record_error(exc.code)
             raise
@@ -471,7 +472,7 @@ class Service:
         try:
             queue = await self._clauses(stream, req)
             # Closed on failure too: a text's rest may be being prepared (headfirst).
-            settings = self._settings(req, voice, sid, speak=speak_key is not None)
+            settings = self._settings(req, voice, sid, speak)
         except BaseException as exc:
             stream.close()
             if isinstance(exc, ServiceError):

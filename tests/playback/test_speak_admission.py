@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from appliance.core.runtime import Runtime
-from appliance.core.service import Service, StreamResult
+from appliance.core.service import Service, Stream, StreamResult
 from appliance.errors import ErrorCode, ServiceError
 from appliance.ops.config import Config, VoicesConfig
 from appliance.playback import Player
@@ -38,11 +38,15 @@ def refuse_all(rt: Runtime) -> None:
     rt.config = dataclasses.replace(rt.config, scheduler=sched)
 
 
-async def speaking(service: Service, text: str, priority: str) -> asyncio.Task[StreamResult]:
-    """A ``speak`` whose first sample the device has; the task ends with its result."""
-    stream = await service.open_stream(
+async def open_speak(service: Service, text: str, priority: str) -> Stream:
+    return await service.open_stream(
         SpeechRequest(text=text, priority=priority), door="test", speak_key="tester"
     )
+
+
+async def speaking(service: Service, text: str, priority: str) -> asyncio.Task[StreamResult]:
+    """A ``speak`` whose first sample the device has; the task ends with its result."""
+    stream = await open_speak(service, text, priority)
     started = asyncio.Event()
 
     async def queued(position: int) -> None:
@@ -55,9 +59,7 @@ async def speaking(service: Service, text: str, priority: str) -> asyncio.Task[S
 
 async def admitted(service: Service, text: str, priority: str) -> bool:
     try:
-        stream = await service.open_stream(
-            SpeechRequest(text=text, priority=priority), door="test", speak_key="tester"
-        )
+        stream = await open_speak(service, text, priority)
     except ServiceError as exc:
         assert exc.code == ErrorCode.BUSY
         return False
