@@ -1,4 +1,5 @@
-"""Helpers for the playback tests: waiting for the stream, test tones, spectra."""
+"""Helpers for the playback tests: waiting for the stream, test tones, and matching what
+the sink recorded against what was pushed (across the underruns a busy box causes)."""
 
 from __future__ import annotations
 
