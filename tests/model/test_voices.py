@@ -9,6 +9,7 @@ stages and checks), and ``german`` is its cut without the patch to compare with.
 
 from __future__ import annotations
 
+import collections
 import json
 import shutil
 from pathlib import Path
@@ -43,10 +44,29 @@ def joe(tmp_path_factory: pytest.TempPathFactory) -> tuple[Voice, Path]:
 
 
 @pytest.fixture(scope="module")
-def german(tmp_path_factory: pytest.TempPathFactory) -> Voice:
-    """The German test voice cut afresh, as it is: what the patched cuts compare with.  (Not
-    from the session's cache: a daemon may have cut it there under another config.)"""
-    voice = _cut_german(tmp_path_factory.mktemp("german-cut"))
+def german_cut(tmp_path_factory: pytest.TempPathFactory) -> tuple[Voice, collections.Counter[str]]:
+    """The German test voice cut afresh, as it is, and the sessions the cut loaded (by file
+    name).  (Not from the session's cache: a daemon may have cut it there under another
+    config.)"""
+    import appliance.model.engine.onnx as engine
+
+    loaded: collections.Counter[str] = collections.Counter()
+    real = engine._session
+
+    def counted(path: Path, *args: Any, **kwargs: Any) -> Any:
+        loaded[Path(path).name] += 1
+        return real(path, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "_session", counted)
+        voice = _cut_german(tmp_path_factory.mktemp("german-cut"))
+    return voice, loaded
+
+
+@pytest.fixture(scope="module")
+def german(german_cut: tuple[Voice, collections.Counter[str]]) -> Voice:
+    """The German cut: what the patched cuts compare with."""
+    voice = german_cut[0]
     # Every stage passes as it is: the patched cuts below each take one of them away.
     assert voice.split_ok and voice.flow_split is not None, voice.split_note
     assert voice.margin_decoder_path is not None and voice.lean_decoder_path is not None
@@ -55,6 +75,16 @@ def german(tmp_path_factory: pytest.TempPathFactory) -> Voice:
 
 def _cut_german(cache: Path) -> Voice:
     return load_voice(GERMAN, voice_path(GERMAN), cache)
+
+
+def test_a_cut_loads_the_whole_model_once(
+    german_cut: tuple[Voice, collections.Counter[str]],
+) -> None:
+    """Every check of a cut compares with the same fused audio (verify.Reference): the whole
+    model, the largest session a cut loads, is loaded for the first check only."""
+    voice, loaded = german_cut
+    assert loaded[voice.model_path.name] == 1, loaded
+    assert loaded["decoder.onnx"] >= 2  # and more than one check ran
 
 
 def test_cut_is_cached_by_sha256(joe: tuple[Voice, Path]) -> None:

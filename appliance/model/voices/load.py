@@ -24,6 +24,7 @@ from appliance.model.voices.discover import VoiceError
 from appliance.model.voices.verify import (
     CONTEXT_CANDIDATES,
     DEFAULT_CONTEXT,
+    Reference,
     lean_decoder,
     margin_decoder,
     smallest_context,
@@ -164,6 +165,7 @@ class _Preparation:
         self.lean_note = ""
         self._graph: Any = None
         self._probe: Probe | None = None
+        self._reference = Reference(info, model_path)
 
     def run(self) -> Voice:
         name = self.info.name
@@ -192,7 +194,7 @@ class _Preparation:
 
     def verify_split(self) -> None:
         assert self.enc is not None and self.dec is not None and self.names is not None
-        self.ok, self.note = verify_cut(self.info, self.model_path, self.enc, self.dec, self.names)
+        self.ok, self.note = verify_cut(self._reference, self.enc, self.dec, self.names)
         if self.ok:
             log.debug("voice %s: split verified (%s)", self.info.name, self.note)
         else:
@@ -211,10 +213,10 @@ class _Preparation:
         except (VoiceError, ValueError, OSError) as exc:
             self.flow_note = f"cannot split the flow: {exc}"
         else:
-            flow_ok, self.flow_note = verify_flow(info, path, self.dec, self.names, flow)
+            flow_ok, self.flow_note = verify_flow(self._reference, self.dec, self.names, flow)
             if not flow_ok and crops_margins(flow.flow_path):
                 flow = cut_flow(path, self.slot, self.names, self._probe, crop=False)
-                flow_ok, whole_note = verify_flow(info, path, self.dec, self.names, flow)
+                flow_ok, whole_note = verify_flow(self._reference, self.dec, self.names, flow)
                 self.flow_note = f"margins cropped: {self.flow_note}; whole: {whole_note}"
             self.flow = flow if flow_ok else None
         shape = "windowed" if self.flow else "whole"
@@ -228,15 +230,13 @@ class _Preparation:
 
     def find_context(self) -> None:
         assert self.dec is not None and self.names is not None
-        self.context, note = smallest_context(
-            self.info, self.model_path, self.dec, self.names, self._first
-        )
+        self.context, note = smallest_context(self._reference, self.dec, self.names, self._first)
         log.debug("voice %s: decoder context %d frames (%s)", self.info.name, self.context, note)
 
     def crop_margins(self) -> None:
         assert self.dec is not None and self.names is not None
         self.keep, self.margins, self.margins_note = margin_decoder(
-            self.info, self.model_path, self.dec, self.names, self._first, self.context, self.slot
+            self._reference, self.dec, self.names, self._first, self.context, self.slot
         )
         kept = f"cropped to {self.keep} frame(s)" if self.keep is not None else "not cropped"
         log.debug("voice %s: decoder margins %s (%s)", self.info.name, kept, self.margins_note)
@@ -244,8 +244,7 @@ class _Preparation:
     def lift_2d(self) -> None:
         assert self.dec is not None and self.names is not None
         self.lean, self.lean_note = lean_decoder(
-            self.info,
-            self.model_path,
+            self._reference,
             self.dec,
             self.names,
             self._first,

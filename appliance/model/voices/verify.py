@@ -1,4 +1,8 @@
-"""Checking a cut against the fused model, and finding the least context that passes."""
+"""Checking a cut against the fused model, and finding the least context that passes.
+
+One :class:`Reference` serves every check of a cut: the fused model's audio is the same for
+each of them, and the whole model is the largest session a cut loads (the German test
+voice's cut loaded it five times, 4 of its 17 s)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from appliance.model.voices.cut import (
     cut_lean_decoder,
     cut_margin_decoder,
 )
+from appliance.speech import IntArray
 from appliance.text.phonemize import Phonemizer
 from appliance.voicetypes import CutNames, FlowSplit, VoiceInfo
 
@@ -29,6 +34,35 @@ MARGIN_CANDIDATES = (1, 2, 3, 4, 6, 8)
 """Frames of context a decoder keeps after each upsampling stage, tried in this order."""
 
 
+class Reference:
+    """The fused model's audio for :data:`VERIFY_SENTENCE`, zero noise, and what it was
+    made from: what every check of one cut compares with.  Made on the first check that
+    asks and kept; a voice that cannot make it fails each check that asks (inside the
+    check's guard, see :func:`_check_model`)."""
+
+    def __init__(self, info: VoiceInfo, model_path: Path) -> None:
+        self.info, self.model_path = info, model_path
+        self.scales = Scales(0.0, info.length_scale, 0.0)
+        self._ids: IntArray | None = None
+        self._audio: np.ndarray | None = None
+
+    @property
+    def ids(self) -> IntArray:
+        if self._ids is None:
+            self._ids = Phonemizer(self.info).ids(VERIFY_SENTENCE)
+        return self._ids
+
+    @property
+    def sid(self) -> int | None:
+        return self.info.speaker_id(None)
+
+    def audio(self) -> np.ndarray:
+        if self._audio is None:
+            fused = OnnxVoiceModel.load(self.model_path, None, None, None, threads=1)
+            self._audio = fused.fused(self.ids, self.scales, self.sid)
+        return self._audio
+
+
 def _first_part(enc: Path | FlowSplit) -> tuple[Path, FlowSplit | None]:
     """What the check runs before the decoder: the encoder, or the prior and the flow."""
     if isinstance(enc, FlowSplit):
@@ -37,8 +71,7 @@ def _first_part(enc: Path | FlowSplit) -> tuple[Path, FlowSplit | None]:
 
 
 def margin_decoder(
-    info: VoiceInfo,
-    model_path: Path,
+    ref: Reference,
     dec: Path,
     names: CutNames,
     enc: Path | FlowSplit,
@@ -55,7 +88,7 @@ def margin_decoder(
             path = cut_margin_decoder(dec, slot, keep)
         except (ValueError, OSError) as exc:  # ValueError: a graph the rewrite does not know
             return None, None, f"cannot crop: {exc}"
-        passed, note = _check_model(info, model_path, first, path, names, flow, (context,))
+        passed, note = _check_model(ref, first, path, names, flow, (context,))
         notes.append(f"keep {keep}: {note.removeprefix(f'context {context}: ')}")
         if passed is not None:
             return keep, path, "; ".join(notes)
@@ -64,8 +97,7 @@ def margin_decoder(
 
 
 def lean_decoder(
-    info: VoiceInfo,
-    model_path: Path,
+    ref: Reference,
     dec: Path,
     names: CutNames,
     enc: Path | FlowSplit,
@@ -83,7 +115,7 @@ def lean_decoder(
         except (ValueError, OSError) as exc:  # ValueError: a graph the rewrite does not know
             notes.append(f"cannot rewrite: {exc}")
             continue
-        passed, note = _check_model(info, model_path, first, dec, names, flow, (context,), lean)
+        passed, note = _check_model(ref, first, dec, names, flow, (context,), lean)
         notes.append(f"margins kept {crop}: {note}" if crop is not None else note)
         if passed is not None:
             return lean, "; ".join(notes)
@@ -91,8 +123,7 @@ def lean_decoder(
 
 
 def _check_model(
-    info: VoiceInfo,
-    model_path: Path,
+    ref: Reference,
     enc: Path,
     dec: Path,
     names: CutNames,
@@ -111,19 +142,16 @@ def _check_model(
     diffs: list[str] = []
     try:
         model = OnnxVoiceModel.load(
-            model_path, enc, dec, names, threads=1, flow=flow, lean_decoder=lean
+            ref.model_path, enc, dec, names, threads=1, flow=flow, lean_decoder=lean
         )
-        ids = Phonemizer(info).ids(VERIFY_SENTENCE)
-        scales = Scales(0.0, info.length_scale, 0.0)
-        sid = info.speaker_id(None)
-        fused = model.fused(ids, scales, sid)
+        fused = ref.audio()
         for context in contexts:
             worst = 0.0
             for window in (8, 32):
                 # With the flow split, the first window runs the flow over its own frames
                 # and later ones over the rest: the two steps of a request's first clause.
-                encoded = model.encode_prior(ids, scales, sid)
-                windowed = decode_windows(model, encoded, window, context, info.hop_length)
+                encoded = model.encode_prior(ref.ids, ref.scales, ref.sid)
+                windowed = decode_windows(model, encoded, window, context, ref.info.hop_length)
                 if windowed.shape != fused.shape:
                     return None, f"length differs: {windowed.shape} vs {fused.shape}"
                 diff = float(np.max(np.abs(windowed - fused))) if fused.size else 0.0
@@ -136,24 +164,20 @@ def _check_model(
     return None, "; ".join(diffs)
 
 
-def verify_cut(
-    info: VoiceInfo, model_path: Path, enc: Path, dec: Path, names: CutNames
-) -> tuple[bool, str]:
+def verify_cut(ref: Reference, enc: Path, dec: Path, names: CutNames) -> tuple[bool, str]:
     """Windowed decode of the halves vs the fused model, zero noise."""
-    context, note = _check_model(info, model_path, enc, dec, names, None)
+    context, note = _check_model(ref, enc, dec, names, None)
     return context is not None, note
 
 
-def verify_flow(
-    info: VoiceInfo, model_path: Path, dec: Path, names: CutNames, flow: FlowSplit
-) -> tuple[bool, str]:
+def verify_flow(ref: Reference, dec: Path, names: CutNames, flow: FlowSplit) -> tuple[bool, str]:
     """Prior, windowed flow and windowed decode vs the fused model, zero noise."""
-    context, note = _check_model(info, model_path, flow.prior_path, dec, names, flow)
+    context, note = _check_model(ref, flow.prior_path, dec, names, flow)
     return context is not None, note
 
 
 def smallest_context(
-    info: VoiceInfo, model_path: Path, dec: Path, names: CutNames, enc: Path | FlowSplit
+    ref: Reference, dec: Path, names: CutNames, enc: Path | FlowSplit
 ) -> tuple[int, str]:
     """The fewest decoder context frames that still pass the cut's check, and the note.
 
@@ -165,5 +189,5 @@ def smallest_context(
     ``enc``: the encoder half, or the flow split when the voice streams with it.
     """
     first, flow = _first_part(enc)
-    context, note = _check_model(info, model_path, first, dec, names, flow, CONTEXT_CANDIDATES)
+    context, note = _check_model(ref, first, dec, names, flow, CONTEXT_CANDIDATES)
     return (DEFAULT_CONTEXT if context is None else context), note
