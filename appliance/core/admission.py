@@ -24,17 +24,11 @@ the cores, and every item seems to cost twice what it does.  Given the
 scheduler's busy time (:class:`CpuShare`), the estimate is converted to CPU
 time: the daemon's CPU seconds per second of worker busy time, measured over
 the last few seconds of work, times the wall estimate.
-
-That conversion also takes out what *other* processes cost the workers, so the
-CPU they use is counted on the other side: the capacity is the workers times the
-share of the daemon's CPUs nobody else used (:class:`OthersShare`, from
-``/proc/stat``), so a box whose cores something else is using admits fewer.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -91,61 +85,6 @@ class CpuShare:
         return self._factor
 
 
-def busy_cpu_s(cpus: frozenset[int] | None = None) -> float:
-    """CPU seconds the whole box has spent busy (user, nice, system, irq, softirq and
-    steal: time a VM's host took) on ``cpus`` (all when None), since boot; 0.0 where
-    ``/proc/stat`` cannot be read."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return 0.0
-    ticks = 0
-    for line in lines:
-        name, _, rest = line.partition(" ")
-        if not name.startswith("cpu") or name == "cpu":
-            continue
-        if cpus is not None and int(name[3:]) not in cpus:
-            continue
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in rest.split()[:8])
-        ticks += user + nice + system + irq + softirq + steal
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-class OthersShare:
-    """The share of the daemon's CPUs that other processes left it: 1 − (CPU time the
-    box was busy on them − this process's own) / (wall time × CPUs), re-measured when
-    asked after at least ``min_span_s`` and smoothed.  Clamped to [0.25, 1]: however
-    busy the box, the daemon's threads get their turn, and a reading outside is an
-    accident of the sampling (CPU times tick in 10 ms)."""
-
-    def __init__(
-        self,
-        cpus: frozenset[int] | None = None,
-        box_s: Callable[[], float] | None = None,
-        own_s: Callable[[], float] = process_cpu_s,
-        wall_s: Callable[[], float] = time.monotonic,
-        min_span_s: float = 1.0,
-        smoothing: float = 0.5,
-    ) -> None:
-        self._cpus = cpus if cpus is not None else frozenset(os.sched_getaffinity(0))
-        self._box_s = box_s if box_s is not None else lambda: busy_cpu_s(self._cpus)
-        self._own_s, self._wall_s = own_s, wall_s
-        self._min_span_s, self._smoothing = min_span_s, smoothing
-        self._last = (wall_s(), self._box_s(), own_s())
-        self._share = 1.0
-
-    def share(self) -> float:
-        wall, box, own = self._wall_s(), self._box_s(), self._own_s()
-        span = wall - self._last[0]
-        if span >= self._min_span_s:
-            others = max(0.0, (box - self._last[1]) - (own - self._last[2]))
-            free = min(1.0, max(0.25, 1.0 - others / (span * len(self._cpus))))
-            self._share += self._smoothing * (free - self._share)
-            self._last = (wall, box, own)
-        return self._share
-
-
 @dataclass(frozen=True)
 class StreamLoad:
     """What admission needs to know about one live request."""
@@ -176,11 +115,9 @@ class Admission:
         rtf_prior: float = RTF_PRIOR,
         smoothing: float = 0.2,
         cpu_share: CpuShare | None = None,
-        others: OthersShare | None = None,
     ) -> None:
         self.workers = max(1, workers)
         self._cpu_share = cpu_share
-        self._others = others
         self._rtf_done = rtf_prior
         self._smoothing = smoothing
         self._observed = 0
@@ -219,16 +156,11 @@ class Admission:
             rtf = (compute + self._rtf_done * prior_weight) / (audio + prior_weight)
         return rtf * (self._cpu_share.factor() if self._cpu_share is not None else 1.0)
 
-    def capacity(self) -> float:
-        """Worker-seconds per second the streams can have: the workers, less the share of
-        their CPUs other processes use (when measured)."""
-        return self.workers * (self._others.share() if self._others is not None else 1.0)
-
     def projected_load(self, streams: list[StreamLoad]) -> float:
-        """Share of the capacity the producing real-time streams plus one more would claim."""
+        """Share of the workers the producing real-time streams plus one more would claim."""
         rtf = self.rtf(streams)
         n = sum(1 for s in streams if s.realtime and s.producing)
-        return (n + 1) * rtf / self.capacity()
+        return (n + 1) * rtf / self.workers
 
     def decide(
         self,
@@ -287,8 +219,7 @@ class Admission:
     def snapshot(self, streams: list[StreamLoad]) -> dict[str, Any]:
         return {
             "rtf_estimate": round(self.rtf(streams), 4),
-            "load": round(self.projected_load(streams) - self.rtf(streams) / self.capacity(), 3),
-            "free_share": round(self.capacity() / self.workers, 3),
+            "load": round(self.projected_load(streams) - self.rtf(streams) / self.workers, 3),
             "admitted": self.admitted,
             "busy_rejections": self.rejected,
             "last_reason": self.last.reason if self.last is not None else "",

@@ -5,8 +5,7 @@ registry and admission's projection (nothing is kept; O(streams) per call):
 
 - **ready** — admission would take one more real-time stream now.  ``weight_pct`` is the
   share of the box's stream capacity still free (1–100): the streams it can hold at the
-  measured cost (``admission_max_load × capacity / rtf``: the workers less what other
-  processes use of their CPUs; at most ``limits.max_streams``)
+  measured cost (``admission_max_load × workers / rtf``, at most ``limits.max_streams``)
   less those producing.  ``max_streams`` is that capacity, whole streams, at least 1.
 - **drain** — no new work, in-flight streams stay: the daemon is starting (requests
   would wait for the warm-up), stopping (SIGTERM's notice, then its drain), or admission
@@ -77,7 +76,7 @@ def capacity_of(service: Service) -> Capacity:
     if not decision.admit:
         return Capacity("drain", reason=decision.reason)
     rtf = service.admission.rtf(streams)
-    workers = service.admission.capacity()
+    workers = service.admission.workers
     held = cfg.admission_max_load * workers / rtf if rtf > 0 else float(cap_streams)
     held = min(held, float(cap_streams))
     producing = sum(1 for s in streams if s.realtime and s.producing)

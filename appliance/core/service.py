@@ -35,14 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from appliance.core.admission import (
-    RTF_PRIOR,
-    Admission,
-    CpuShare,
-    Decision,
-    OthersShare,
-    StreamLoad,
-)
+from appliance.core.admission import RTF_PRIOR, Admission, CpuShare, Decision, StreamLoad
 from appliance.core.headfirst import prepare_head, prepare_tail
 from appliance.core.markdownstream import markdown_release_point
 from appliance.core.runtime import Runtime
@@ -415,13 +408,11 @@ class Service:
 
     def __post_init__(self) -> None:
         sched = self.runtime.scheduler
-        # Each stream's cost in CPU time, not in worker wall time that contention inflates;
-        # what other processes use of the CPUs is taken off the capacity instead.
+        # Each stream's cost in CPU time, not in worker wall time that contention inflates.
         self.admission = Admission(
             sched.workers,
             rtf_prior=self.runtime.stream_cost or RTF_PRIOR,
             cpu_share=CpuShare(lambda: sched.busy_s),
-            others=OthersShare(),
         )
         self._numbers = itertools.count(1)
         self._frontend_pool = ThreadPoolExecutor(_FRONTEND_THREADS, "frontend")

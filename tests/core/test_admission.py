@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
-from appliance.core.admission import (
-    Admission,
-    CpuShare,
-    OthersShare,
-    StreamLoad,
-    busy_cpu_s,
-    process_cpu_s,
-)
+from appliance.core.admission import Admission, CpuShare, StreamLoad, process_cpu_s
 from appliance.ops.config import SchedulerConfig
 
 
@@ -67,60 +58,3 @@ def test_without_a_cpu_share_the_estimate_is_unchanged() -> None:
     assert (
         abs(Admission(2, rtf_prior=0.25).rtf(live) - (2.0 * 2 + 0.25 * 2.0) / (20.0 + 2.0)) < 1e-9
     )
-
-
-class Box:
-    """Fake clocks for OthersShare: wall time, the box's busy CPU time, this process's."""
-
-    def __init__(self) -> None:
-        self.wall = self.box = self.own = 0.0
-
-    def share(self, cpus: int = 2) -> OthersShare:
-        return OthersShare(
-            frozenset(range(cpus)),
-            lambda: self.box,
-            lambda: self.own,
-            lambda: self.wall,
-            min_span_s=1.0,
-            smoothing=1.0,
-        )
-
-    def run(self, wall: float, own: float, others: float) -> None:
-        self.wall += wall
-        self.own += own
-        self.box += own + others
-
-
-def test_others_share_is_what_other_processes_left_of_the_cpus() -> None:
-    b = Box()
-    share = b.share(cpus=2)
-    b.run(0.5, own=0.5, others=0.5)
-    assert share.share() == 1.0  # half a second says too little
-    b.run(0.5, own=0.5, others=0.5)  # one core of two taken by a hog
-    assert share.share() == 0.5
-    b.run(2.0, own=3.0, others=0.0)  # the daemon alone, however busy
-    assert share.share() == 1.0
-    b.run(1.0, own=0.0, others=2.0)  # everything else's
-    assert share.share() == 0.25  # clamped: the daemon still gets its turn
-
-
-def test_the_box_busy_clock_counts_this_process() -> None:
-    cpus = frozenset(os.sched_getaffinity(0))
-    t0, own0 = busy_cpu_s(cpus), process_cpu_s()
-    sum(i * i for i in range(3_000_000))
-    assert busy_cpu_s(cpus) - t0 >= 0.5 * (process_cpu_s() - own0) > 0
-
-
-def test_a_hog_beside_the_daemon_admits_fewer_streams() -> None:
-    cfg = SchedulerConfig(admission_max_load=0.4, admission_backlog_ms=0)
-    live = streams(2, wall_rtf=0.2)
-    b = Box()
-    admission = Admission(2, rtf_prior=0.2, others=b.share())
-    b.run(2.0, own=0.5, others=0.0)
-    quiet = admission.decide(cfg, live, 0.0, 0.0)
-    assert quiet.admit and abs(quiet.load - 0.3) < 1e-3  # (2 + 1) * 0.2 / 2
-    b.run(2.0, own=0.5, others=2.0)  # a hog on one of the two CPUs
-    assert admission.capacity() == 1.0
-    busy = admission.decide(cfg, live, 0.0, 0.0)
-    assert not busy.admit and abs(busy.load - 0.6) < 1e-3
-    assert admission.snapshot(live)["free_share"] == 0.5
