@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from bench.concurrency import StreamResult
 from tests.conftest import DaemonFactory
 from tests.core.scheduling.sched_helpers import LONG_TEXT, one_stream, stats
+
+# Real-time streams must not stall here: `make test` runs this file after the others, alone
+# (the suite's second test process would be a CPU hog beside it; see the Makefile).
+pytestmark = pytest.mark.solo
 
 
 async def test_overload_gets_busy_and_admitted_streams_do_not_stall(

@@ -25,6 +25,10 @@ from tests.core.scheduling.sched_helpers import (
     wait_for,
 )
 
+# Real-time streams must not stall here: `make test` runs this file after the others, alone
+# (the suite's second test process would be a CPU hog beside it; see the Makefile).
+pytestmark = pytest.mark.solo
+
 
 @pytest.fixture(scope="module")
 def sched_daemon(daemon_factory: DaemonFactory) -> Daemon:
