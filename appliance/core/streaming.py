@@ -174,6 +174,9 @@ class JobStats:
     first_encode_ms: float = 0.0
     first_decode_ms: float = 0.0
     first_write_ms: float = 0.0
+    first_words_ms: float | None = None
+    """With word timings: the word work the first packet waited for (on its work item and
+    placing its words on the event loop), which ``encode`` then leaves out; None: not asked."""
     compute_s: float = 0.0
     queue_s: float = 0.0
     audio_s: float = 0.0
@@ -185,6 +188,15 @@ class JobStats:
 
     def to_dict(self) -> dict[str, Any]:
         ttfp = (self.t_first - self.t_request) * 1000 if self.t_first is not None else None
+        parts = {
+            "frontend": round(self.frontend_ms, 2),
+            "queue": round(self.first_queue_ms, 2),
+            "encode": round(self.first_encode_ms, 2),
+            "first_decode": round(self.first_decode_ms, 2),
+            "write": round(self.first_write_ms, 2),
+        }
+        if self.first_words_ms is not None:
+            parts["words"] = round(self.first_words_ms, 3)
         return {
             "ttfp_ms": round(ttfp, 2) if ttfp is not None else None,
             "audio_ms": round(self.audio_s * 1000, 1),
@@ -194,13 +206,7 @@ class JobStats:
             "chunks": self.chunks,
             "stalls": self.stalls,
             "quick_start": self.quick_start,
-            "ttfp_parts_ms": {
-                "frontend": round(self.frontend_ms, 2),
-                "queue": round(self.first_queue_ms, 2),
-                "encode": round(self.first_encode_ms, 2),
-                "first_decode": round(self.first_decode_ms, 2),
-                "write": round(self.first_write_ms, 2),
-            },
+            "ttfp_parts_ms": parts,
         }
 
 
@@ -310,6 +316,8 @@ class _Encoded:
     words_left: wordtimes.WordWork | None = None
     """The rest of a first clause's word work, done on its next chunk's work item: off
     the first packet's path (issue 29's cost)."""
+    words_s: float = 0.0
+    """Seconds this item spent finding words (a first clause's: ``JobStats.first_words_ms``)."""
 
 
 @dataclass
@@ -438,10 +446,13 @@ class SynthesisJob:
         returns the last one's end (0.0: none)."""
         if self._words is None or words is None:
             return 0.0
+        t0 = time.perf_counter()
         if keep is not None:
             words = [w for w in words if keep(w)]
         timed = wordtimes.timed_words(words, at)
         self._words.extend(timed)
+        if self.stats.t_first is None and self.stats.first_words_ms is not None:
+            self.stats.first_words_ms += (time.perf_counter() - t0) * 1000
         return timed[-1].offset_ms + timed[-1].duration_ms if timed else 0.0
 
     def _word_work(self, clause: Clause, ids: IntArray) -> wordtimes.WordWork:
@@ -588,7 +599,9 @@ class SynthesisJob:
         ids = self._ids(clause)
         out = self._encode_ids(clause, ids, first_target)
         if self._words is not None:
+            t0 = time.perf_counter()
             self._find_words(clause, out, first_target is not None)
+            out.words_s = time.perf_counter() - t0
         return out
 
     def _encode_ids(self, clause: Clause, ids: IntArray, first_target: int | None) -> _Encoded:
@@ -801,8 +814,12 @@ class SynthesisJob:
         encoded, timing = await self._submit(work, "encode", urgent=first)
         if first:
             self.stats.first_queue_ms = timing.queue_s * 1000
-            self.stats.first_encode_ms = (timing.run_s - encoded.first_decode_s) * 1000
+            self.stats.first_encode_ms = (
+                timing.run_s - encoded.first_decode_s - encoded.words_s
+            ) * 1000
             self.stats.first_decode_ms = encoded.first_decode_s * 1000
+            if self._words is not None:
+                self.stats.first_words_ms = encoded.words_s * 1000
         return encoded  # type: ignore[no-any-return]
 
     async def _following(self) -> Clause | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -410,6 +411,40 @@ def test_a_first_sentences_later_words_are_found_after_its_first_chunk(
     assert [COMMITTEE[a:b] for a, b in (w.text_span for w in words)] == tokens
     for w, nxt in itertools.pairwise(words):
         assert w.offset_ms + w.duration_ms <= nxt.offset_ms + 1e-6, (w, nxt)
+
+
+@pytest.mark.parametrize("prior_s_per_id", [1e-4, 1e-2])  # a quick start; encoded whole
+def test_the_word_work_a_first_packet_waits_for_is_its_own_part(
+    runtime: Runtime, prior_s_per_id: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``end``'s ``ttfp_parts_ms.words`` is the word work the first packet waited for (the
+    bench's measure of issue 29's cost): with each token's sizing made 3 ms slow, at least
+    3 ms per token sized before the first chunk; absent without word timings."""
+    ph = runtime.voices[runtime.default_voice].phonemizer
+    size = ph.word_size
+    sized: list[str] = []
+
+    def slow(token: str) -> int:
+        time.sleep(0.003)
+        sized.append(token)
+        return size(token)
+
+    monkeypatch.setattr(ph, "word_size", slow)
+    at_first: list[int] = []
+
+    def seen(chunk: Chunk) -> None:
+        if chunk.seq == 0:
+            at_first.append(len(sized))
+
+    _, stats = _with_costs(runtime, prior_s_per_id, COMMITTEE, seen, word_timings=True)
+    parts = stats["ttfp_parts_ms"]
+    assert isinstance(parts, dict)
+    assert at_first[0] > 0 and parts["words"] >= 3 * at_first[0], (parts, at_first)
+    # Its own part: the parts before the first packet add up to no more than its ttfp.
+    before = ("frontend", "queue", "encode", "first_decode", "words")
+    assert sum(parts[k] for k in before) <= stats["ttfp_ms"] + 0.05, (parts, stats)
+    _, plain = _with_costs(runtime, prior_s_per_id, COMMITTEE)
+    assert isinstance(plain["ttfp_parts_ms"], dict) and "words" not in plain["ttfp_parts_ms"]
 
 
 def test_no_quick_start_where_the_whole_prior_could_not_be_hidden(runtime: Runtime) -> None:

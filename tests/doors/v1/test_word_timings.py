@@ -251,3 +251,17 @@ def test_offsets_agree_with_a_recogniser(daemon: Daemon) -> None:
                     break
     assert len(errors) >= 20, errors  # the recogniser agreed on most words
     assert float(np.median(np.abs(errors))) <= 40.0, sorted(errors)
+
+
+def test_the_bench_measures_the_first_packets_word_work(daemon: Daemon) -> None:
+    """``make bench``'s cost measure (issue 29) over the real socket: pairs of first packets
+    without and with word timings, each request cancelled at its first chunk, and the word
+    work the daemon says each timed first packet waited for."""
+    from bench.wordtimes import socket_cost
+
+    row = socket_cost(daemon.socket, {"short": "Turn on the kitchen lights, please."}, 3)["short"]
+    assert row["pairs"] == 3  # a short command never gets a quick start: every pair counts
+    assert 0 < row["off_p50"] < 10_000 and 0 < row["on_p50"] < 10_000, row
+    assert 0 < row["words_p50"] <= row["words_max"] < 1000, row
+    with Client(daemon.socket) as c:  # the cancelled requests left the daemon serving
+        assert len(c.synthesize_all("Done.").audio) > 0
