@@ -217,12 +217,15 @@ def prose_cost(sentences: list[str]) -> dict[str, float]:
         t0 = time.perf_counter()
         _work(fresh, clause, ids).before(position)
         times.append((time.perf_counter() - t0) * 1000)
-    times.sort()
+    return _summary(times)
+
+
+def _summary(times: list[float]) -> dict[str, float]:
     return {
         "sentences": len(times),
         "p50_ms": statistics.median(times),
-        "p90_ms": times[int(0.9 * (len(times) - 1))],
-        "max_ms": times[-1],
+        "p90_ms": _p(times, 0.9),
+        "max_ms": max(times),
     }
 
 
@@ -233,13 +236,7 @@ def prose_daemon(path: str, sentences: list[str]) -> dict[str, float]:
     client = Client(path)
     words = [_first_packet(client, text, True).words_ms for text in sentences]
     client.close()
-    got = [w for w in words if w is not None]
-    return {
-        "sentences": len(got),
-        "p50_ms": statistics.median(got),
-        "p90_ms": _p(got, 0.9),
-        "max_ms": max(got),
-    }
+    return _summary([w for w in words if w is not None])
 
 
 def bench_wordtimes(out: Path, runs: int, texts: dict[str, str]) -> dict[str, Any]:
