@@ -60,6 +60,9 @@ STALL_JITTER_S = 0.1
 """A stall is counted when a chunk arrives after a client playing in real time from its
 first chunk, with this much jitter buffer, would have run dry (the benchmark's client)."""
 
+PREFETCH_HOLD_S = 1.0
+"""A first clause with more audio than this left after its first chunk encodes the next
+clause only after its second chunk (see :meth:`SynthesisJob._prefetch`)."""
 NEWCOMER_GRACE_S = STALL_JITTER_S / 2
 """How far past the moment a buffer-less player would run dry a stream's work may start
 when newcomers' first items go ahead of it: half the jitter buffer, leaving the other
@@ -831,8 +834,14 @@ class SynthesisJob:
         """Encode the next clause now, due when this clause's audio runs out.
 
         Only after this clause's first chunk is out: submitted earlier, it would take a
-        free worker from the window the listener waits for.  (Text that streams in may
-        bring it later, after any chunk.)"""
+        free worker from the window the listener waits for.  And while only the request's
+        first chunk is out and this clause has more than :data:`PREFETCH_HOLD_S` of audio
+        left, not yet: the second chunk's item (the flow over the rest of the first
+        sentence) must land within the first chunk's ~0.12 s, and an encode beside it took
+        half the cores (it ran 0.23–0.29 s against the 0.22 s it had: a stall).  (Text that
+        streams in may bring it later, after any chunk.)"""
+        if self._seq <= 1 and ahead_s > PREFETCH_HOLD_S:
+            return
         if self._next is None and (nxt := self.clauses.take_nowait()) is not None:
             work = functools.partial(self._encode, nxt)
             self._next = (nxt, self._submit(work, "encode", ahead_s))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ import pytest
 
 from appliance.core.runtime import Runtime
 from appliance.core.service import Service
-from appliance.core.streaming import VoiceRuntime
+from appliance.core.streaming import SynthesisJob, VoiceRuntime
 from appliance.model.engine.base import Scales
 from appliance.model.engine.onnx import OnnxVoiceModel, _session
 from appliance.model.engine.pool import FailoverVoiceModel
@@ -445,6 +446,31 @@ def test_the_word_work_a_first_packet_waits_for_is_its_own_part(
     assert sum(parts[k] for k in before) <= stats["ttfp_ms"] + 0.05, (parts, stats)
     _, plain = _with_costs(runtime, prior_s_per_id, COMMITTEE)
     assert isinstance(plain["ttfp_parts_ms"], dict) and "words" not in plain["ttfp_parts_ms"]
+
+
+@pytest.mark.parametrize(("first", "after"), [(BARE, 2), ("Hello there.", 1)])
+def test_a_long_first_sentence_encodes_the_next_after_its_second_chunk(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, first: str, after: int
+) -> None:
+    """The second chunk of a long first sentence has the cores to itself: the next
+    sentence's encode is submitted after it, not beside it (an encode beside it stretched
+    it past the first chunk's audio: stalls at a newcomer's arrival); a short first
+    sentence's next is submitted after its first chunk, as before."""
+    submitted: list[int] = []
+    original = SynthesisJob._submit
+
+    def recording(
+        job: SynthesisJob, fn: Any, kind: str, ahead_s: float = 0.0, urgent: bool = False
+    ) -> Any:
+        if isinstance(fn, functools.partial) and fn.func.__name__ == "_encode":
+            if len(fn.args) == 1:  # a later clause's (the first has its first target)
+                submitted.append(job._seq)
+        return original(job, fn, kind, ahead_s, urgent)
+
+    monkeypatch.setattr(SynthesisJob, "_submit", recording)
+    req = SpeechRequest(text=f"{first} And then we went home.", noise_scale=0.0, noise_w=0.0)
+    chunks, _ = _stream(runtime, req)
+    assert submitted == [after], (submitted, len(chunks))
 
 
 def test_no_quick_start_where_the_whole_prior_could_not_be_hidden(runtime: Runtime) -> None:
