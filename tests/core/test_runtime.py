@@ -377,6 +377,30 @@ COMMITTEE = (  # espeak says "on a", "to review", "for the" as one word each
 )
 
 
+def _count_sizing(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, delay_s: float = 0.0
+) -> tuple[list[str], list[int], Callable[[Chunk], None]]:
+    """The tokens the phonemizer sizes for word timings (each ``delay_s`` slower), and how
+    many it had sized when the first chunk went out (recorded by the ``seen`` returned)."""
+    ph = runtime.voices[runtime.default_voice].phonemizer
+    size = ph.word_size
+    sized: list[str] = []
+    at_first: list[int] = []
+
+    def counting(token: str) -> int:
+        if delay_s:
+            time.sleep(delay_s)
+        sized.append(token)
+        return size(token)
+
+    def seen(chunk: Chunk) -> None:
+        if chunk.seq == 0:
+            at_first.append(len(sized))
+
+    monkeypatch.setattr(ph, "word_size", counting)
+    return sized, at_first, seen
+
+
 @pytest.mark.parametrize("prior_s_per_id", [1e-4, 1e-2])  # a quick start; encoded whole
 def test_a_first_sentences_later_words_are_found_after_its_first_chunk(
     runtime: Runtime, prior_s_per_id: float, monkeypatch: pytest.MonkeyPatch
@@ -385,21 +409,7 @@ def test_a_first_sentences_later_words_are_found_after_its_first_chunk(
     the first chunk goes out, the alignment has sized the first tokens only; the rest are
     found with the next chunk, and every word still comes with the chunk its sound
     starts in, once, in order."""
-    ph = runtime.voices[runtime.default_voice].phonemizer
-    sized: list[str] = []
-    size = ph.word_size
-
-    def counting(token: str) -> int:
-        sized.append(token)
-        return size(token)
-
-    monkeypatch.setattr(ph, "word_size", counting)
-    at_first: list[int] = []
-
-    def seen(chunk: Chunk) -> None:
-        if chunk.seq == 0:
-            at_first.append(len(sized))
-
+    sized, at_first, seen = _count_sizing(runtime, monkeypatch)
     chunks, stats = _with_costs(runtime, prior_s_per_id, COMMITTEE, seen, word_timings=True)
     assert stats["quick_start"] == (prior_s_per_id < 1e-3)
     tokens = COMMITTEE.split()
@@ -421,22 +431,7 @@ def test_the_word_work_a_first_packet_waits_for_is_its_own_part(
     """``end``'s ``ttfp_parts_ms.words`` is the word work the first packet waited for (the
     bench's measure of issue 29's cost): with each token's sizing made 3 ms slow, at least
     3 ms per token sized before the first chunk; absent without word timings."""
-    ph = runtime.voices[runtime.default_voice].phonemizer
-    size = ph.word_size
-    sized: list[str] = []
-
-    def slow(token: str) -> int:
-        time.sleep(0.003)
-        sized.append(token)
-        return size(token)
-
-    monkeypatch.setattr(ph, "word_size", slow)
-    at_first: list[int] = []
-
-    def seen(chunk: Chunk) -> None:
-        if chunk.seq == 0:
-            at_first.append(len(sized))
-
+    _, at_first, seen = _count_sizing(runtime, monkeypatch, delay_s=0.003)
     _, stats = _with_costs(runtime, prior_s_per_id, COMMITTEE, seen, word_timings=True)
     parts = stats["ttfp_parts_ms"]
     assert isinstance(parts, dict)
