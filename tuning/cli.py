@@ -1,7 +1,8 @@
 """``ttsd tune plan|apply|verify|revert``.
 
 Exit codes: 0 done (or nothing to do), 1 apply/revert failed, drift found, or
-root needed; 2 bad arguments or config.
+root needed; 2 bad arguments or config; 141 (quietly) when the reader of the output went
+away (``ttsd tune plan --json | head``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, TextIO
 
 from appliance.ops import nvml as nvml_seam
 from appliance.ops.config import DEFAULT_CONFIG_PATH, ConfigError, TuningConfig, load_config
+from appliance.ops.pipes import quiet_broken_pipe
 from tuning import ops, services
 from tuning import state as statefile
 from tuning.plan import (
@@ -77,7 +79,10 @@ def _load_tuning(args: argparse.Namespace) -> TuningConfig:
 
 
 def main(argv: list[str], *, seams: Seams | None = None) -> int:
-    seams = seams or Seams()
+    return quiet_broken_pipe(lambda: _main(argv, seams or Seams()))
+
+
+def _main(argv: list[str], seams: Seams) -> int:
     out = seams.out or sys.stdout
     try:
         args = _parser().parse_args(argv)
