@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import itertools
 import os
 import socket
@@ -24,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 ENV_SOCKET = "TTSD_SOCKET"
+BYTES_PER_SAMPLE = {"s16le": 2, "f32le": 4, "mulaw": 1, "alaw": 1}
 MAX_EVENT_BYTES = 1 << 28
 
 
@@ -68,6 +70,20 @@ def _error(event: dict[str, Any]) -> TtsdError:
     return cls(code, str(event.get("message", "")), event)
 
 
+START_HINT = (
+    "is the daemon running? Start it with `ttsd serve` (or `systemctl start ttsd` where it"
+    " is installed as a service), or name its socket with --socket or $TTSD_SOCKET"
+)
+"""Said after "cannot connect" when no daemon listens there (no file, or a stale one)."""
+
+
+def connect_error(path: str, exc: OSError) -> TtsdError:
+    """``cannot connect to PATH: why``, and how to start a daemon when none listens there."""
+    why = exc.strerror or str(exc)
+    hint = f"; {START_HINT}" if exc.errno in (errno.ENOENT, errno.ECONNREFUSED) else ""
+    return TtsdError("connect", f"cannot connect to {path}: {why}{hint}")
+
+
 def resolve_socket(path: str | os.PathLike[str] | None = None) -> str:
     if path:
         return str(path)
@@ -99,6 +115,12 @@ class Synthesis:
     chunks: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     cancelled: bool = False
+
+    @property
+    def duration_ms(self) -> float:
+        """How long the audio is (what was received, whatever ``end.stats`` says)."""
+        frames = len(self.audio) // BYTES_PER_SAMPLE.get(self.format, 2)
+        return 1000.0 * frames / self.sample_rate
 
     def samples(self) -> npt.NDArray[np.float32]:
         if self.format == "f32le":
@@ -147,17 +169,25 @@ _SINGLE = {
 
 
 class Client:
-    """Blocking client; one request at a time."""
+    """Blocking client; one request at a time.  ``sock``: a socket already connected to a
+    daemon (one end of a socketpair: :mod:`appliance.clients.local`) instead of a path."""
 
-    def __init__(self, socket_path: str | os.PathLike[str] | None = None, timeout: float = 60.0):
-        self.path = resolve_socket(socket_path)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str] | None = None,
+        timeout: float = 60.0,
+        *,
+        sock: socket.socket | None = None,
+    ):
+        self.path = "(connected socket)" if sock is not None else resolve_socket(socket_path)
+        self._sock = sock or socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)
-        try:
-            self._sock.connect(self.path)
-        except OSError as exc:
-            self._sock.close()
-            raise TtsdError("connect", f"cannot connect to {self.path}: {exc.strerror}") from exc
+        if sock is None:
+            try:
+                self._sock.connect(self.path)
+            except OSError as exc:
+                self._sock.close()
+                raise connect_error(self.path, exc) from exc
         self._unpacker = decoder()
         self._ids = itertools.count(1)
         self.refused: collections.deque[dict[str, Any]] = collections.deque(maxlen=32)
@@ -173,7 +203,10 @@ class Client:
         self.close()
 
     def send(self, message: dict[str, Any]) -> None:
-        self._sock.sendall(encode(message))
+        try:
+            self._sock.sendall(encode(message))
+        except OSError as exc:  # a broken pipe here is the daemon's, not stdout's
+            raise TtsdError("disconnected", f"the daemon closed the connection: {exc}") from exc
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -184,7 +217,13 @@ class Client:
                 if not isinstance(msg, dict):
                     raise TtsdError("internal", f"server sent a non-map: {msg!r}")
                 return msg
-            data = self._sock.recv(1 << 16)
+            try:
+                data = self._sock.recv(1 << 16)
+            except TimeoutError as exc:
+                wait = self._sock.gettimeout()
+                raise TtsdError("timeout", f"no answer from the daemon in {wait} s") from exc
+            except OSError as exc:
+                raise TtsdError("disconnected", f"the connection broke: {exc}") from exc
             if not data:
                 raise TtsdError("disconnected", "the daemon closed the connection")
             self._unpacker.feed(data)
@@ -328,12 +367,18 @@ class AsyncClient:
         self._reader_task = asyncio.create_task(self._read())
 
     @classmethod
-    async def connect(cls, socket_path: str | os.PathLike[str] | None = None) -> AsyncClient:
+    async def connect(
+        cls, socket_path: str | os.PathLike[str] | None = None, *, sock: socket.socket | None = None
+    ) -> AsyncClient:
+        """``sock``: a socket already connected to a daemon instead of a path."""
+        if sock is not None:
+            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 20)
+            return cls(reader, writer)
         path = resolve_socket(socket_path)
         try:
             reader, writer = await asyncio.open_unix_connection(path, limit=1 << 20)
         except OSError as exc:
-            raise TtsdError("connect", f"cannot connect to {path}: {exc.strerror}") from exc
+            raise connect_error(path, exc) from exc
         return cls(reader, writer)
 
     async def close(self) -> None:

@@ -114,11 +114,10 @@ def test_the_readmes_text_stream_example_speaks_while_the_text_comes(daemon: Dae
     had written everything."""
     readme = (REPO / "README.md").read_text()
     (block,) = [b for b in readme.split("```python\n")[1:] if "speak_as_it_is_written" in b]
+    run = "asyncio.run(speak_as_it_is_written())\n"
+    defined, after = block.split("```", 1)[0].split(run)  # it runs as pasted: here, timed
     script = (
-        _README_PRELUDE
-        + block.split("```", 1)[0]
-        + "\nasyncio.run(speak_as_it_is_written())\n"
-        + "print(len(played), played[0] < finished[0])\n"
+        defined + _README_PRELUDE + run + after + "print(len(played), played[0] < finished[0])\n"
     )
     r = subprocess.run(
         [sys.executable, "-c", script],
@@ -182,3 +181,36 @@ def test_ttsctl_phonemes_markdown(daemon: Daemon) -> None:
     said = " ".join(c["text"] for c in json.loads(r.stdout)["clauses"])
     assert "*" not in said and "#" not in said and "|" not in said
     assert said.startswith("Sure! Here are three options:") and "Weather" in said
+
+
+def test_ttsctl_options_after_the_command_and_version(daemon: Daemon, tmp_path: Path) -> None:
+    """--socket was taken only before the command; there was no --version."""
+    r = _ttsctl(daemon, "ping", "--socket", daemon.socket)
+    assert r.returncode == 0 and r.stdout == "pong\n", r.stderr
+    # One given before is not undone by a command that names none.
+    r = _ttsctl(daemon, "--socket", daemon.socket, "ping")
+    assert r.returncode == 0 and r.stdout == "pong\n", r.stderr
+    r = _ttsctl(daemon, "--version")
+    assert r.returncode == 0 and r.stdout.startswith("ttsctl 0."), r
+
+
+def test_ttsctl_says_how_to_start_the_daemon(daemon: Daemon, tmp_path: Path) -> None:
+    """ "cannot connect to …" said nothing of how to get a daemon there."""
+    nowhere = str(tmp_path / "nope.sock")
+    for args in (("--socket", nowhere, "ping"), ("synth", "Hi.", "-o", "-", "--socket", nowhere)):
+        r = _ttsctl(daemon, *args)
+        assert r.returncode == 1 and "Traceback" not in r.stderr
+        (line,) = r.stderr.splitlines()
+        assert f"cannot connect to {nowhere}: No such file or directory" in line
+        assert "Start it with `ttsd serve`" in line
+
+
+def test_ttsctl_announces_the_files_own_rate(daemon: Daemon, tmp_path: Path) -> None:
+    """An Opus file was announced "at 22050 Hz"; Opus has no such rate and is 24 kHz."""
+    import soundfile
+
+    out = tmp_path / "hello.opus"
+    r = _ttsctl(daemon, "--socket", daemon.socket, "synth", "Hello there.", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert soundfile.info(str(out)).samplerate == 24000
+    assert "at 24000 Hz" in r.stderr and "22050" not in r.stderr
