@@ -39,8 +39,8 @@ def test_the_readme_has_its_examples() -> None:
 
 @pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)))
 def test_each_python_example_runs_as_pasted(served: HttpDaemon, tmp_path: Path, index: int) -> None:
-    """They called play() and bridge.send() that were nowhere, and used `async with` at
-    the top of a module: not one of them ran."""
+    """They called play() and bridge.send() that were nowhere, used `async with` at the
+    top of a module, or only defined a coroutine nothing ran."""
     code = _dedent(PYTHON_BLOCKS[index])
     # The one change: the address the README's HTTP daemon listens on, to this one's.
     code = code.replace(README_ADDRESS, served.base.removeprefix("http://"))
@@ -54,6 +54,8 @@ def test_each_python_example_runs_as_pasted(served: HttpDaemon, tmp_path: Path, 
     )
     assert r.returncode == 0, f"{code}\n{r.stderr}"
     assert "Traceback" not in r.stderr
+    # It did something: printed what it got, or wrote its audio (not only defined code).
+    assert r.stdout.strip() or any(p.stat().st_size > 1000 for p in tmp_path.iterdir()), code
 
 
 def test_the_phonemes_example_shows_what_the_command_prints(daemon: Daemon) -> None:
