@@ -311,6 +311,8 @@ def _check(args: argparse.Namespace) -> None:
         if args.output is None and not args.raw:
             raise _Refused("synth: give -o FILE (or -o - for standard output)")
         args.output = STDOUT if args.output is None or _is_stdout(args.output) else args.output
+        if args.output == STDOUT and sys.stdout.isatty():
+            raise _Refused("standard output is a terminal: pipe it (| aplay) or give -o FILE")
         args.format = None if args.output == STDOUT else _output_format(args.output, args.raw)
         args.captions = _subtitles_format(args)
         if not 0.0 <= args.sentence_silence <= MAX_SENTENCE_SILENCE_S:

@@ -63,10 +63,6 @@ class PiperStyle:
     _moved_ms: float = 0.0
     _after_sentence: bool = False
 
-    @property
-    def changes_audio(self) -> bool:
-        return self.normalize or self.silence_s > 0
-
     def shape(self, events: Iterable[Event]) -> Iterator[Event]:
         for ev in events:
             yield from self.feed(ev)

@@ -111,3 +111,17 @@ def test_local_says_why_it_cannot_start(daemon: Daemon, tmp_path: Path) -> None:
     r = _ttsctl(daemon, "--local", "--config", str(bad), "synth", "Hi.", "-o", str(tmp_path / "x"))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith("ttsctl: cannot start: voices.default: voice 'nobody' not found")
+
+
+def test_say_takes_the_same_options(daemon: Daemon, tmp_path: Path) -> None:
+    """The fields reach the daemon (this one has no speaker: it checks them, then says so)."""
+    src = tmp_path / "say.txt"
+    src.write_text("Line one.\nLine two.\n", encoding="utf-8")
+    said = ("--socket", daemon.socket, "say", "-i", str(src), "--deterministic", "-s", "0")
+    r = _ttsctl(daemon, *said, "--noise-w", "3")
+    assert (
+        r.returncode == 1
+        and r.stderr == "ttsctl: bad_request: 'noise_w' must be between 0.0 and 2.0\n"
+    )
+    r = _ttsctl(daemon, *said, "--length-scale", "0.5", "--noise-scale", "0")
+    assert r.returncode == 1 and r.stderr.startswith("ttsctl: no_audio_device"), r.stderr

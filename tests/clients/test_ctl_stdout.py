@@ -105,3 +105,22 @@ def test_stream_to_standard_output(daemon: Daemon) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout[:4] == b"RIFF" and len(r.stdout) > 44 + 22050
+
+
+def test_audio_is_not_written_to_a_terminal(tmp_path: Path) -> None:
+    """Refused before anything else (here: before connecting to a daemon that is not there)."""
+    import pty
+
+    main, tty = pty.openpty()
+    try:
+        r = subprocess.run(
+            [*CTL, "--socket", str(tmp_path / "none.sock"), "synth", "Hi.", "-o", "-"],
+            stdout=tty,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    finally:
+        os.close(tty)
+        os.close(main)
+    assert r.returncode == 2
+    assert r.stderr == b"ttsctl: standard output is a terminal: pipe it (| aplay) or give -o FILE\n"
