@@ -248,7 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return quiet_broken_pipe(functools.partial(_main, argv))
+    try:
+        return quiet_broken_pipe(functools.partial(_main, argv))
+    except KeyboardInterrupt:
+        return 130  # Ctrl-C: the user knows why; no traceback (the shell's status for it)
 
 
 def _main(argv: list[str] | None) -> int:
