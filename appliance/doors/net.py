@@ -116,9 +116,13 @@ def _user_groups(uid: int, gid: int) -> set[int]:
 
 
 def peer_hung_up(sock: socket.socket) -> bool:
-    """The client closed both directions (POLLHUP), not only its writing side."""
+    """The client closed both directions (POLLHUP), not only its writing side; also when
+    the socket is closed already (a write to the gone client failed: its descriptor is -1)."""
+    fd = sock.fileno()
+    if fd < 0:
+        return True
     poller = select.poll()
-    poller.register(sock.fileno(), select.POLLHUP | select.POLLERR)
+    poller.register(fd, select.POLLHUP | select.POLLERR)
     try:
         return any(ev & (select.POLLHUP | select.POLLERR) for _fd, ev in poller.poll(0))
     except OSError:

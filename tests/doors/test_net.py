@@ -18,6 +18,7 @@ from appliance.doors.net import (
     IdleTimeout,
     Outbox,
     ReadTimer,
+    peer_hung_up,
     read_to_eof,
     refuse,
 )
@@ -209,3 +210,17 @@ def test_slots_cap_all_and_each_client_and_keep_some_for_root() -> None:
     assert slots.admit(limits, 3, "root", True) is None
     slots.give_back("a")
     assert slots.admit(limits, 2, "a", False) is None
+
+
+def test_peer_hung_up_on_a_socket_already_closed() -> None:
+    """Issue 42 item 17: a v1 client gone mid-request left the connection's socket closed
+    (descriptor -1) while the half-close loop still polled it: ValueError, a traceback in
+    the log about once in two.  A closed socket is a hung-up peer."""
+    a, b = socket.socketpair()
+    try:
+        assert peer_hung_up(a) is False  # both ends open
+        a.close()
+        assert a.fileno() == -1
+        assert peer_hung_up(a) is True
+    finally:
+        b.close()
