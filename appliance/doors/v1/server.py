@@ -17,6 +17,9 @@ path (error replies included): past it the connection is not read until the clie
 reads, and is closed after ``client_too_slow_s``.  A half-closed client (EOF on read)
 sends no more requests but still gets every answer.  Messages may come back to back in any
 batching: each is capped (:class:`~appliance.doors.v1.protocol.FrameReader`), not a read.
+Text appended to a text stream before it is open is held in characters, up to
+``limits.max_text_chars`` however many messages bring it (more ends the request with
+``text_too_long``, as it would once open: :class:`EarlyText`).
 
 A client that goes away (closed, dropped, too slow) has its ``synthesize`` requests cancelled;
 its ``speak`` requests play on (speech outlives its client; ``cancel`` and ``stop`` end it).
@@ -28,11 +31,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import io
 import logging
 import os
 import socket
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +93,62 @@ __all__ = ["Connection", "Server"]
 log = logging.getLogger(__name__)
 
 _READ_SIZE = 65536
-_MAX_EARLY_TEXT = 1024
 _THROTTLE = Throttle()
 """Log lines about one client's bad or failing requests: one per kind every 10 s."""
+
+
+@dataclass
+class EarlyText:
+    """Text for a text stream that is still being admitted and prepared, held until it is
+    open: in characters (at most ``limit``, however many appends bring it), the last
+    ``flush`` among them, and ``finish``.  Applied as one append (two with a flush), so a
+    flood of empty appends holds nothing."""
+
+    limit: int
+    chars: int = 0
+    flush_at: int = -1
+    """Characters up to the last ``flush`` (-1: none)."""
+    finished: bool = False
+    error: ServiceError | None = None
+    """Set when the text went over ``limit``: the request ends with it once open."""
+    _buf: io.StringIO = field(default_factory=io.StringIO)
+
+    def add(self, req: AppendRequest | FinishRequest) -> None:
+        """Hold ``req``; raises ServiceError (the refusal an open stream would give) for
+        text after ``finish``."""
+        if self.finished:
+            raise ServiceError(ErrorCode.BAD_REQUEST, "the text of this request is finished")
+        if isinstance(req, FinishRequest):
+            self.finished = True
+            return
+        if self.error is not None:
+            return  # the request ends with text_too_long once open: nothing more to keep
+        if self.chars + len(req.text) > self.limit:
+            self.error = ServiceError(
+                ErrorCode.TEXT_TOO_LONG,
+                f"text would have more than {self.limit} characters; the limit is {self.limit}",
+            )
+            self._buf = io.StringIO()  # nothing of it will be spoken
+            return
+        self._buf.write(req.text)
+        self.chars += len(req.text)
+        if req.flush:
+            self.flush_at = self.chars
+
+    def held(self, target: int) -> list[AppendRequest | FinishRequest]:
+        """What to hand the stream once open, in order (nothing when it is to fail)."""
+        if self.error is not None:
+            return []
+        text = self._buf.getvalue()
+        cut = max(self.flush_at, 0)
+        out: list[AppendRequest | FinishRequest] = []
+        if self.flush_at >= 0:
+            out.append(AppendRequest(target, text[:cut], flush=True))
+        if text[cut:]:
+            out.append(AppendRequest(target, text[cut:]))
+        if self.finished:
+            out.append(FinishRequest(target))
+        return out
 
 
 @dataclass
@@ -102,8 +159,8 @@ class RequestState:
     stream: Stream | None = None
     cancel_reason: str | None = None
     text_stream: bool = False
-    early_text: list[AppendRequest | FinishRequest] | None = None
-    """Appends and finish that arrived while the stream was still being opened."""
+    early_text: EarlyText | None = None
+    """Text that arrived while the stream was still being opened."""
     detached: bool = False
     """A ``speak`` playing on after its client has gone (see ``Connection._client_gone``)."""
 
@@ -315,14 +372,19 @@ class Connection:
                 )
             r.cancel("disconnect")
 
-    @staticmethod
-    def _end_text(r: RequestState) -> None:
+    def _end_text(self, r: RequestState) -> None:
         """No more text comes for ``r``: a text stream ends with what it has."""
         if r.stream is not None and r.stream.takes_text:
             with contextlib.suppress(ServiceError):
                 r.stream.finish()
         elif r.text_stream and r.stream is None:
-            r.early_text = [*(r.early_text or ()), FinishRequest(r.id)]
+            with contextlib.suppress(ServiceError):  # finished already
+                self._early(r).add(FinishRequest(r.id))
+
+    def _early(self, r: RequestState) -> EarlyText:
+        if r.early_text is None:
+            r.early_text = EarlyText(self.cfg.limits.max_text_chars)
+        return r.early_text
 
     async def _refuse(self, exc: ServiceError) -> None:
         """The error, then the connection closed once the client has read it."""
@@ -570,19 +632,12 @@ class Connection:
         """``append`` / ``finish``: no reply on success; an error says which."""
         state = self.requests.get(req.target)
         if state is not None and state.text_stream and state.stream is None:
-            # Still being admitted and prepared: keep the order, apply them once open.
-            # (Bounded: the request's text is capped when they are applied, and a flood
-            # of empty appends is capped here.)
-            early = state.early_text if state.early_text is not None else []
-            if len(early) >= _MAX_EARLY_TEXT:
-                self._error_soon(
-                    req.target,
-                    ServiceError(ErrorCode.TOO_MANY_REQUESTS, "too many appends before start"),
-                    refused=True,
-                )
-                return
-            early.append(req)
-            state.early_text = early
+            # Still being admitted and prepared: held in characters (EarlyText), handed to
+            # the stream once open.
+            try:
+                self._early(state).add(req)
+            except ServiceError as exc:
+                self._error_soon(req.target, exc, refused=True)
             return
         stream = state.stream if state is not None else None
         if stream is None or not stream.takes_text:
@@ -592,6 +647,10 @@ class Connection:
                 refused=True,
             )
             return
+        self._to_stream(stream, req)
+
+    def _to_stream(self, stream: Stream, req: AppendRequest | FinishRequest) -> None:
+        """``req`` applied to its open text stream; an error says why."""
         try:
             if isinstance(req, AppendRequest):
                 stream.append(req.text, flush=req.flush)
@@ -667,8 +726,11 @@ class Connection:
         state.stream = stream
         if state.cancel_reason is not None:
             stream.cancel(state.cancel_reason)
-        for early in state.early_text or ():
-            self._text(early)
+        if state.early_text is not None:
+            if state.early_text.error is not None:
+                stream.fail(state.early_text.error)  # its one error comes from run()
+            for held in state.early_text.held(req.id):
+                self._to_stream(stream, held)
         state.early_text = None
         try:
             if speak:
