@@ -836,17 +836,18 @@ class _AudioSink:
             )
 
     async def _send_frame(self, frame: PacedFrame[None]) -> None:
+        self._words = tuple(frame.words)  # those that start in this frame (pace.py)
         await self.write(frame.data)
 
     async def emit(self, chunk: Chunk) -> None:
-        self._words = chunk.words or ()
         data = await self._encode(chunk.samples, chunk.final)
         if self.pacer is not None:
             if self.first:
                 self.first = False
                 await self.write(self.encoder.header())  # the header is not paced
-            await self.pacer.put(data, None)
+            await self.pacer.put(data, None, chunk.words)
             return
+        self._words = chunk.words or ()
         if self.first:
             self.first = False
             data = self.encoder.header() + data

@@ -17,7 +17,11 @@ in frames:
 - a frame that was not made in time (the stream fell behind) leaves when it is made
   and the schedule restarts from it (counted in :attr:`Pacer.late`): a late frame is
   not followed by a burst;
-- the last frame is padded with silence to full length.
+- the last frame is padded with silence to full length;
+- frame *k* is the span ``[k·N, (k+1)·N)`` ms of the request's audio (its ``offset_ms`` is
+  exactly ``k·N``), and a word (``word_timings``) rides on the frame that holds its start:
+  the first frame whose span contains its ``offset_ms``, or the last frame for a word that
+  would start after the audio's end (none does: each word lies within its chunk).
 
 Bounds: what is buffered ahead of the clock is capped at :data:`MAX_AHEAD_S` of audio
 (``put`` waits, holding back the stream as a slow client would); one task per request,
@@ -29,9 +33,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
+
+from appliance.speech import Word
 
 PACE_MS = (5, 1000)
 """The frame lengths a request may ask for (telephony uses 10–60 ms)."""
@@ -51,14 +57,18 @@ class PacedFrame(Generic[T]):
 
     index: int
     data: bytes
-    offset_s: float
-    duration_s: float
+    offset_ms: float
+    """Exactly ``index · pace_ms``: where the frame starts in the request's audio."""
+    duration_ms: float
+    """``pace_ms`` (the samples in it are within one of that; exact on average)."""
     pieces: list[T] = field(default_factory=list)
     """Pieces whose bytes are in this frame."""
     starts: list[T] = field(default_factory=list)
     """Pieces that begin in this frame."""
     ends: list[T] = field(default_factory=list)
     """Pieces that end in this frame."""
+    words: list[Word] = field(default_factory=list)
+    """Words whose start lies in this frame's span (each word on exactly one frame)."""
 
 
 async def sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
@@ -89,6 +99,7 @@ class Pacer(Generic[T]):
         silence: Callable[[int], bytes],
         send: Callable[[PacedFrame[T]], Awaitable[None]],
     ) -> None:
+        self.pace_ms = pace_ms
         self.pace_s = pace_ms / 1000.0
         self.rate = sample_rate
         self.width = bytes_per_sample
@@ -101,6 +112,7 @@ class Pacer(Generic[T]):
         self._base = 0  # byte offset (in the whole stream) of _buf[0]
         self._total = 0  # bytes put so far
         self._pieces: list[tuple[int, int, T]] = []  # (start, end) byte offsets, tag
+        self._words: list[Word] = []  # not yet sent, in order of their start
         self._closed = False
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
@@ -113,9 +125,11 @@ class Pacer(Generic[T]):
 
     # -- the door's side
 
-    async def put(self, data: bytes, tag: T) -> None:
-        """Queue ``data`` (whole samples) for sending; waits while too much is ahead."""
+    async def put(self, data: bytes, tag: T, words: Iterable[Word] | None = None) -> None:
+        """Queue ``data`` (whole samples) and the ``words`` that start in it for sending;
+        waits while too much is ahead."""
         self._raise_failure()
+        self._words.extend(words or ())
         if data:
             start = self._total
             self._total += len(data)
@@ -202,9 +216,15 @@ class Pacer(Generic[T]):
             data += self._silence((end - have) // self.width)
         if len(self._buf) <= MAX_AHEAD_S * self.rate * self.width:
             self._room.set()
-        frame: PacedFrame[T] = PacedFrame(
-            k, data, start / self.width / self.rate, (end - start) / self.width / self.rate
-        )
+        frame: PacedFrame[T] = PacedFrame(k, data, k * self.pace_ms, self.pace_ms)
+        last = self._closed and self._total <= end
+        due = len(self._words)
+        if not last:  # the words that start before this frame's end
+            due = next(
+                (i for i, w in enumerate(self._words) if w.offset_ms >= (k + 1) * self.pace_ms),
+                due,
+            )
+        frame.words, self._words = self._words[:due], self._words[due:]
         keep: list[tuple[int, int, T]] = []
         for p_start, p_end, tag in self._pieces:
             if p_start < end and p_end > start:

@@ -1,4 +1,5 @@
-"""The pacer alone: frame boundaries, padding, the start buffer, the clock, a late stream."""
+"""The pacer alone: frame boundaries, padding, the start buffer, the clock, a late stream,
+words on the frame that holds their start."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import itertools
 import time
 
 from appliance.doors.pace import PacedFrame, Pacer
+from appliance.speech import Word
 
 
 async def _pace(
@@ -32,7 +34,7 @@ def test_frames_exact_and_padded() -> None:
     frames = [f for _, f in got]
     assert [len(f.data) for f in frames] == [160, 160, 160, 160]
     assert b"".join(f.data for f in frames) == b"a" * 250 + b"b" * 300 + b"\xff" * 90
-    assert [f.offset_s for f in frames] == [0.0, 0.02, 0.04, 0.06]
+    assert [f.offset_ms for f in frames] == [0.0, 20.0, 40.0, 60.0]
     assert frames[1].pieces == ["A", "B"] and frames[1].starts == ["B"] and frames[1].ends == ["A"]
     assert frames[3].ends == ["B"]
 
@@ -50,6 +52,9 @@ def test_uneven_rate_is_exact_on_average() -> None:
     got = asyncio.run(_pace([(b"x" * 22050, "X")], 10, 22050))
     sizes = [len(f.data) for _, f in got]
     assert set(sizes) == {220, 221} and sum(sizes) == 22050
+    # offset_ms is seq · N as documented, not the first sample's time (9.977, 29.977 …).
+    assert [f.offset_ms for _, f in got] == [10.0 * k for k in range(len(got))]
+    assert {f.duration_ms for _, f in got} == {10.0}
 
 
 def test_late_audio_restarts_the_schedule() -> None:
@@ -74,3 +79,33 @@ def test_late_audio_restarts_the_schedule() -> None:
     t = asyncio.run(run())
     gaps = [b - a for a, b in itertools.pairwise(t[8:])]
     assert len(gaps) == 9 and min(gaps) > 0.015, gaps
+
+
+def _word(offset_ms: float, i: int) -> Word:
+    return Word((i, i + 1), offset_ms, 5.0)
+
+
+def test_every_word_rides_once_on_the_frame_that_holds_its_start() -> None:
+    """Chunks put ahead of the clock do not overwrite the words of frames still waiting
+    (HTTP delivered 2-3 of 4): each word goes on frame floor(offset / N), exactly once."""
+    starts = [0.0, 19.9, 20.0, 35.0, 61.0, 79.99, 95.0, 139.0]
+
+    async def run() -> list[PacedFrame[str]]:
+        got: list[PacedFrame[str]] = []
+
+        async def send(frame: PacedFrame[str]) -> None:
+            got.append(frame)
+
+        pacer: Pacer[str] = Pacer(20, 8000, 1, lambda n: b"\xff" * n, send)
+        # Three chunks of 50 ms (400 bytes) put at once, each with its own words.
+        for c in range(3):
+            words = [_word(t, i) for i, t in enumerate(starts) if 50 * c <= t < 50 * (c + 1)]
+            await pacer.put(b"x" * 400, f"c{c}", words)
+        await pacer.close()
+        return got
+
+    frames = asyncio.run(run())
+    assert len(frames) == 8  # 150 ms: 7.5 frames, the last padded
+    placed = [(f.index, w.offset_ms) for f in frames for w in f.words]
+    assert [t for _, t in placed] == starts
+    assert all(k == int(t // 20) for k, t in placed), placed

@@ -464,19 +464,21 @@ class ChunkEvent:
         )
 
     @classmethod
-    def from_frame(cls, rid: int, frame: PacedFrame[Chunk]) -> ChunkEvent:
-        """A paced frame (``pace_ms``): the span of the chunks it carries, the marks of
-        those that begin in it, ``sentence_end`` when one that ends a sentence ends in it."""
+    def from_frame(cls, rid: int, frame: PacedFrame[Chunk], word_timings: bool) -> ChunkEvent:
+        """A paced frame (``pace_ms``): ``offset_ms`` = seq · N, the span of the chunks it
+        carries, the marks of those that begin in it, ``sentence_end`` when one that ends a
+        sentence ends in it, and with ``word_timings`` the words whose start is in it."""
         spans = [c.text_span for c in frame.pieces]
         return cls(
             id=rid,
             seq=frame.index,
             audio=frame.data,
-            offset_ms=frame.offset_s * 1000.0,
-            duration_ms=frame.duration_s * 1000.0,
+            offset_ms=frame.offset_ms,
+            duration_ms=frame.duration_ms,
             text_span=(min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0),
             sentence_end=any(c.sentence_end for c in frame.ends),
             marks=tuple(m for c in frame.starts for m in c.marks),
+            words=tuple(frame.words) if word_timings else None,
         )
 
 

@@ -781,7 +781,7 @@ class Connection:
         ``end`` follows the last frame (:mod:`appliance.doors.pace`)."""
 
         async def send(frame: PacedFrame[Chunk]) -> None:
-            event = ChunkEvent.from_frame(req.id, frame)
+            event = ChunkEvent.from_frame(req.id, frame, req.word_timings)
             await self.send(event.to_dict(), grace_s=stream.buffer_s())
 
         pacer: Pacer[Chunk] = Pacer(
@@ -789,7 +789,7 @@ class Connection:
         )
 
         async def emit(chunk: Chunk) -> None:
-            await pacer.put(encoder(chunk.samples, chunk.final), chunk)
+            await pacer.put(encoder(chunk.samples, chunk.final), chunk, chunk.words)
 
         try:
             result = await stream.run(emit)

@@ -12,6 +12,7 @@ import urllib.request
 from typing import Any
 
 import numpy as np
+import pytest
 
 from appliance.clients.client import Client
 from tests.doors.http.conftest import HttpDaemon, decode
@@ -138,3 +139,38 @@ def test_sse_carries_word_events_when_asked(http_daemon: HttpDaemon) -> None:
             assert e["start_time"] * 22050 < pcm
     status, _, plain = post(http_daemon, "/v1/audio/speech", {**body, **ZERO})
     assert status == 200 and b"ttsd.speech.word" not in plain
+
+
+@pytest.mark.parametrize("kind", ["sse", "ndjson"])
+def test_paced_responses_carry_every_word_once_with_its_frame(
+    http_daemon: HttpDaemon, kind: str
+) -> None:
+    """Issue 42 item 14: paced (``pace_ms``) SSE and NDJSON delivered 2-3 of 4 words (the
+    next chunk, made ahead of the clock, overwrote them).  Every word comes once, with the
+    frame whose span [k·N, (k+1)·N) holds its start."""
+    body = {"input": TEXT, "voice": "alloy", "response_format": "pcm", "pace_ms": 20, **ZERO}
+    if kind == "sse":
+        path, body = "/v1/audio/speech", {**body, "stream_format": "sse", "word_timings": True}
+    else:
+        path = "/dev/captioned_speech"
+    status, _, raw = post(http_daemon, path, body)
+    assert status == 200, raw[:200]
+    frames: list[list[dict[str, Any]]] = []  # each frame's words, in order
+    if kind == "sse":
+        for line in raw.decode().split("\n"):
+            if line.startswith("data: "):
+                e = json.loads(line[6:])
+                if e["type"] == "speech.audio.delta":
+                    assert len(base64.b64decode(e["audio"])) == 441 * 2  # 20 ms at 22 050 Hz
+                    frames.append([])
+                elif e["type"] == "ttsd.speech.word":
+                    frames[-1].append(e)
+    else:
+        for line in raw.decode().splitlines():
+            obj = json.loads(line)
+            assert len(base64.b64decode(obj["audio"])) == 441 * 2
+            frames.append(obj["timestamps"])
+    got = [(k, w) for k, words in enumerate(frames) for w in words]
+    assert [w["text_span"] for _, w in got] == [w["text_span"] for w in v1_words(http_daemon, TEXT)]
+    for k, w in got:
+        assert k * 0.02 <= w["start_time"] + 1e-3 < (k + 1) * 0.02 + 2e-3, (k, w)

@@ -110,11 +110,34 @@ def test_paced_frames(daemon: Daemon) -> None:
 
 def test_paced_any_rate(daemon: Daemon) -> None:
     """At the voice's rate (22 050 Hz), 10 ms is 220.5 samples: frames alternate 220 and
-    221 samples and stay exact on average."""
-    _, chunks, _ = _synth(daemon, 1, pace_ms=10)
+    221 samples and stay exact on average; ``offset_ms`` is seq · N all the same, as
+    documented (it said 9.977, 29.977 … : the first sample's time)."""
+    _, chunks, _ = _synth(daemon, 1, pace_ms=10, realtime=False)
     sizes = [len(ev["audio"]) // 2 for _, ev in chunks]
     assert set(sizes) <= {220, 221}
     assert abs(sum(sizes) - 220.5 * len(sizes)) <= 1
+    assert [ev["offset_ms"] for _, ev in chunks] == [10.0 * ev["seq"] for _, ev in chunks]
+    assert {ev["duration_ms"] for _, ev in chunks} == {10.0}
+
+
+@pytest.mark.parametrize(("fmt", "pace_ms"), [("mulaw", 20), ("s16le", 10)])
+def test_paced_frames_carry_every_word_on_the_frame_of_its_start(
+    daemon: Daemon, fmt: str, pace_ms: int
+) -> None:
+    """Issue 42 item 14: paced frames carried no ``words`` (0 of 12).  Every word of the
+    unpaced request comes once, on the frame whose [offset_ms, offset_ms + N) holds its
+    start, with the same span and times."""
+    # Not real-time (admitted on a loaded box too), no quick start: the same words twice.
+    zero = {"deterministic": True, "realtime": False, "word_timings": True, "format": fmt}
+    _, plain, _ = _synth(daemon, 1, **zero)
+    want = [w for _, ev in plain for w in ev["words"]]
+    assert len(want) == 12, want
+    _, frames, _ = _synth(daemon, 2, pace_ms=pace_ms, **zero)
+    assert all("words" in ev for _, ev in frames)  # every frame has the list, as chunks do
+    got = [(ev["seq"], w) for _, ev in frames for w in ev["words"]]
+    assert [w for _, w in got] == want
+    for seq, w in got:
+        assert seq * pace_ms <= w["offset_ms"] + 1e-3 < (seq + 1) * pace_ms + 2e-3, (seq, w)
 
 
 def test_paced_cancel(daemon: Daemon) -> None:
