@@ -71,8 +71,8 @@ class Door(Protocol):
 
     Shutdown order: every door's ``close_listener``, then the core drains in-flight
     streams (ending the rest with ``shutting_down``), then every door's ``wait_idle``
-    (what the core has made but the door has still to send, in the same time), then every
-    door's ``close``."""
+    (what the core has made but the door has still to send, up to the same deadline; the
+    rest then ends with ``shutting_down``), then every door's ``close``."""
 
     name: str
 
@@ -82,8 +82,10 @@ class Door(Protocol):
     def close_listener(self) -> None:
         """Stop accepting connections; streams in flight go on."""
 
-    async def wait_idle(self) -> None:
-        """Return once the door sends nothing more of what the core made (paced output)."""
+    async def wait_idle(self, deadline: float) -> None:
+        """Return once the door sends nothing more of what the core made (paced output);
+        at ``deadline`` (the loop's clock) what it still sends ends with ``shutting_down``
+        (told within a second)."""
 
     async def close(self) -> None:
         """Close what is left (connections, the listener)."""

@@ -84,7 +84,7 @@ class AgentDoor:
         self.service.add_door(DOOR, lambda: len(self._open))
         log.info("agent: answering HAProxy agent checks on %s:%d", host, self.port)
 
-    async def wait_idle(self) -> None:
+    async def wait_idle(self, deadline: float) -> None:
         """Nothing outlives the core's streams here: a connection's output is its own."""
 
     def close_listener(self) -> None:

@@ -67,7 +67,7 @@ from appliance.doors.net import (
     parse_listen,
     quiet_accept_errors,
 )
-from appliance.doors.pace import PACE_MS, PacedFrame, Pacer
+from appliance.doors.pace import PACE_MS, PacedFrame, PacedSends, Pacer
 from appliance.doors.pcm import G711_RATE
 from appliance.errors import ErrorCode, ServiceError
 from appliance.model.stretch import VOICE_SPEED_LIMIT
@@ -324,6 +324,7 @@ class HttpDoor:
         self._idle = asyncio.Event()
         self._idle.set()
         """Set while no speech response is being sent (paced ones outlive their stream)."""
+        self.paced = PacedSends()
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -583,8 +584,14 @@ class HttpDoor:
             if not self._responses:
                 self._idle.set()
 
-    async def wait_idle(self) -> None:
-        await self._idle.wait()
+    async def wait_idle(self, deadline: float) -> None:
+        """Until no speech response is being sent, or ``deadline``; paced ones still on the
+        clock then end with ``shutting_down`` (SSE: an ``error`` event; else truncated)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                await self._idle.wait()
+        for _ in range(await self.paced.drain(deadline)):
+            self.service.record_error(ErrorCode.SHUTTING_DOWN)
 
     async def _speech(self, request: web.Request, captioned: bool) -> web.StreamResponse:
         if self.draining or self.service.stopping:
@@ -719,6 +726,7 @@ class HttpDoor:
             self._pool,
             lambda: self.service.runtime.config.limits,
             captioned,
+            self.paced,
         )
         try:
             result = await self._run(sink, stream)
@@ -799,6 +807,7 @@ class _AudioSink:
         pool: ThreadPoolExecutor | None,
         limits: Callable[[], LimitsConfig],
         ndjson: bool = False,
+        paced: PacedSends | None = None,
     ) -> None:
         self.request, self.body, self.stream, self.encoder = request, body, stream, encoder
         self._pool = pool
@@ -833,6 +842,7 @@ class _AudioSink:
                 encoder.pcm.bytes_per_sample,
                 encoder.pcm.silence,
                 self._send_frame,
+                paced,
             )
 
     async def _send_frame(self, frame: PacedFrame[None]) -> None:

@@ -26,17 +26,25 @@ in frames:
 Bounds: what is buffered ahead of the clock is capped at :data:`MAX_AHEAD_S` of audio
 (``put`` waits, holding back the stream as a slow client would); one task per request,
 cancelled by :meth:`Pacer.abort`.  ``pace_ms`` is within :data:`PACE_MS`.
+
+Lifecycle at shutdown: a door keeps its pacers in a :class:`PacedSends`.  The core's stream
+is over once its audio is made, while its frames still leave on the clock, so the daemon's
+drain waits for them (:meth:`PacedSends.drain`) up to its deadline, then cuts the rest
+(:meth:`Pacer.cut`): their ``put`` and ``close`` raise ``shutting_down``, which the door
+sends as the request's one terminal error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from appliance.errors import ErrorCode, ServiceError
 from appliance.speech import Word
 
 PACE_MS = (5, 1000)
@@ -47,8 +55,13 @@ the far end's jitter buffer, taken from the slack of the stream: with 100 ms, a 
 chunk of ~100 ms left the second chunk ~20 ms to arrive, and a loaded box missed it."""
 MAX_AHEAD_S = 10.0
 """Audio a pacer holds ahead of the clock before ``put`` waits."""
+CUT_GRACE_S = 1.0
+"""After a drain's deadline, how long the owners of the pacers it cut get to send their
+error (a client that does not read is not waited for beyond it)."""
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -98,6 +111,7 @@ class Pacer(Generic[T]):
         bytes_per_sample: int,
         silence: Callable[[int], bytes],
         send: Callable[[PacedFrame[T]], Awaitable[None]],
+        group: PacedSends | None = None,
     ) -> None:
         self.pace_ms = pace_ms
         self.pace_s = pace_ms / 1000.0
@@ -113,6 +127,8 @@ class Pacer(Generic[T]):
         self._total = 0  # bytes put so far
         self._pieces: list[tuple[int, int, T]] = []  # (start, end) byte offsets, tag
         self._words: list[Word] = []  # not yet sent, in order of their start
+        self._cut: ServiceError | None = None
+        self._group = group
         self._closed = False
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
@@ -122,6 +138,8 @@ class Pacer(Generic[T]):
         self.late = 0
         """Frames that left after their time (the stream fell behind)."""
         self._task = asyncio.create_task(self._run())
+        if group is not None:
+            group.add(self)
 
     # -- the door's side
 
@@ -138,30 +156,45 @@ class Pacer(Generic[T]):
             self._wake.set()
         if len(self._buf) > MAX_AHEAD_S * self.rate * self.width:
             self._room.clear()
-            await asyncio.wait(
-                [asyncio.ensure_future(self._room.wait()), self._task],
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            room = asyncio.ensure_future(self._room.wait())
+            try:
+                await asyncio.wait([room, self._task], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                room.cancel()
             self._raise_failure()
 
     async def close(self) -> None:
-        """No more audio: send the rest (the last frame padded) and return when it left."""
+        """No more audio: send the rest (the last frame padded) and return when it left.
+        Raises ``shutting_down`` when the drain cut it (:meth:`cut`)."""
         self._closed = True
         self._wake.set()
-        await asyncio.shield(self._task)
+        await asyncio.wait([self._task])  # as shield: a cancelled caller leaves it running
+        self._raise_failure()
 
     def abort(self) -> None:
         """Stop now (cancelled, client gone): what is queued is dropped."""
         self._closed = True
         self._task.cancel()
 
-    async def stop(self) -> None:
-        """:meth:`abort`, and wait until the task has ended."""
+    def cut(self, exc: ServiceError) -> None:
+        """The daemon's drain is over: stop now, and ``put`` / ``close`` raise ``exc``."""
+        if self._cut is None:
+            self._cut = exc
         self.abort()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._task
+
+    async def stop(self) -> None:
+        """:meth:`abort`, and wait until the task has ended (the owner is done with it)."""
+        self.abort()
+        try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        finally:
+            if self._group is not None:
+                self._group.discard(self)
 
     def _raise_failure(self) -> None:
+        if self._cut is not None:
+            raise self._cut
         if self._task.done() and not self._task.cancelled():
             exc = self._task.exception()
             if exc is not None:
@@ -237,3 +270,44 @@ class Pacer(Generic[T]):
                 keep.append((p_start, p_end, tag))
         self._pieces = keep
         return frame
+
+
+class PacedSends:
+    """The pacers of one door that are still sending: what the daemon's drain waits for,
+    and what it cuts at its deadline.  A pacer is in it from its start until its owner's
+    :meth:`Pacer.stop` (after the owner has sent the request's terminal event)."""
+
+    def __init__(self) -> None:
+        self._live: set[Pacer[Any]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def add(self, pacer: Pacer[Any]) -> None:
+        self._live.add(pacer)
+        self._idle.clear()
+
+    def discard(self, pacer: Pacer[Any]) -> None:
+        self._live.discard(pacer)
+        if not self._live:
+            self._idle.set()
+
+    async def drain(self, deadline: float, grace_s: float = CUT_GRACE_S) -> int:
+        """Until no pacer sends, or until ``deadline`` (the loop's clock); then each one
+        still sending is cut with ``shutting_down`` and its owner gets ``grace_s`` to say
+        so.  Returns how many were cut."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                await self._idle.wait()
+        cut = list(self._live)
+        if cut:
+            log.warning("shutdown: %d paced streams still sending: ended", len(cut))
+        for pacer in cut:
+            pacer.cut(ServiceError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down"))
+        if cut:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace_s):
+                    await self._idle.wait()
+        return len(cut)

@@ -26,7 +26,8 @@ connection's :class:`asyncio.StreamReader` is :class:`_BoundedReader`: a header 
 Connection limits, idle and frame timeouts, the output bound and ``client_too_slow``
 are protocol v1's (``limits.*``); peers of a ``unix://`` socket are checked as
 protocol v1's are; ``tcp://`` clients must come from ``wyoming.allowed_networks``.
-A client that disconnects (EOF) has its work cancelled at once.
+A client that disconnects (EOF) has its work cancelled at once.  While the daemon drains,
+the listener stays open and a newcomer gets ``error`` (``shutting_down``), then the close.
 """
 
 from __future__ import annotations
@@ -399,6 +400,8 @@ class WyomingDoor:
         self._socket_gid: int | None = None
         self._socket_id: tuple[int, int] | None = None
         self._zeroconf: AsyncZeroconf | None = None
+        self.draining = False
+        """The daemon is stopping: newcomers are answered ``shutting_down``."""
         self._seq = 0
         service.add_door(self.name, lambda: len(self.connections))
 
@@ -469,15 +472,18 @@ class WyomingDoor:
             return
         log.info("wyoming.zeroconf: advertised %s at %s:%d", name, address, self.port)
 
-    async def wait_idle(self) -> None:
+    async def wait_idle(self, deadline: float) -> None:
         """Nothing outlives the core's streams here: a connection's output is its own."""
 
     def close_listener(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        """The drain begins: the listener stays open so that a newcomer is told why
+        (``shutting_down``) rather than refused; :meth:`close` shuts it."""
+        self.draining = True
 
     async def close(self) -> None:
-        self.close_listener()
+        self.draining = True
+        if self._server is not None:
+            self._server.close()
         if self._zeroconf is not None:
             with contextlib.suppress(Exception):
                 await self._zeroconf.async_close()
@@ -613,6 +619,12 @@ class _Connection:
         refused = door.slots.admit(self.cfg.limits, len(door.connections), key, is_privileged)
         if refused is not None:
             await self._refuse(refused)
+            return
+        if door.draining:  # holding its slot while it lingers: a flood stays bounded
+            try:
+                await self._refuse(ServiceError(ErrorCode.SHUTTING_DOWN, "shutting down"))
+            finally:
+                door.slots.give_back(key)
             return
         door.connections.add(self)
         self._worker = asyncio.create_task(self._work())

@@ -1,5 +1,5 @@
 """The pacer alone: frame boundaries, padding, the start buffer, the clock, a late stream,
-words on the frame that holds their start."""
+words on the frame that holds their start, and the drain's cut."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import asyncio
 import itertools
 import time
 
-from appliance.doors.pace import PacedFrame, Pacer
+import pytest
+
+from appliance.doors.pace import PacedFrame, PacedSends, Pacer
+from appliance.errors import ErrorCode, ServiceError
 from appliance.speech import Word
 
 
@@ -109,3 +112,71 @@ def test_every_word_rides_once_on_the_frame_that_holds_its_start() -> None:
     placed = [(f.index, w.offset_ms) for f in frames for w in f.words]
     assert [t for _, t in placed] == starts
     assert all(k == int(t // 20) for k, t in placed), placed
+
+
+def test_a_cut_pacer_raises_shutting_down_and_the_drain_waits_then_cuts() -> None:
+    """PacedSends: what a door still sends goes on until the deadline, then is cut (its
+    close raises shutting_down); a pacer that ends before the deadline is waited for."""
+
+    async def run() -> tuple[int, int, float, ServiceError | None]:
+        group = PacedSends()
+        loop = asyncio.get_running_loop()
+
+        async def send(frame: PacedFrame[str]) -> None:
+            pass
+
+        async def owner(seconds: float) -> ServiceError | None:
+            pacer: Pacer[str] = Pacer(20, 8000, 1, lambda n: b"\xff" * n, send, group)
+            try:
+                await pacer.put(b"x" * int(8000 * seconds), "all")
+                await pacer.close()
+                return None
+            except ServiceError as exc:
+                return exc
+            finally:
+                await pacer.stop()
+
+        short = asyncio.create_task(owner(0.2))
+        long = asyncio.create_task(owner(5.0))
+        await asyncio.sleep(0)
+        assert len(group) == 2
+        t0 = loop.time()
+        cut = await group.drain(t0 + 0.6)
+        took = loop.time() - t0
+        assert await short is None
+        return cut, len(group), took, await long
+
+    cut, left, took, exc = asyncio.run(run())
+    assert cut == 1 and left == 0
+    assert 0.55 < took < 1.0, took
+    assert exc is not None and exc.code == ErrorCode.SHUTTING_DOWN
+
+
+def test_drain_with_nothing_paced_returns_at_once() -> None:
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        assert await PacedSends().drain(t0 + 5.0) == 0
+        return loop.time() - t0
+
+    assert asyncio.run(run()) < 0.1
+
+
+@pytest.mark.parametrize("where", ["put", "close"])
+def test_a_cut_reaches_put_and_close(where: str) -> None:
+    async def run() -> None:
+        async def send(frame: PacedFrame[str]) -> None:
+            pass
+
+        pacer: Pacer[str] = Pacer(20, 8000, 1, lambda n: b"\xff" * n, send)
+        await pacer.put(b"x" * 1600, "a")
+        pacer.cut(ServiceError(ErrorCode.SHUTTING_DOWN, "bye"))
+        with pytest.raises(ServiceError) as err:
+            if where == "put":
+                await pacer.put(b"x" * 160, "b")
+            else:
+                await pacer.close()
+        assert err.value.code == ErrorCode.SHUTTING_DOWN
+        await pacer.stop()
+
+    asyncio.run(run())

@@ -1,9 +1,12 @@
 """Protocol v1 over a Unix socket: framing, peer checks, limits and dispatch.
 
 A door like the others (:class:`appliance.core.service.Door`), run by the daemon:
-``start`` (bind, or adopt an activated socket), ``close_listener`` (take no more
-connections; the core then drains what is in flight), ``close`` (the connections left,
-and the socket file we made — only if it is still ours).  Connection policy (peers,
+``start`` (bind, or adopt an activated socket), ``close_listener`` (the drain begins: a
+socket we made stays open, and a newcomer is answered ``shutting_down`` and closed, not
+refused by the kernel; on an activated one it waits for the next daemon), ``wait_idle``
+(paced frames still on the clock go out until the drain's deadline, then end with
+``shutting_down``), ``close`` (the listener, the connections left, and the socket file we
+made — only if it is still ours).  Connection policy (peers,
 slots, timeouts, the output bound, refusals) is :mod:`appliance.doors.net`'s.
 
 Each connection is one :class:`Connection` whose ``handle`` reads frames and
@@ -63,7 +66,7 @@ from appliance.doors.net import (
     refuse,
     remove_own_socket,
 )
-from appliance.doors.pace import PacedFrame, Pacer
+from appliance.doors.pace import PacedFrame, PacedSends, Pacer
 from appliance.doors.pcm import PcmEncoder
 from appliance.doors.v1.protocol import (
     AppendRequest,
@@ -189,6 +192,10 @@ class Server:
         self.detached: dict[Hashable, set[asyncio.Task[None]]] = {}
         """``speak`` requests whose client has gone, by user: they play on (bounded)."""
         self.slots = ClientSlots()
+        self.paced = PacedSends()
+        """Paced requests whose frames are still on the clock (the drain waits for them)."""
+        self.draining = False
+        """The daemon is stopping: newcomers are answered ``shutting_down``."""
         self._conn_seq = 0
         self.service.add_door(self.name, lambda: len(self.connections))
 
@@ -265,17 +272,28 @@ class Server:
 
     # ------------------------------------------------------------ shutdown
 
-    async def wait_idle(self) -> None:
-        """Nothing outlives the core's streams here: a connection's output is its own."""
+    async def wait_idle(self, deadline: float) -> None:
+        """Paced frames outlive the core's stream: they go out until ``deadline``, then
+        each request still sending ends with ``shutting_down``."""
+        for _ in range(await self.paced.drain(deadline)):
+            self.service.record_error(ErrorCode.SHUTTING_DOWN)
 
     def close_listener(self) -> None:
-        if self._server is not None:
+        """The drain begins.  A socket we made stays open so that a newcomer is told why
+        (``shutting_down``) rather than refused by the kernel; :meth:`close` shuts it.  An
+        activated one is no longer accepted on: systemd holds it, so a newcomer waits in
+        its backlog for the next daemon (ttsd.socket), which serves it."""
+        self.draining = True
+        if self._activated is not None and self._server is not None:
             self._server.close()
 
     async def close(self) -> None:
         """After the core has drained (see :class:`appliance.core.service.Door`): the
-        connections left are closed, and the socket file removed if it is still ours."""
-        self.close_listener()
+        listener and the connections left are closed, and the socket file removed if it
+        is still ours."""
+        self.draining = True
+        if self._server is not None:
+            self._server.close()
         for c in list(self.connections):
             c.close()
         waiting = [*self._conn_tasks, *(t for ts in self.detached.values() for t in ts)]
@@ -334,6 +352,13 @@ class Connection:
         refused = srv.slots.admit(self.cfg.limits, len(srv.connections), uid, privileged(self.peer))
         if refused is not None:
             await self._refuse(refused)
+            return
+        if srv.draining:  # holding its slot while it lingers: a flood stays bounded
+            self.service.record_error(ErrorCode.SHUTTING_DOWN)
+            try:
+                await self._refuse(ServiceError(ErrorCode.SHUTTING_DOWN, "shutting down"))
+            finally:
+                srv.slots.give_back(uid)
             return
         srv.connections.add(self)
         try:
@@ -785,7 +810,12 @@ class Connection:
             await self.send(event.to_dict(), grace_s=stream.buffer_s())
 
         pacer: Pacer[Chunk] = Pacer(
-            pace_ms, encoder.out_rate, encoder.bytes_per_sample, encoder.silence, send
+            pace_ms,
+            encoder.out_rate,
+            encoder.bytes_per_sample,
+            encoder.silence,
+            send,
+            self.server.paced,
         )
 
         async def emit(chunk: Chunk) -> None:
