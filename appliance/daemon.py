@@ -29,6 +29,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import os
 import signal
 import socket
 import threading
@@ -42,7 +43,7 @@ from appliance.core.runtime import Runtime, StartError
 from appliance.core.service import Door, Service
 from appliance.ops import memory
 from appliance.ops.activation import ActivationError, activated_unix_listener, listen_fds
-from appliance.ops.config import LIVE_KEYS, Config, ConfigError, flatten, load_config
+from appliance.ops.config import Config, ConfigError, Flags, flatten, live_keys, load_config
 from appliance.ops.logsetup import set_level
 from appliance.ops.notify import Notifier, settle_owed, watchdog_interval_s, watchdog_loop
 from appliance.text.lexicon import LexiconError, load_checked
@@ -76,9 +77,12 @@ class Daemon:
         config_path: str | None,
         socket_path: Path,
         seams: Seams | None = None,
+        flags: Flags | None = None,
     ) -> None:
-        self.cfg = cfg
+        self._config = cfg
         self.config_path = config_path
+        self.flags: Flags = dict(flags or {})
+        """The command line's settings: laid over the file again on every reload."""
         self.socket_path = socket_path
         self.seams = seams or Seams()
         self.notifier = Notifier.from_env()
@@ -94,6 +98,12 @@ class Daemon:
         self._player_started: asyncio.Future[None] | None = None
         self._last_status = 0.0
         self._last_trim = time.monotonic()
+
+    @property
+    def cfg(self) -> Config:
+        """The one config (the file with the flags over it): the runtime's once it is
+        loaded, where reloads put their live changes and every door reads it."""
+        return self.runtime.config if self.runtime is not None else self._config
 
     # ------------------------------------------------------------ the whole life
 
@@ -185,6 +195,8 @@ class Daemon:
         if self.cfg.wyoming.uri:
             from appliance.doors.wyoming import WyomingDoor
 
+            for line in wyoming_warnings(self.cfg):
+                log.warning("%s", line)
             doors.append(WyomingDoor(self.service, self.cfg.wyoming.uri))
         if self.cfg.agent.listen:
             from appliance.doors.agent import AgentDoor
@@ -265,8 +277,10 @@ class Daemon:
             service.release_speech()
             self.notifier.ready(status=status_line(runtime))
             self._settle_notices()
+            # The pid: what a SIGHUP goes to (``pidof ttsd`` finds no process: it is python).
             log.info(
-                "ready: backend=%s voices=%s playback=%s",
+                "ready: pid=%d backend=%s voices=%s playback=%s",
+                os.getpid(),
                 runtime.backend_status.get("backend", "onnx-cpu"),
                 ",".join(runtime.voices),
                 self.player.health()["state"] if self.player is not None else "off",
@@ -303,8 +317,8 @@ class Daemon:
 
     def _drain_notice_s(self) -> float:
         """The notice applies only where a balancer reads this box: HTTP or the agent."""
-        cfg = self.runtime.config if self.runtime is not None else self.cfg
-        if not (self.cfg.http.listen or self.cfg.agent.listen):
+        cfg = self.cfg
+        if not (cfg.http.listen or cfg.agent.listen):
             return 0.0
         return cfg.limits.drain_notice_s
 
@@ -375,7 +389,7 @@ class Daemon:
     async def _reload_files(self) -> None:
         try:
             new = await self.file_reads.run(
-                functools.partial(load_config, self.config_path),
+                functools.partial(load_config, self.config_path, self.flags),
                 str(self.config_path),
                 CONFIG_READ_TIMEOUT_S,
                 ConfigError,
@@ -403,10 +417,11 @@ class Daemon:
         old = self.runtime.config
         old_flat, new_flat = flatten(old), flatten(new)
         changed = [k for k in new_flat if new_flat[k] != old_flat.get(k)]
+        live_ones = live_keys()
         for k in changed:
-            if k not in LIVE_KEYS:
+            if k not in live_ones:
                 log.warning("config %s changed: needs a restart to take effect", k)
-        live = {k for k in changed if k in LIVE_KEYS}
+        live = {k for k in changed if k in live_ones}
         if not live:
             log.info("reload: nothing to change live")
             return
@@ -439,6 +454,37 @@ class Daemon:
             cfg.voices.lexicon,
             cfg.voices.lexicon_timeout_s,
         )
+
+
+def wyoming_warnings(cfg: Config) -> list[str]:
+    """What the Wyoming settings leave out that was likely meant: a listener other hosts
+    can reach while only loopback peers are admitted (``wyoming.allowed_networks``' default),
+    and v1's peer settings, which a ``unix://`` socket no longer borrows."""
+    from appliance.doors.net import is_loopback, is_loopback_network
+    from appliance.ops.config import V1Config, WyomingConfig, wyoming_endpoint
+
+    w = cfg.wyoming
+    if not w.uri:
+        return []
+    kind, host, _port = wyoming_endpoint(w.uri)
+    if kind == "tcp":
+        if is_loopback(host) or not all(is_loopback_network(n) for n in w.allowed_networks):
+            return []
+        return [
+            f"wyoming: listening on {w.uri}, but wyoming.allowed_networks"
+            f" ({', '.join(w.allowed_networks)}) admits only this host: Home Assistant on"
+            " another host is refused; name its network there or with --wyoming-allow NETWORK"
+        ]
+    peers = ("socket_mode", "allowed_uids", "allowed_gids")
+    own, v1 = WyomingConfig(), V1Config()
+    if all(getattr(w, k) == getattr(own, k) for k in peers) and any(
+        getattr(cfg.v1, k) != getattr(v1, k) for k in peers
+    ):
+        return [
+            "wyoming: the unix socket's mode and peers are wyoming.socket_mode,"
+            " wyoming.allowed_uids and wyoming.allowed_gids (v1's settings no longer apply)"
+        ]
+    return []
 
 
 def status_line(runtime: Runtime) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import functools
 import logging
 import os
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from appliance import __version__
 from appliance.ops import memory
-from appliance.ops.config import Config, ConfigError, load_config
+from appliance.ops.config import Config, ConfigError, Flags, load_config
 
 if TYPE_CHECKING:
     from appliance.daemon import Seams
@@ -30,12 +29,14 @@ def _configure_logging(level: str) -> None:
     configure_logging(level)
 
 
-def _load_for_command(path: str | None) -> Config | None:
-    """The config for serve/prepare, with logging set up; None (message printed) if invalid."""
+def _load_for_command(path: str | None, flags: Flags | None = None) -> Config | None:
+    """The config for serve/prepare (``flags`` over the file), with logging set up; None
+    (every problem printed) if invalid."""
     try:
-        cfg = load_config(path)
+        cfg = load_config(path, flags)
     except ConfigError as exc:
-        print(f"ttsd: config: {exc}", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"ttsd: config: {problem}", file=sys.stderr)
         return None
     _configure_logging(cfg.logging.level)
     return cfg
@@ -43,7 +44,8 @@ def _load_for_command(path: str | None) -> Config | None:
 
 def cmd_serve(args: argparse.Namespace, seams: Seams | None = None) -> int:
     """``ttsd serve``; ``seams``: what a test's own entry point puts into the daemon."""
-    cfg = _load_for_command(args.config)
+    flags = serve_flags(args)
+    cfg = _load_for_command(args.config, flags)
     if cfg is None:
         return 2
     if cfg.tuning.numa_bind:
@@ -54,16 +56,7 @@ def cmd_serve(args: argparse.Namespace, seams: Seams | None = None) -> int:
         bind_self(cfg.tuning, nvml.load())  # logs what it did
     from appliance.ops.paths import default_socket_path, prepare_socket_dir
 
-    path = Path(args.socket or cfg.v1.socket or default_socket_path())
-    if args.http:
-        cfg = dataclasses.replace(cfg, http=dataclasses.replace(cfg.http, listen=args.http))
-    if args.wyoming:
-        try:  # WyomingConfig checks the URI
-            wyoming = dataclasses.replace(cfg.wyoming, uri=args.wyoming)
-        except ConfigError as exc:
-            print(f"ttsd: --wyoming: {exc}", file=sys.stderr)
-            return 2
-        cfg = dataclasses.replace(cfg, wyoming=wyoming)
+    path = Path(cfg.v1.socket or default_socket_path())
     try:
         prepare_socket_dir(path)  # here too: refuse before a minute of loading voices
     except OSError as exc:
@@ -72,7 +65,22 @@ def cmd_serve(args: argparse.Namespace, seams: Seams | None = None) -> int:
     memory.limit_malloc_arenas(2)  # before any thread allocates
     from appliance.daemon import Daemon
 
-    return asyncio.run(Daemon(cfg, args.config, path, seams).run())
+    return asyncio.run(Daemon(cfg, args.config, path, seams, flags).run())
+
+
+def serve_flags(args: argparse.Namespace) -> Flags:
+    """``serve``'s options that set config keys: a layer over the file, applied at start
+    and again on every reload (so a reload sees no change where the file has none)."""
+    flags: dict[str, tuple[str, object]] = {}
+    for flag, key, value in (
+        ("--socket", "v1.socket", args.socket),
+        ("--http", "http.listen", args.http),
+        ("--wyoming", "wyoming.uri", args.wyoming),
+        ("--wyoming-allow", "wyoming.allowed_networks", args.wyoming_allow),
+    ):
+        if value:
+            flags[key] = (flag, value)
+    return flags
 
 
 def _lexicon_for_config(path: str, voices_dir: str | None) -> Lexicon:
@@ -93,23 +101,30 @@ def _lexicon_for_config(path: str, voices_dir: str | None) -> Lexicon:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    from appliance.text.lexicon import LexiconError
-
-    path = args.file
-    try:
-        cfg = load_config(path)
-        problems = _serve_would_refuse(cfg)
-        if cfg.voices.lexicon:
-            _lexicon_for_config(cfg.voices.lexicon, cfg.voices.voices_dir)
-    except (ConfigError, LexiconError) as exc:
-        print(f"ttsd: {exc}", file=sys.stderr)
-        return 1
+    """Every problem the file has (and what ``serve`` would refuse with it), one a line."""
+    problems = _check_config(args.file)
     for line in problems:
         print(f"ttsd: {line}", file=sys.stderr)
     if problems:
         return 1
-    print(f"{path or 'defaults'}: ok")
+    print(f"{args.file or 'defaults'}: ok")
     return 0
+
+
+def _check_config(path: str | None) -> list[str]:
+    from appliance.text.lexicon import LexiconError
+
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        return exc.problems
+    problems = _serve_would_refuse(cfg)
+    if cfg.voices.lexicon:
+        try:
+            _lexicon_for_config(cfg.voices.lexicon, cfg.voices.voices_dir)
+        except LexiconError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 def _serve_would_refuse(cfg: Config) -> list[str]:
@@ -223,6 +238,13 @@ def main(argv: list[str] | None = None, seams: Seams | None = None) -> int:
         "--wyoming",
         metavar="URI",
         help="also serve Wyoming (Home Assistant) on tcp://HOST:PORT or unix://PATH",
+    )
+    p.add_argument(
+        "--wyoming-allow",
+        metavar="NETWORK",
+        action="append",
+        help="a network whose Wyoming clients are admitted, e.g. 192.168.1.0/24 (repeat for"
+        " more; replaces wyoming.allowed_networks, which admits only loopback by default)",
     )
     p.set_defaults(fn=cmd_serve)
     p = sub.add_parser("check-config", help="validate a config file")

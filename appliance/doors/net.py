@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from appliance.errors import ErrorCode, ServiceError
-from appliance.ops.config import Config, LimitsConfig, V1Config
+from appliance.ops.config import Config, LimitsConfig, V1Config, WyomingConfig
 from appliance.ops.logsetup import Throttle
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,9 @@ def remove_stale_socket(path: Path) -> None:
     raise OSError(errno.EADDRINUSE, f"another daemon is serving on {path}")
 
 
-async def authorize_peer(peer: Peer | None, cfg: V1Config, socket_gid: int | None) -> str | None:
+async def authorize_peer(
+    peer: Peer | None, cfg: V1Config | WyomingConfig, socket_gid: int | None
+) -> str | None:
     """None if the peer of a Unix socket whose file has group ``socket_gid`` may connect,
     else the reason it may not (every Unix-socket door applies the same rule)."""
     if peer is None:

@@ -441,7 +441,7 @@ class WyomingDoor:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._server, st = await bind_unix_socket(
                 path,
-                self.config.v1.socket_mode,
+                self.wcfg.socket_mode,
                 lambda p: loop.create_unix_server(protocol, p),
             )
             self._socket_gid, self._socket_id = st.st_gid, (st.st_dev, st.st_ino)
@@ -515,7 +515,7 @@ class WyomingDoor:
         sock = writer.get_extra_info("socket")
         if self.kind == "unix":
             peer = peer_of(sock) if sock is not None else None
-            reason = await authorize_peer(peer, self.config.v1, self._socket_gid)
+            reason = await authorize_peer(peer, self.wcfg, self._socket_gid)
             if reason is not None:
                 return ServiceError(ErrorCode.UNAUTHORIZED, reason)
             key: object = ("uid", peer.uid if peer is not None else -1)

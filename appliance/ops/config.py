@@ -18,6 +18,7 @@ import reprlib
 import stat
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -30,17 +31,31 @@ log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
-    """A configuration file that cannot be used; the message names the key path."""
+    """A configuration file that cannot be used; each problem names its key path.
+
+    ``problems`` holds every one found (``check-config`` prints them all); the message is
+    the first, with how many more there are."""
+
+    def __init__(self, *problems: str) -> None:
+        self.problems: list[str] = list(problems) or ["invalid config"]
+        more = len(self.problems) - 1
+        super().__init__(self.problems[0] + (f" (and {more} more)" if more else ""))
 
 
-def _rng(lo: float | None = None, hi: float | None = None) -> dict[str, Any]:
-    return {"range": (lo, hi)}
+def _rng(lo: float | None = None, hi: float | None = None, *, live: bool = False) -> dict[str, Any]:
+    """A field's metadata: its range, and whether a reload may change it while the daemon
+    runs (``live``; every other key needs a restart)."""
+    return {"range": (lo, hi), "live": live}
+
+
+LIVE: dict[str, Any] = {"live": True}
+"""The metadata of a live field without a range."""
 
 
 @dataclass(frozen=True)
 class V1Config:
     """Protocol v1's Unix socket, and who may connect to it (a Wyoming ``unix://`` socket
-    checks its peers by the same rules)."""
+    checks its peers by the same rules, with its own ``wyoming.*`` settings)."""
 
     socket: str | None = None
     """Socket path; None: /run/ttsd/ttsd.sock as root, else $XDG_RUNTIME_DIR/ttsd/ttsd.sock."""
@@ -58,30 +73,32 @@ class LimitsConfig:
     """The limits every door shares (appliance.doors.net reads them), and the core's."""
 
     max_message_bytes: int = field(default=65536, metadata=_rng(1024, 16 * 1024 * 1024))
-    max_text_chars: int = field(default=20000, metadata=_rng(1, 1_000_000))
-    max_connections: int = field(default=256, metadata=_rng(1, 100_000))
-    max_connections_per_uid: int = field(default=64, metadata=_rng(1, 100_000))
-    max_inflight_per_connection: int = field(default=16, metadata=_rng(1, 10_000))
-    max_output_buffer_bytes: int = field(default=2 * 1024 * 1024, metadata=_rng(65536, 1 << 30))
-    client_too_slow_s: float = field(default=30.0, metadata=_rng(0.1, 3600))
-    shutdown_timeout_s: float = field(default=5.0, metadata=_rng(0, 600))
-    reserved_connections: int = field(default=4, metadata=_rng(0, 1000))
+    max_text_chars: int = field(default=20000, metadata=_rng(1, 1_000_000, live=True))
+    max_connections: int = field(default=256, metadata=_rng(1, 100_000, live=True))
+    max_connections_per_uid: int = field(default=64, metadata=_rng(1, 100_000, live=True))
+    max_inflight_per_connection: int = field(default=16, metadata=_rng(1, 10_000, live=True))
+    max_output_buffer_bytes: int = field(
+        default=2 * 1024 * 1024, metadata=_rng(65536, 1 << 30, live=True)
+    )
+    client_too_slow_s: float = field(default=30.0, metadata=_rng(0.1, 3600, live=True))
+    shutdown_timeout_s: float = field(default=5.0, metadata=_rng(0, 600, live=True))
+    reserved_connections: int = field(default=4, metadata=_rng(0, 1000, live=True))
     """Connection slots only root and the daemon's own user may take (a health check gets
     in however many connections others hold)."""
-    idle_timeout_s: float = field(default=300.0, metadata=_rng(0, 86400))
+    idle_timeout_s: float = field(default=300.0, metadata=_rng(0, 86400, live=True))
     """A connection with no request in flight and nothing received for this long is
     closed; 0 = never."""
-    frame_timeout_s: float = field(default=10.0, metadata=_rng(0.1, 3600))
+    frame_timeout_s: float = field(default=10.0, metadata=_rng(0.1, 3600, live=True))
     """A message begun but not finished within this long: ``bad_request``, closed."""
-    max_streams: int = field(default=256, metadata=_rng(1, 100_000))
+    max_streams: int = field(default=256, metadata=_rng(1, 100_000, live=True))
     """Daemon-wide cap on synthesis requests in flight, whatever door they came from."""
-    reserved_fds: int = field(default=256, metadata=_rng(0, 100_000))
+    reserved_fds: int = field(default=256, metadata=_rng(0, 100_000, live=True))
     """File descriptors the TCP doors (HTTP, Wyoming) leave free: a TCP connection that
     would leave fewer is not kept, so the Unix socket's reserved connections and the
     daemon's own files still get one however many TCP connections arrive.  More than a
     listener accepts in one go (asyncio takes up to its backlog, 128, before the door
     sees the first) plus the HTTP door's refusals in flight (32)."""
-    drain_notice_s: float = field(default=2.0, metadata=_rng(0, 600))
+    drain_notice_s: float = field(default=2.0, metadata=_rng(0, 600, live=True))
     """On SIGTERM, how long the box says ``drain`` (agent) and 503 (``/healthz``,
     ``/readyz``) while still serving, before it stops taking requests: a load balancer's
     check interval or two, so it moves new work away first (docs/scale-out.md).  Only
@@ -94,9 +111,9 @@ class VoicesConfig:
     voices_dir: str | None = None
     cache_dir: str | None = None
     """Split models are cached here; None = $XDG_CACHE_HOME/ttsd (or /var/cache/ttsd as root)."""
-    lexicon: str | None = None
+    lexicon: str | None = field(default=None, metadata=LIVE)
     """The user's lexicon (YAML, see docs/ssml.md); read at start and on SIGHUP."""
-    lexicon_timeout_s: float = field(default=10.0, metadata=_rng(0.1, 600))
+    lexicon_timeout_s: float = field(default=10.0, metadata=_rng(0.1, 600, live=True))
     """Reading, parsing and checking the lexicon past this is given up (a hung network file
     system): at start the daemon stops, on SIGHUP the old lexicon is kept."""
     deterministic: bool = False
@@ -152,31 +169,31 @@ class StreamingConfig:
     whole sentence is encoded; the two join at a word gap inside the first 250 ms, and
     everything after it is the whole sentence's audio (docs/speed.md)."""
     join_fade_ms: float = field(default=4.0, metadata=_rng(0, 50))
-    text_first_chars: int = field(default=40, metadata=_rng(1, 5000))
+    text_first_chars: int = field(default=40, metadata=_rng(1, 5000, live=True))
     """Text that streams in: the first segment is also released at a clause mark
     (, ; : or a dash) once it holds this many characters."""
-    text_max_chars: int = field(default=400, metadata=_rng(20, 5000))
+    text_max_chars: int = field(default=400, metadata=_rng(20, 5000, live=True))
     """Text that streams in: a segment never waits for more than this many characters (cut
     at its last ``; :`` or dash, else comma, else space: the frontend's long-sentence rule)."""
-    text_idle_ms: float = field(default=300.0, metadata=_rng(0, 60000))
+    text_idle_ms: float = field(default=300.0, metadata=_rng(0, 60000, live=True))
     """Text that streams in: after this long without new text, what is buffered is spoken
     up to its last word boundary (the only time a segment ends at a bare space)."""
-    text_low_water_ms: float = field(default=400.0, metadata=_rng(0, 60000))
+    text_low_water_ms: float = field(default=400.0, metadata=_rng(0, 60000, live=True))
     """Text that streams in: when the listener has less than this much audio left, a
     waiting segment is released at its last clause mark; 0 = never."""
-    text_timeout_s: float = field(default=60.0, metadata=_rng(0.1, 86400))
+    text_timeout_s: float = field(default=60.0, metadata=_rng(0.1, 86400, live=True))
     """Text that streams in: a stream with no append and no finish for this long ends with
     ``text_timeout``."""
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    watermark_ms: float = field(default=400.0, metadata=_rng(0, 10000))
-    admission_backlog_ms: float = field(default=1000.0, metadata=_rng(0, 600000))
-    admission_window_s: float = field(default=10.0, metadata=_rng(0, 3600))
+    watermark_ms: float = field(default=400.0, metadata=_rng(0, 10000, live=True))
+    admission_backlog_ms: float = field(default=1000.0, metadata=_rng(0, 600000, live=True))
+    admission_window_s: float = field(default=10.0, metadata=_rng(0, 3600, live=True))
     """Admission refuses while real-time work has on average finished more than
     ``admission_backlog_ms`` past its deadlines over this many seconds."""
-    admission_max_load: float = field(default=0.4, metadata=_rng(0.05, 64))
+    admission_max_load: float = field(default=0.4, metadata=_rng(0.05, 64, live=True))
     """Admission refuses a real-time stream when the streams still producing plus the
     newcomer would claim more than this share of the inference workers' time."""
 
@@ -307,7 +324,15 @@ class WyomingConfig:
     zeroconf_name: str | None = None
     """The advertised instance name; None = ``ttsd-<hostname>``."""
     allowed_networks: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
-    """tcp: client addresses allowed to connect (Wyoming has no authentication)."""
+    """tcp: client addresses allowed to connect (Wyoming has no authentication); only
+    loopback by default, so a Home Assistant on another host needs its network here
+    (``--wyoming-allow``)."""
+    socket_mode: int = field(default=0o660, metadata=_rng(0, 0o777))
+    """unix: the socket file's mode (as ``v1.socket_mode``, of which it is independent)."""
+    allowed_uids: tuple[int, ...] = ()
+    """unix: extra uids allowed to connect (the daemon's own uid and root always are)."""
+    allowed_gids: tuple[int, ...] = ()
+    """unix: extra gids allowed to connect (members of the socket's group always are)."""
 
     def __post_init__(self) -> None:
         import ipaddress
@@ -380,7 +405,7 @@ class AgentConfig:
 
 @dataclass(frozen=True)
 class LoggingConfig:
-    level: Literal["debug", "info", "warning", "error"] = "info"
+    level: Literal["debug", "info", "warning", "error"] = field(default="info", metadata=LIVE)
 
 
 @dataclass(frozen=True)
@@ -401,36 +426,17 @@ class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
 
 
-# Keys that can change while the daemon runs (SIGHUP); everything else needs a restart.
-LIVE_KEYS: frozenset[str] = frozenset(
-    {
-        "limits.max_text_chars",
-        "limits.max_connections",
-        "limits.max_connections_per_uid",
-        "limits.max_inflight_per_connection",
-        "limits.max_output_buffer_bytes",
-        "limits.client_too_slow_s",
-        "limits.shutdown_timeout_s",
-        "limits.max_streams",
-        "limits.reserved_connections",
-        "limits.idle_timeout_s",
-        "limits.frame_timeout_s",
-        "limits.reserved_fds",
-        "limits.drain_notice_s",
-        "streaming.text_first_chars",
-        "streaming.text_max_chars",
-        "streaming.text_idle_ms",
-        "streaming.text_low_water_ms",
-        "streaming.text_timeout_s",
-        "voices.lexicon",
-        "voices.lexicon_timeout_s",
-        "scheduler.watermark_ms",
-        "scheduler.admission_backlog_ms",
-        "scheduler.admission_window_s",
-        "scheduler.admission_max_load",
-        "logging.level",
-    }
-)
+def live_keys(cls: type[Any] = Config, prefix: str = "") -> frozenset[str]:
+    """The keys (``section.key``) a reload may change while the daemon runs: the fields
+    whose metadata says ``live``.  Everything else needs a restart."""
+    keys: set[str] = set()
+    for f in dataclasses.fields(cls):
+        tp = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+            keys |= live_keys(tp, f"{prefix}{f.name}.")
+        elif f.metadata.get("live"):
+            keys.add(f"{prefix}{f.name}")
+    return frozenset(keys)
 
 
 def _type_name(tp: Any) -> str:
@@ -493,7 +499,11 @@ def _convert(path: str, tp: Any, value: Any) -> Any:
             raise ConfigError(f"{path}: expected a string, got {_show(value)}")
         return value
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _build(path, tp, value)
+        problems: list[str] = []
+        built = _build(path, tp, value, problems)
+        if built is None:
+            raise ConfigError(*problems)
+        return built
     raise ConfigError(f"{path}: unsupported type {_type_name(tp)}")  # pragma: no cover
 
 
@@ -502,35 +512,64 @@ RENAMED: dict[str, str] = {"streaming.clause_chars": "max_sentence_chars"}
 config written for an older release keeps working."""
 
 
-def _build(prefix: str, cls: type[Any], data: Any) -> Any:
+def _build(prefix: str, cls: type[Any], data: Any, problems: list[str]) -> Any:
+    """``cls`` from ``data``; each problem found is added to ``problems`` (every key is
+    checked, so a file's mistakes are all reported at once) and None returned."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or '<top>'}: expected a mapping, got {_show(data)}")
+        problems.append(f"{prefix or '<top>'}: expected a mapping, got {_show(data)}")
+        return None
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
+    before = len(problems)
     for key, value in data.items():
         path = f"{prefix}.{_key(key)}" if prefix else _key(key)
-        if path in RENAMED:
-            new = RENAMED[path]
-            if new in data:
-                raise ConfigError(f"{path}: an old name of {new}; give only {new}")
-            log.warning("%s is now %s.%s (read as that)", path, prefix, new)
-            key, path = new, f"{prefix}.{new}"
-        if key not in fields:
-            # A long key cannot be a typo of a field name (and difflib is quadratic).
-            candidates = list(fields) if len(str(key)) <= _SHOW else []
-            close = difflib.get_close_matches(str(key), candidates, n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(f"{path}: unknown key{hint}")
-        converted = _convert(path, hints[key], value)
-        lo, hi = fields[key].metadata.get("range", (None, None))
-        if isinstance(converted, int | float) and not isinstance(converted, bool):
-            if (lo is not None and converted < lo) or (hi is not None and converted > hi):
-                raise ConfigError(f"{path}: {_show(converted)} is out of range [{lo}, {hi}]")
-        kwargs[key] = converted
-    return cls(**kwargs)
+        try:
+            key, path = _current_name(prefix, key, path, data)
+            if key not in fields:
+                raise ConfigError(f"{path}: unknown key{_close_match(key, fields)}")
+            tp = hints[key]
+            if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+                kwargs[key] = _build(path, tp, value, problems)
+                continue
+            kwargs[key] = _in_range(path, fields[key], _convert(path, tp, value))
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if len(problems) > before:
+        return None
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:  # a section's own check across its keys (__post_init__)
+        problems.append(str(exc))
+        return None
+
+
+def _current_name(prefix: str, key: Any, path: str, data: dict[Any, Any]) -> tuple[Any, str]:
+    """A renamed key read as its new name (with a warning)."""
+    if path not in RENAMED:
+        return key, path
+    new = RENAMED[path]
+    if new in data:
+        raise ConfigError(f"{path}: an old name of {new}; give only {new}")
+    log.warning("%s is now %s.%s (read as that)", path, prefix, new)
+    return new, f"{prefix}.{new}"
+
+
+def _close_match(key: Any, fields: dict[str, Any]) -> str:
+    # A long key cannot be a typo of a field name (and difflib is quadratic).
+    candidates = list(fields) if len(str(key)) <= _SHOW else []
+    close = difflib.get_close_matches(str(key), candidates, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _in_range(path: str, f: dataclasses.Field[Any], value: Any) -> Any:
+    lo, hi = f.metadata.get("range", (None, None))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise ConfigError(f"{path}: {_show(value)} is out of range [{lo}, {hi}]")
+    return value
 
 
 _V1_KEYS = frozenset(f.name for f in dataclasses.fields(V1Config))
@@ -557,10 +596,45 @@ def _moved_sections(data: Any) -> Any:
     return out
 
 
-def parse_config(data: Any) -> Config:
-    """Validate a mapping (as loaded from YAML) into a :class:`Config`."""
-    result: Config = _build("", Config, _moved_sections(data))
+Flags = Mapping[str, tuple[str, Any]]
+"""Settings given on the command line, a layer over the file: key path (``http.listen``) →
+(the flag that set it, its value as YAML would give it).  Applied each time the file is
+read, at start and on every reload, so a reload compares like with like."""
+
+
+def parse_config(data: Any, flags: Flags | None = None) -> Config:
+    """Validate a mapping (as loaded from YAML), with ``flags`` over it, into a
+    :class:`Config`; an error in a flag's value names the flag too."""
+    problems: list[str] = []
+    result: Config | None = _build("", Config, _with_flags(_moved_sections(data), flags), problems)
+    if result is None:
+        raise ConfigError(*(_name_flag(p, flags) for p in problems))
     return result
+
+
+def _name_flag(problem: str, flags: Flags | None) -> str:
+    for key, (flag, _value) in (flags or {}).items():
+        if problem.startswith((f"{key}:", f"{key}[")):
+            return f"{flag}: {problem}"
+    return problem
+
+
+def _with_flags(data: Any, flags: Flags | None) -> Any:
+    """``data`` with each flag's key set (a mapping that is not one is left for
+    :func:`_build` to refuse)."""
+    if not flags:
+        return data
+    out = dict(data) if isinstance(data, dict) else ({} if data is None else data)
+    if not isinstance(out, dict):
+        return out
+    for key, (_flag, value) in flags.items():
+        section, name = key.split(".", 1)
+        old = out.get(section)
+        if old is None:
+            old = {}
+        if isinstance(old, dict):
+            out[section] = {**old, name: value}
+    return out
 
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -701,16 +775,17 @@ def read_config_text(path: str | os.PathLike[str]) -> str:
         ) from None
 
 
-def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """Read and validate a YAML file.  ``None``: the system file if present, else defaults.
+def load_config(path: str | os.PathLike[str] | None = None, flags: Flags | None = None) -> Config:
+    """Read and validate a YAML file, with ``flags`` over it.  ``None``: the system file if
+    present, else defaults.
 
     Blocking and, for a large file, slow (pure-Python YAML): the daemon calls it in an
     executor."""
     if path is None:
         if not DEFAULT_CONFIG_PATH.exists():
-            return Config()
+            return parse_config({}, flags)
         path = DEFAULT_CONFIG_PATH
-    return parse_config(parse_yaml(read_config_text(path), str(path)))
+    return parse_config(parse_yaml(read_config_text(path), str(path)), flags)
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:

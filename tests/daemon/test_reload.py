@@ -150,3 +150,25 @@ def test_sigterm_stops_the_daemon_after_a_lexicon_reload_from_a_fifo(
     assert daemon.stop(timeout=20) == 0
     assert time.monotonic() - t0 < 10
     _no_traceback(daemon.log())
+
+
+def test_a_reload_sees_no_change_in_what_flags_set_and_the_ready_line_names_the_pid(
+    daemon_factory: DaemonFactory,
+) -> None:
+    """``--http`` and ``--wyoming`` are a layer over the file, laid over it again on every
+    reload: before, each SIGHUP said ``http.listen`` and ``wyoming.uri`` changed."""
+    args = ["--http", "127.0.0.1:0", "--wyoming", "tcp://127.0.0.1:0"]
+    daemon = daemon_factory(args=args)
+    _wait_for(daemon, "ready: ")
+    os.kill(daemon.proc.pid, signal.SIGHUP)
+    _wait_for(daemon, "reload: nothing to change live")
+    base = daemon.config_path.read_text()
+    daemon.config_path.write_text(f"{base}limits:\n  max_text_chars: 1234\n")
+    os.kill(daemon.proc.pid, signal.SIGHUP)
+    _wait_for(daemon, "reloaded: limits.max_text_chars")
+    assert "needs a restart" not in daemon.log(), daemon.log()[-3000:]
+    with Wire(daemon.socket) as w:
+        ev = w.call({"op": "synthesize", "id": 1, "text": "x" * 1235})
+        assert ev["event"] == "error" and ev["code"] == "text_too_long", ev
+    # The pid a SIGHUP goes to (`pidof ttsd` finds no process: the daemon is python).
+    assert f"ready: pid={daemon.proc.pid} " in daemon.log()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import resource
 import subprocess
 import sys
@@ -216,3 +217,71 @@ def test_a_config_from_before_the_split_of_server_is_read(
     assert "server.max_text_chars is now limits.max_text_chars" in caplog.text
     with pytest.raises(ConfigError, match=r"also given as limits\.max_text_chars"):
         parse_config({"server": {"max_text_chars": 1}, "limits": {"max_text_chars": 2}})
+
+
+def test_every_problem_of_a_file_is_reported_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``check-config`` stopped at the first bad key; each one is a line now."""
+    from appliance.main import main
+
+    p = tmp_path / "c.yaml"
+    p.write_text(
+        "limits:\n  max_text_chars: 0\n  max_conections: 5\n"
+        "wyoming:\n  uri: udp://x:1\nplayback:\n  latency: soon\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(p)
+    assert info.value.problems == [
+        "limits.max_text_chars: 0 is out of range [1, 1000000]",
+        "limits.max_conections: unknown key (did you mean max_connections?)",
+        "wyoming.uri: want tcp://HOST:PORT or unix://PATH, got 'udp://x:1'",
+        "playback.latency: must be low, high or seconds, got 'soon'",
+    ]
+    assert str(info.value).endswith("(and 3 more)")
+    assert main(["check-config", str(p)]) == 1
+    err = capsys.readouterr().err
+    for problem in info.value.problems:
+        assert f"ttsd: {problem}\n" in err
+
+
+def test_flags_are_a_layer_over_the_file(tmp_path: Path) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text("http:\n  listen: 127.0.0.1:1\nwyoming:\n")
+    flags = {
+        "http.listen": ("--http", "127.0.0.1:2"),
+        "wyoming.uri": ("--wyoming", "tcp://0.0.0.0:10200"),
+        "wyoming.allowed_networks": ("--wyoming-allow", ["192.168.1.0/24"]),
+    }
+    cfg = load_config(p, flags)
+    assert cfg.http.listen == "127.0.0.1:2"
+    assert cfg.wyoming.uri == "tcp://0.0.0.0:10200"
+    assert cfg.wyoming.allowed_networks == ("192.168.1.0/24",)
+    assert load_config(p, flags) == cfg  # read again: the same config, as a reload sees it
+    bad = {"wyoming.allowed_networks": ("--wyoming-allow", ["192.168.1.0/24", "lan"])}
+    with pytest.raises(ConfigError) as info:
+        load_config(p, bad)
+    assert str(info.value).startswith("--wyoming-allow: wyoming.allowed_networks[1]: ")
+
+
+def test_live_keys_are_the_fields_marked_live_and_the_example_says_which() -> None:
+    """A reload changes the keys whose field metadata says ``live``; the example config
+    marks the same ones ``[live]``."""
+    from appliance.ops.config import live_keys
+
+    example = (Path(__file__).parents[2] / "systemd/config.example.yaml").read_text()
+    # A comment with a line that begins "[live]" marks the key lines after it.
+    marked, section, live, in_comment = set(), "", False, False
+    for line in example.splitlines():
+        if m := re.fullmatch(r"([a-z_0-9]+):", line):
+            section, live, in_comment = m.group(1), False, False
+        elif m := re.match(r"\s+#?([a-z_]+):", line):
+            in_comment = False
+            if live:
+                marked.add(f"{section}.{m.group(1)}")
+        elif line.startswith("  #"):
+            live = (live and in_comment) or line.lstrip().startswith("# [live]")
+            in_comment = True
+    assert live_keys() == marked
+    assert {"limits.max_text_chars", "logging.level", "voices.lexicon"} <= live_keys()
+    assert "wyoming.uri" not in live_keys() and "http.listen" not in live_keys()
