@@ -471,7 +471,7 @@ def wyoming_warnings(cfg: Config) -> list[str]:
         if is_loopback(host) or not all(is_loopback_network(n) for n in w.allowed_networks):
             return []
         return [
-            f"wyoming: listening on {w.uri}, but wyoming.allowed_networks"
+            f"wyoming: {w.uri} is open to other hosts, but wyoming.allowed_networks"
             f" ({', '.join(w.allowed_networks)}) admits only this host: Home Assistant on"
             " another host is refused; name its network there or with --wyoming-allow NETWORK"
         ]

@@ -45,7 +45,7 @@ def test_unix_peer_credentials_checked(
 ) -> None:
     path = tmp_path_factory.mktemp("wyoming-peer") / "w.sock"
     # Mode 0666 lets anyone reach the socket, so only SO_PEERCRED stands in the way.
-    d: Daemon = daemon_factory({"v1": {"socket_mode": 0o666}, "wyoming": {"uri": f"unix://{path}"}})
+    d: Daemon = daemon_factory({"wyoming": {"uri": f"unix://{path}", "socket_mode": 0o666}})
     uri = wyoming_uri(d)
     nobody = pwd.getpwnam("nobody")
     let_anyone_walk_to(path)
