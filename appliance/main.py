@@ -84,19 +84,18 @@ def serve_flags(args: argparse.Namespace) -> Flags:
 
 
 def _lexicon_for_config(path: str, voices_dir: str | None) -> Lexicon:
-    """``ttsd check-config``: the lexicon checked against the voices the daemon would load."""
-    import json
-
-    from appliance.model.voices import VoiceError, VoiceInfo, discover
-    from appliance.text.lexicon import LexiconError, load_checked
+    """``ttsd check-config``: the lexicon checked against the voices the daemon would load
+    (a voice whose config is refused is reported on its own, and serve skips it)."""
+    from appliance.model.voices import VoiceError, discover
+    from appliance.model.voices.pair import read_info
+    from appliance.text.lexicon import load_checked
 
     infos = []
     for name, model in discover(voices_dir).items():
         try:
-            cfg = json.loads(Path(f"{model}.json").read_text(encoding="utf-8"))
-            infos.append(VoiceInfo.from_config(name, cfg))
-        except (OSError, ValueError, KeyError, VoiceError) as exc:
-            raise LexiconError(f"voice {name}: cannot read its config: {exc}") from None
+            infos.append(read_info(name, model))
+        except VoiceError:
+            continue
     return load_checked(path, infos)
 
 
@@ -182,7 +181,10 @@ def cmd_voices(args: argparse.Namespace) -> int:
     except VoiceError as exc:
         print(f"ttsd: {exc}", file=sys.stderr)
         return 1
-    print("a running daemon picks the change up on SIGHUP (systemctl reload ttsd)")
+    print(
+        "a running daemon picks the change up on SIGHUP: systemctl kill --signal=SIGHUP"
+        " --kill-whom=main ttsd, or kill -HUP PID (the pid its ready line names)"
+    )
     return 0
 
 
@@ -199,8 +201,12 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from appliance.ops.paths import default_cache_dir
 
     cache = Path(cfg.voices.cache_dir) if cfg.voices.cache_dir else default_cache_dir()
+    skipped: dict[str, str] = {}
+    found = discover(cfg.voices.voices_dir, skipped)
+    for file, why in skipped.items():
+        print(f"{file}: skipped: {why}", file=sys.stderr)
     failed = 0
-    for name, path in discover(cfg.voices.voices_dir).items():
+    for name, path in found.items():
         try:
             voice = load_voice(name, path, cache)
         except Exception as exc:  # a foreign file: protobuf, onnxruntime, JSON errors …

@@ -85,6 +85,14 @@ def load_one(
     return runtime, voice, dict(status)
 
 
+def log_skipped(skipped: dict[str, str], known: dict[str, str] | None = None) -> None:
+    """One line for each voice file left out, unless ``known`` has it for the same reason
+    (a reload says only what is new; ``ttsctl voices`` lists them all)."""
+    for path, why in skipped.items():
+        if (known or {}).get(path) != why:
+            log.error("voice %s (%s) skipped: %s", Path(path).name.removesuffix(".onnx"), path, why)
+
+
 def _voice_extras(meta: Voice) -> dict[str, Any]:
     """``info``'s per-voice fields added for issue 31 (v1 only grows)."""
     info = meta.info
@@ -132,6 +140,7 @@ class Runtime:
         cache = Path(cfg.voices.cache_dir) if cfg.voices.cache_dir else default_cache_dir()
         skipped: dict[str, str] = {}
         found = discover(cfg.voices.voices_dir, skipped)
+        log_skipped(skipped)
         if cfg.voices.default not in found:
             raise StartError(
                 f"voices.default: voice {cfg.voices.default!r} not found"
@@ -153,8 +162,8 @@ class Runtime:
                     raise StartError(
                         f"default voice {name} ({path}) cannot be loaded: {why}"
                     ) from None
-                log.error("voice %s (%s) skipped: %s", name, path, why)
                 skipped[str(path)] = why
+                log_skipped({str(path): why})
         scheduler = Scheduler(cfg.engine.workers, cpus=pins.workers if pins else None)
         rt = cls(cfg, voices, metas, cfg.voices.default, scheduler, Metrics(), status)
         rt.skipped, rt.pins, rt.cache_dir = skipped, pins, cache

@@ -7,7 +7,8 @@ voice against the old set or the new one, never half of each.  A voice whose fil
 away is no longer offered to new requests; a request already speaking with it keeps its
 sessions (they are freed with it).  The default voice is never dropped.  Bounds: one scan
 at a time (the daemon's reloads run one after another); files that fail are listed in
-``Runtime.skipped`` with the reason and tried again on the next SIGHUP.
+``Runtime.skipped`` with the reason and tried again on the next SIGHUP, logged once (again
+only when the reason changes).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from appliance.core.runtime import Runtime, load_one, one_line
+from appliance.core.runtime import Runtime, load_one, log_skipped, one_line
 from appliance.core.streaming import VoiceRuntime
 from appliance.model.voices import discover
 from appliance.ops.paths import default_cache_dir
@@ -50,10 +51,10 @@ def scan(rt: Runtime) -> VoiceChanges:
             voice_rt, meta, _status = load_one(name, path, cache, rt.config, rt.pins)
             rt.warm_voice(voice_rt)
         except Exception as exc:  # a foreign file: protobuf, onnxruntime, JSON errors …
-            changes.skipped[str(path)] = why = one_line(exc)
-            log.error("voice %s (%s) skipped: %s", name, path, why)
+            changes.skipped[str(path)] = one_line(exc)
             continue
         changes.added[name] = (voice_rt, meta)
+    log_skipped(changes.skipped, rt.skipped)
     return changes
 
 
@@ -68,5 +69,6 @@ def apply(rt: Runtime, changes: VoiceChanges) -> None:
         log.info("voice %s removed (its file is gone)", name)
     for name in changes.added:
         log.info("voice %s added", name)
-    if not changes and not changes.skipped:
-        log.info("voices: no change (%d served)", len(voices))
+    if not changes:
+        skipped = f", {len(changes.skipped)} file(s) skipped" if changes.skipped else ""
+        log.info("voices: no change (%d served%s)", len(voices), skipped)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -160,3 +161,149 @@ def test_prepare_says_what_it_is_doing_in_one_line_per_voice(
     assert f"preparing {GERMAN} for streaming (first start only, about " in out
     assert f"{GERMAN} ready in " in out and f"{GERMAN}: streaming" in out
     assert "max abs difference" not in out
+
+
+def _bad_pair(voices: Path, name: str, **over: Any) -> Path:
+    """The four-speaker test voice under ``name``, with its config's keys replaced."""
+    cfg = json.loads(Path(f"{voice_path(MULTI)}.json").read_text())
+    for key, value in over.items():
+        section, _, sub = key.partition(".")
+        if sub:
+            cfg[section][sub] = value
+        else:
+            cfg[key] = value
+    model = voices / f"{name}.onnx"
+    shutil.copyfile(voice_path(MULTI), model)
+    Path(f"{model}.json").write_text(json.dumps(cfg))
+    return model
+
+
+BAD_CONFIGS = {
+    "en_US-neg-x_low": {"audio.sample_rate": -22050},
+    "en_US-huge-x_low": {"audio.sample_rate": 10**9},
+    "en_US-mute-x_low": {"inference.length_scale": 0},
+    "en_US-eve-x_low": {"speaker_id_map": {"alice": 0, "eve": 7}},
+    "en_US-more-x_low": {"num_speakers": 8},
+}
+
+
+def _skip_lines(d: Daemon, name: str) -> list[str]:
+    return [ln for ln in d.log().splitlines() if f"voice {name} (" in ln and "skipped" in ln]
+
+
+def test_voice_configs_out_of_range_are_skipped_in_one_line_and_never_served(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """`sample_rate: -22050` was served (v1 audio_ms -1091, HTTP 500 with a traceback), a
+    speaker beyond the model's too (an ONNX Runtime traceback per request).  Checked in one
+    place: start, reload, `voices add` and `check-config` refuse the same."""
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    for name, over in BAD_CONFIGS.items():
+        _bad_pair(voices, name, **over)
+    (voices / "en_US-cut-x_low.onnx").write_bytes(voice_path(MULTI).read_bytes()[:5000])
+    shutil.copyfile(f"{voice_path(MULTI)}.json", voices / "en_US-cut-x_low.onnx.json")
+    d = daemon_factory({"voices": {"voices_dir": str(voices)}})
+    assert _names(d) == {"en_US-joe-medium"}
+    with Client(d.socket) as c:
+        skipped = {Path(s["file"]).name for s in c.request("info")["voices_skipped"]}
+    assert skipped == {f"{n}.onnx" for n in [*BAD_CONFIGS, "en_US-cut-x_low"]}
+    for name in [*BAD_CONFIGS, "en_US-cut-x_low"]:
+        assert len(_skip_lines(d, name)) == 1, (name, d.log()[-3000:])
+    assert "audio.sample_rate -22050 is out of range" in _skip_lines(d, "en_US-neg-x_low")[0]
+    assert "num_speakers 8: the model has 4" in _skip_lines(d, "en_US-more-x_low")[0]
+    # A reload tries them again and says nothing new: each was logged once (the same files
+    # were logged again at every SIGHUP before).
+    os.kill(d.proc.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 120
+    while "voices: no change" not in d.log():
+        assert d.alive() and time.monotonic() < deadline, d.log()[-3000:]
+        time.sleep(0.1)
+    for name in [*BAD_CONFIGS, "en_US-cut-x_low"]:
+        assert len(_skip_lines(d, name)) == 1, (name, d.log()[-3000:])
+    assert _names(d) == {"en_US-joe-medium"}
+    # check-config and voices add refuse each, with the same reason.
+    cfg = _config(tmp_path, voices, tmp_path / "cache")
+    r = _ttsd("check-config", str(cfg), timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    for name in BAD_CONFIGS:
+        assert f"{name}: bad config: " in r.stderr, r.stderr
+    src, other = tmp_path / "src", tmp_path / "other"
+    src.mkdir()
+    cfg = _config(tmp_path, other, tmp_path / "cache")
+    for name, why in (
+        ("en_US-neg-x_low", "audio.sample_rate -22050 is out of range"),
+        ("en_US-eve-x_low", "speaker_id_map 'eve': 7 is not a speaker"),
+    ):
+        model = _bad_pair(src, name, **BAD_CONFIGS[name])
+        r = _ttsd("voices", "--config", str(cfg), "add", str(model))
+        assert r.returncode == 1 and why in r.stderr, r.stderr
+    assert not other.exists() or not any(other.iterdir())
+
+
+def _fsize_cap() -> None:
+    """Written files capped at 64 MiB: a copy of /dev/zero ends, here, instead of filling
+    the disk (what `voices add` did before)."""
+    cap = 64 << 20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+
+
+def test_voices_add_copies_regular_files_only_within_their_caps(tmp_path: Path) -> None:
+    voices = tmp_path / "voices"
+    cfg = _config(tmp_path, voices, tmp_path / "cache")
+    src = tmp_path / "src"
+    src.mkdir()
+    zero = src / "en_US-zero-x_low.onnx"
+    zero.symlink_to("/dev/zero")
+    shutil.copyfile(f"{voice_path(MULTI)}.json", f"{zero}.json")
+    r = subprocess.run(
+        [sys.executable, "-m", "appliance.main", "voices", "--config", str(cfg), "add", str(zero)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_fsize_cap,
+    )
+    assert r.returncode == 1 and "not a regular file" in r.stderr, (r.returncode, r.stderr)
+    assert not voices.exists() or not any(voices.iterdir())
+    big = src / "en_US-big-x_low.onnx"
+    with big.open("wb") as f:  # sparse: no disk used
+        f.truncate(3 << 30)
+    shutil.copyfile(f"{voice_path(MULTI)}.json", f"{big}.json")
+    r = _ttsd("voices", "--config", str(cfg), "add", str(big), timeout=120)
+    assert r.returncode == 1 and "larger than 2147483648 bytes" in r.stderr, r.stderr
+    assert not voices.exists() or not any(voices.iterdir())
+
+
+def test_removing_the_bundled_voice_says_it_is_bundled(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, tmp_path / "voices", tmp_path / "cache")
+    r = _ttsd("voices", "--config", str(cfg), "remove", "en_US-joe-medium", timeout=120)
+    assert r.returncode == 1
+    assert "en_US-joe-medium is the bundled voice: it cannot be removed" in r.stderr, r.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_fifo_in_voices_dir_neither_wedges_the_reload_nor_the_stop(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """A model that blocks on open (a FIFO; a hung network mount alike) wedged the reload
+    for good, and SIGTERM then never stopped the daemon."""
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    d = daemon_factory({"voices": {"voices_dir": str(voices)}})
+    os.mkfifo(voices / "en_US-fifo-x_low.onnx")
+    shutil.copyfile(f"{voice_path(MULTI)}.json", voices / "en_US-fifo-x_low.onnx.json")
+    os.kill(d.proc.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 120
+    while not _skip_lines(d, "en_US-fifo-x_low"):
+        assert d.alive() and time.monotonic() < deadline, d.log()[-3000:]
+        time.sleep(0.1)
+    assert "not a regular file" in _skip_lines(d, "en_US-fifo-x_low")[0]
+    # The reload finished: the next one runs (and adds a voice copied in meanwhile).
+    shutil.copyfile(voice_path(MULTI), voices / f"{MULTI}.onnx")
+    shutil.copyfile(f"{voice_path(MULTI)}.json", voices / f"{MULTI}.onnx.json")
+    os.kill(d.proc.pid, signal.SIGHUP)
+    _until(d, {"en_US-joe-medium", MULTI})
+    t0 = time.monotonic()
+    assert d.stop(timeout=30) == 0
+    assert time.monotonic() - t0 < 20
+    assert "Traceback" not in d.log()

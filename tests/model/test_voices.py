@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +34,7 @@ from appliance.model.voices import (
 )
 from appliance.model.voices.verify import MARGIN_CANDIDATES
 from tests.conftest import Daemon, DaemonFactory
-from tests.fixtures import GERMAN, voice_path
+from tests.fixtures import GERMAN, MULTI, voice_path
 from tests.wire import Wire
 
 
@@ -358,3 +361,103 @@ def test_daemon_reports_the_windowed_flow(daemon: Daemon) -> None:
     with Wire(daemon.socket) as w:
         info = w.call({"op": "info", "id": 1})
     assert info["voices"][0]["flow"] == "windowed"
+
+
+def _pair(d: Path, name: str, src: str = MULTI, **over: Any) -> Path:
+    """A copy of a test voice under ``name``, its config's top-level keys replaced."""
+    cfg = json.loads(Path(f"{voice_path(src)}.json").read_text())
+    for key, value in over.items():
+        section, _, sub = key.partition(".")
+        if sub:
+            cfg.setdefault(section, {})[sub] = value
+        else:
+            cfg[key] = value
+    model = d / f"{name}.onnx"
+    shutil.copyfile(voice_path(src), model)
+    Path(f"{model}.json").write_text(json.dumps(cfg))
+    return model
+
+
+@pytest.mark.parametrize(
+    "over,why",
+    [
+        ({"audio.sample_rate": -22050}, "audio.sample_rate -22050 is out of range [8000, 192000]"),
+        ({"audio.sample_rate": 10**9}, "audio.sample_rate 1000000000 is out of range"),
+        ({"inference.length_scale": 0}, "inference.length_scale 0.0 is out of range (0, 10]"),
+        ({"inference.noise_scale": float("inf")}, "inference.noise_scale inf is out of range"),
+        (
+            {"speaker_id_map": {"alice": 0, "eve": 7}},
+            "speaker_id_map 'eve': 7 is not a speaker (num_speakers 4)",
+        ),
+        ({"num_speakers": 8}, "num_speakers 8: the model has 4"),
+        (
+            {"phoneme_id_map": {"a": [0], "b": [300]}},
+            "phoneme_id_map: id 300 is beyond the model's",
+        ),
+    ],
+)
+def test_a_voice_config_out_of_range_is_refused_by_the_one_check(
+    tmp_path: Path, over: dict[str, Any], why: str
+) -> None:
+    """Before: `sample_rate: -22050` made v1's audio_ms negative and HTTP answer 500 with a
+    traceback; a speaker beyond the model's, an ONNX Runtime traceback per request."""
+    from appliance.model.voices.manage import check_pair
+
+    model = _pair(tmp_path, "en_US-bad-x_low", **over)
+    with pytest.raises(VoiceError) as info:
+        check_pair("en_US-bad-x_low", model)
+    assert str(info.value).startswith("voice en_US-bad-x_low: bad config: ")
+    assert why in str(info.value)
+    with pytest.raises(VoiceError, match="bad config"):  # as start and reload load it
+        load_voice("en_US-bad-x_low", model, tmp_path / "cache")
+    assert check_pair("en_US-ok-x_low", _pair(tmp_path, "en_US-ok-x_low")).num_speakers == 4
+
+
+def test_discovery_takes_regular_files_only(tmp_path: Path) -> None:
+    """A FIFO's open waits for a writer: it wedged the reload (and then SIGTERM)."""
+    os.mkfifo(tmp_path / "en_US-fifo-x_low.onnx")
+    shutil.copyfile(f"{voice_path(MULTI)}.json", tmp_path / "en_US-fifo-x_low.onnx.json")
+    _pair(tmp_path, "en_US-cfgfifo-x_low").with_suffix(".onnx.json").unlink()
+    os.mkfifo(tmp_path / "en_US-cfgfifo-x_low.onnx.json")
+    (tmp_path / "en_US-zero-x_low.onnx").symlink_to("/dev/zero")
+    shutil.copyfile(f"{voice_path(MULTI)}.json", tmp_path / "en_US-zero-x_low.onnx.json")
+    (tmp_path / "en_US-dir-x_low.onnx").mkdir()
+    shutil.copyfile(f"{voice_path(MULTI)}.json", tmp_path / "en_US-dir-x_low.onnx.json")
+    _pair(tmp_path, "en_US-link-x_low").rename(tmp_path / "real.onnx")
+    (tmp_path / "en_US-link-x_low.onnx").symlink_to(tmp_path / "real.onnx")
+    skipped: dict[str, str] = {}
+    found = discover(str(tmp_path), skipped)
+    assert set(found) == {"en_US-joe-medium", "en_US-link-x_low"}  # a link to a file is fine
+    assert {Path(p).name: why for p, why in skipped.items()} == {
+        "en_US-fifo-x_low.onnx": "not a regular file",
+        "en_US-cfgfifo-x_low.onnx": "en_US-cfgfifo-x_low.onnx.json is not a regular file",
+        "en_US-zero-x_low.onnx": "not a regular file",
+        "en_US-dir-x_low.onnx": "not a regular file",
+        "real.onnx": "no real.onnx.json beside it",
+    }
+    # Replaced by a FIFO after discovery: refused when read, not waited on.
+    fifo = tmp_path / "en_US-fifo-x_low.onnx"
+    with pytest.raises(VoiceError, match="not a regular file"):
+        load_voice("en_US-fifo-x_low", fifo, tmp_path / "cache")
+
+
+def test_a_read_that_hangs_is_given_up_and_not_started_again_while_stuck() -> None:
+    """A hung network file system: the read is left in a daemon thread, the caller goes on."""
+    from appliance.model.voices.pair import within
+
+    release = threading.Event()
+    t0 = time.monotonic()
+    with pytest.raises(VoiceError, match=r"hung: not read within 0\.2 s"):
+        within(0.2, lambda: release.wait(30), "hung")
+    assert time.monotonic() - t0 < 5
+    with pytest.raises(VoiceError, match="an earlier read has not returned"):
+        within(0.2, lambda: True, "hung")
+    release.set()
+    deadline = time.monotonic() + 10
+    while True:  # once the stuck read returns, the file may be read again
+        try:
+            assert within(5, lambda: 7, "hung") == 7
+            break
+        except VoiceError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import os
 import re
@@ -25,11 +24,10 @@ VERIFY_SENTENCE = "Testing one two three, the quick brown fox jumps over the laz
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """The model's digest, what its cut's cache is keyed by (a regular file, bounded)."""
+    from appliance.model.voices.pair import digest_of
+
+    return digest_of(path)
 
 
 def find_cut(model: Any) -> CutNames:

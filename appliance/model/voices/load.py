@@ -18,9 +18,16 @@ from appliance.model.voices.cut import (
     find_cut,
     find_flow,
     probe_feeds,
-    sha256_of,
 )
 from appliance.model.voices.discover import VoiceError
+from appliance.model.voices.pair import (
+    READ_TIMEOUT_S,
+    ModelFacts,
+    check_info,
+    digest_of,
+    read_info,
+    within,
+)
 from appliance.model.voices.verify import (
     CONTEXT_CANDIDATES,
     DEFAULT_CONTEXT,
@@ -77,9 +84,11 @@ def _cached_context(value: object) -> int:
 
 
 def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
-    """Read the config, then the cached cut, or cut and verify once (:class:`_Preparation`)."""
-    info = read_info(name, model_path)
-    digest = sha256_of(model_path)
+    """Read the pair and check its config against the model (within a deadline: a hung
+    file is a VoiceError), then the cached cut, or cut and verify once (:class:`_Preparation`)."""
+    info, digest = within(
+        READ_TIMEOUT_S, lambda: _read_pair(name, model_path, cache_dir), f"voice {name}"
+    )
     slot = cache_dir / f"{digest[:32]}-v{_CUT_FORMAT}"
     if (slot / "meta.json").is_file():
         try:
@@ -88,7 +97,6 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
                 return voice
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("voice %s: cache entry unreadable (%s); cutting again", name, exc)
-    check_graph(model_path, info)  # a foreign or truncated file: said plainly, before the cut
     about = prepare_estimate_s(model_path)
     log.info("preparing %s for streaming (first start only, about %d s)…", name, about)
     t0 = time.monotonic()
@@ -96,6 +104,29 @@ def load_voice(name: str, model_path: Path, cache_dir: Path) -> Voice:
     how = "streaming" if voice.split_ok else f"whole-sentence: {voice.split_note}"
     log.info("%s ready in %.1f s (%s)", name, time.monotonic() - t0, how)
     return voice
+
+
+def _read_pair(name: str, model_path: Path, cache_dir: Path) -> tuple[VoiceInfo, str]:
+    """The config, checked (:func:`~appliance.model.voices.pair.check_info`) against the
+    model's sizes, and the model's digest.  The sizes are kept beside the cut's cache
+    (``facts-<digest>.json``): a cached voice's graph is not parsed again at each start."""
+    info = read_info(name, model_path)
+    try:
+        digest = digest_of(model_path)
+    except OSError as exc:
+        raise VoiceError(f"voice {name}: cannot read it: {exc.strerror or exc}") from exc
+    known = cache_dir / f"facts-{digest[:32]}.json"
+    try:
+        facts = ModelFacts.load(known)
+    except (OSError, ValueError, AttributeError):
+        facts = check_graph(model_path, info)  # a foreign or truncated file: said plainly
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            facts.save(known)
+        except OSError as exc:
+            log.debug("voice %s: sizes not kept in the cache: %s", name, exc)
+    check_info(info, facts)
+    return info, digest
 
 
 def prepare_estimate_s(model_path: Path) -> int:
@@ -113,8 +144,9 @@ PIPER_INPUTS = frozenset({"input", "input_lengths", "scales"})
 """The graph inputs every Piper VITS voice has (multi-speaker ones also ``sid``)."""
 
 
-def check_graph(model_path: Path, info: VoiceInfo) -> None:
-    """VoiceError unless ``model_path`` parses as ONNX with Piper's inputs (no session)."""
+def check_graph(model_path: Path, info: VoiceInfo) -> ModelFacts:
+    """The graph's sizes; VoiceError unless ``model_path`` parses as ONNX with Piper's
+    inputs (no session)."""
     import onnx
 
     try:
@@ -128,15 +160,7 @@ def check_graph(model_path: Path, info: VoiceInfo) -> None:
         raise VoiceError(f"not a Piper voice (no {missing})")
     if info.num_speakers > 1 and "sid" not in inputs:
         raise VoiceError(f"the config has {info.num_speakers} speakers, the graph no sid")
-
-
-def read_info(name: str, model_path: Path) -> VoiceInfo:
-    """The voice's ``.onnx.json`` (VoiceError when it is not a usable Piper config)."""
-    try:
-        cfg = json.loads(Path(f"{model_path}.json").read_text(encoding="utf-8"))
-        return VoiceInfo.from_config(name, cfg)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise VoiceError(f"voice {name}: bad config: {exc}") from exc
+    return ModelFacts.of_graph(graph)
 
 
 class _Preparation:
