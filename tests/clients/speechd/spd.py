@@ -59,8 +59,16 @@ class SpeechdServer:
 
     @classmethod
     def start(
-        cls, workdir: Path, ttsd_socket: str, pulse_env: dict[str, str], extra_conf: str = ""
+        cls,
+        workdir: Path,
+        ttsd_socket: str,
+        pulse_env: dict[str, str],
+        extra_conf: str = "",
+        module_conf: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> SpeechdServer:
+        """``module_conf``: the text of ``modules/ttsd.conf`` (else one naming
+        ``ttsd_socket``); ``env``: added to the server's (and so its modules') environment."""
         if (
             shutil.which("speech-dispatcher") is None
             or shutil.which("spd-say") is None
@@ -80,7 +88,9 @@ class SpeechdServer:
             'DefaultModule ttsd\nAddModule "ttsd" "sd_ttsd" "ttsd.conf"\n'
             'AddModule "espeak-ng" "sd_espeak-ng" "espeak-ng.conf"\n' + extra_conf
         )
-        (conf / "modules" / "ttsd.conf").write_text(f'TtsdSocket "{ttsd_socket}"\nLogLevel 4\n')
+        if module_conf is None:
+            module_conf = f'TtsdSocket "{ttsd_socket}"\nLogLevel 4\n'
+        (conf / "modules" / "ttsd.conf").write_text(module_conf)
         espeak_conf = Path("/etc/speech-dispatcher/modules/espeak-ng.conf")
         if espeak_conf.exists():
             shutil.copy(espeak_conf, conf / "modules" / "espeak-ng.conf")
@@ -98,6 +108,7 @@ class SpeechdServer:
             "HOME": str(workdir / "home"),
             "XDG_RUNTIME_DIR": str(workdir / "run"),
             "SPEECHD_ADDRESS": f"unix_socket:{srv.socket}",
+            **(env or {}),
         }
         srv.proc = subprocess.Popen(
             [
