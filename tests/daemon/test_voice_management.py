@@ -19,7 +19,7 @@ import yaml
 
 from appliance.client import Client
 from tests.conftest import Daemon, DaemonFactory
-from tests.fixtures import GERMAN, MULTI, voice_path
+from tests.fixtures import GERMAN, MULTI, voice_copy, voice_path
 
 
 def _ttsd(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -163,21 +163,6 @@ def test_prepare_says_what_it_is_doing_in_one_line_per_voice(
     assert "max abs difference" not in out
 
 
-def _bad_pair(voices: Path, name: str, **over: Any) -> Path:
-    """The four-speaker test voice under ``name``, with its config's keys replaced."""
-    cfg = json.loads(Path(f"{voice_path(MULTI)}.json").read_text())
-    for key, value in over.items():
-        section, _, sub = key.partition(".")
-        if sub:
-            cfg[section][sub] = value
-        else:
-            cfg[key] = value
-    model = voices / f"{name}.onnx"
-    shutil.copyfile(voice_path(MULTI), model)
-    Path(f"{model}.json").write_text(json.dumps(cfg))
-    return model
-
-
 BAD_CONFIGS = {
     "en_US-neg-x_low": {"audio.sample_rate": -22050},
     "en_US-huge-x_low": {"audio.sample_rate": 10**9},
@@ -200,7 +185,7 @@ def test_voice_configs_out_of_range_are_skipped_in_one_line_and_never_served(
     voices = tmp_path / "voices"
     voices.mkdir()
     for name, over in BAD_CONFIGS.items():
-        _bad_pair(voices, name, **over)
+        voice_copy(voices, name, **over)
     (voices / "en_US-cut-x_low.onnx").write_bytes(voice_path(MULTI).read_bytes()[:5000])
     shutil.copyfile(f"{voice_path(MULTI)}.json", voices / "en_US-cut-x_low.onnx.json")
     d = daemon_factory({"voices": {"voices_dir": str(voices)}})
@@ -235,7 +220,7 @@ def test_voice_configs_out_of_range_are_skipped_in_one_line_and_never_served(
         ("en_US-neg-x_low", "audio.sample_rate -22050 is out of range"),
         ("en_US-eve-x_low", "speaker_id_map 'eve': 7 is not a speaker"),
     ):
-        model = _bad_pair(src, name, **BAD_CONFIGS[name])
+        model = voice_copy(src, name, **BAD_CONFIGS[name])
         r = _ttsd("voices", "--config", str(cfg), "add", str(model))
         assert r.returncode == 1 and why in r.stderr, r.stderr
     assert not other.exists() or not any(other.iterdir())

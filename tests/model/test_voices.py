@@ -34,7 +34,7 @@ from appliance.model.voices import (
 )
 from appliance.model.voices.verify import MARGIN_CANDIDATES
 from tests.conftest import Daemon, DaemonFactory
-from tests.fixtures import GERMAN, MULTI, voice_path
+from tests.fixtures import GERMAN, MULTI, voice_copy, voice_path
 from tests.wire import Wire
 
 
@@ -363,21 +363,6 @@ def test_daemon_reports_the_windowed_flow(daemon: Daemon) -> None:
     assert info["voices"][0]["flow"] == "windowed"
 
 
-def _pair(d: Path, name: str, src: str = MULTI, **over: Any) -> Path:
-    """A copy of a test voice under ``name``, its config's top-level keys replaced."""
-    cfg = json.loads(Path(f"{voice_path(src)}.json").read_text())
-    for key, value in over.items():
-        section, _, sub = key.partition(".")
-        if sub:
-            cfg.setdefault(section, {})[sub] = value
-        else:
-            cfg[key] = value
-    model = d / f"{name}.onnx"
-    shutil.copyfile(voice_path(src), model)
-    Path(f"{model}.json").write_text(json.dumps(cfg))
-    return model
-
-
 @pytest.mark.parametrize(
     "over,why",
     [
@@ -403,27 +388,27 @@ def test_a_voice_config_out_of_range_is_refused_by_the_one_check(
     traceback; a speaker beyond the model's, an ONNX Runtime traceback per request."""
     from appliance.model.voices.manage import check_pair
 
-    model = _pair(tmp_path, "en_US-bad-x_low", **over)
+    model = voice_copy(tmp_path, "en_US-bad-x_low", **over)
     with pytest.raises(VoiceError) as info:
         check_pair("en_US-bad-x_low", model)
     assert str(info.value).startswith("voice en_US-bad-x_low: bad config: ")
     assert why in str(info.value)
     with pytest.raises(VoiceError, match="bad config"):  # as start and reload load it
         load_voice("en_US-bad-x_low", model, tmp_path / "cache")
-    assert check_pair("en_US-ok-x_low", _pair(tmp_path, "en_US-ok-x_low")).num_speakers == 4
+    assert check_pair("en_US-ok-x_low", voice_copy(tmp_path, "en_US-ok-x_low")).num_speakers == 4
 
 
 def test_discovery_takes_regular_files_only(tmp_path: Path) -> None:
     """A FIFO's open waits for a writer: it wedged the reload (and then SIGTERM)."""
     os.mkfifo(tmp_path / "en_US-fifo-x_low.onnx")
     shutil.copyfile(f"{voice_path(MULTI)}.json", tmp_path / "en_US-fifo-x_low.onnx.json")
-    _pair(tmp_path, "en_US-cfgfifo-x_low").with_suffix(".onnx.json").unlink()
+    voice_copy(tmp_path, "en_US-cfgfifo-x_low").with_suffix(".onnx.json").unlink()
     os.mkfifo(tmp_path / "en_US-cfgfifo-x_low.onnx.json")
     (tmp_path / "en_US-zero-x_low.onnx").symlink_to("/dev/zero")
     shutil.copyfile(f"{voice_path(MULTI)}.json", tmp_path / "en_US-zero-x_low.onnx.json")
     (tmp_path / "en_US-dir-x_low.onnx").mkdir()
     shutil.copyfile(f"{voice_path(MULTI)}.json", tmp_path / "en_US-dir-x_low.onnx.json")
-    _pair(tmp_path, "en_US-link-x_low").rename(tmp_path / "real.onnx")
+    voice_copy(tmp_path, "en_US-link-x_low").rename(tmp_path / "real.onnx")
     (tmp_path / "en_US-link-x_low.onnx").symlink_to(tmp_path / "real.onnx")
     skipped: dict[str, str] = {}
     found = discover(str(tmp_path), skipped)
