@@ -3,7 +3,13 @@
 Every section is a frozen dataclass.  ``parse_config`` walks the YAML mapping
 against the dataclass fields, so an unknown key, a wrong type or an out-of-range
 value is reported with its full key path (``playback.devcie: unknown key (did
-you mean device?)``).  Range limits live next to the field as metadata.
+you mean device?)``), every one of a file's problems at once (:class:`ConfigError`'s
+``problems``).  Range limits live next to the field as metadata, and so does whether a
+reload may change the key while the daemon runs (``live``, :func:`live_keys`).
+
+``ttsd serve``'s options that set keys (:data:`Flags`) are a layer laid over the file each
+time it is read, at start and on every reload: the daemon has one typed config, and a
+reload compares it with the file read the same way.
 """
 
 from __future__ import annotations
