@@ -6,11 +6,11 @@ import logging
 import re
 from pathlib import Path
 
+from appliance.model.voices.pair import READ_TIMEOUT_S, VoiceError, is_regular, within
+
+__all__ = ["VoiceError", "bundled_voice_path", "discover"]
+
 log = logging.getLogger("appliance.model.voices")
-
-
-class VoiceError(Exception):
-    """A voice that cannot be loaded."""
 
 
 # ------------------------------------------------------------------ discovery
@@ -34,8 +34,6 @@ def discover(voices_dir: str | None, skipped: dict[str, str] | None = None) -> d
     left out (its path → why); the caller says so (once: see ``appliance.core.voiceset``).
     The directory is read within :data:`~appliance.model.voices.pair.READ_TIMEOUT_S`.
     """
-    from appliance.model.voices.pair import READ_TIMEOUT_S, within
-
     skipped = {} if skipped is None else skipped
     found: dict[str, Path] = {}
     bundled = bundled_voice_path()
@@ -57,8 +55,6 @@ def discover(voices_dir: str | None, skipped: dict[str, str] | None = None) -> d
 
 def _listing(root: Path) -> list[tuple[str, Path, str]]:
     """Each ``*.onnx`` in ``root``: its name, path and why it is left out ("" if not)."""
-    from appliance.model.voices.pair import is_regular
-
     if not root.is_dir():
         log.warning("voices_dir %s is not a directory", root)
         return []

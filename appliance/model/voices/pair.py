@@ -29,10 +29,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from appliance.model.voices.discover import VoiceError
 from appliance.voicetypes import VoiceInfo
 
 _T = TypeVar("_T")
+
+
+class VoiceError(Exception):
+    """A voice that cannot be loaded (``appliance.model.voices.VoiceError``)."""
+
 
 MAX_MODEL_BYTES = 2 << 30
 """A model larger than this is refused unread (Piper's largest voices are ~120 MB)."""
