@@ -141,7 +141,7 @@ _LIMITS = FrontendLimits(max_chars=20000, sentence_chars=400)
 
 class _FirstClauses:
     """First clauses as a stream has them: ids, and the id position its first chunk's
-    words start before (``SynthesisJob._first_chunk_ids``: the dialog plan's first chunk,
+    words start before (``pipeline.encode.first_chunk_ids``: the dialog plan's first chunk,
     from the bundled voice's own durations, noise off; a quick start's join is in the same
     window)."""
 
@@ -164,7 +164,7 @@ class _FirstClauses:
 
 
 def _work(ph: Phonemizer, clause: Clause, ids: Any) -> wordtimes.WordWork:
-    """A clause's word work, as the stream starts it (``SynthesisJob._word_work``)."""
+    """A clause's word work, as the stream starts it (``pipeline.encode.word_work``)."""
     return wordtimes.WordWork.of(clause.text, clause.word_spans, ids, ph.kinds, ph.word_size)
 
 

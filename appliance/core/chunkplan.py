@@ -5,6 +5,10 @@ plan is table-tested without a model.  Frames are the voice's hop (11.6 ms for t
 bundled voice); a cut anywhere is exact (windowed decoding needs no crossfade), so cuts
 are chosen for the listener: word and pause boundaries, chunk sizes that grow faster
 than they play, silence of SSML breaks spliced in at word gaps.
+
+Pure: a request's first clause is planned on a worker, in its encode item
+(:mod:`appliance.core.pipeline.encode`), a later clause on the loop when its turn comes.
+Work is linear in the clause's ids (and its SSML marks and pauses); nothing is kept.
 """
 
 from __future__ import annotations
@@ -132,6 +136,17 @@ def position_frames(
             w = min(len(gaps), max(1, round(w * (len(gaps) + 1) / len(starts))))
         out.append(float(cum[gaps[w - 1] + 1]) if gaps else total * w / len(starts))
     return out
+
+
+def pause_frames(
+    clause: Clause, ids: IntArray, durations: FloatArray | None, is_space: IdTest
+) -> list[float]:
+    """The frame each of the clause's SSML pauses goes after (:func:`position_frames`);
+    none for a whole-clause voice (``durations`` None), whose pauses are its clause's."""
+    if not clause.pauses or durations is None:
+        return []
+    positions = [p.position for p in clause.pauses]
+    return position_frames(clause, positions, ids, durations, is_space)
 
 
 def chunk_span(clause: Clause, a: float, b: float, total: float) -> tuple[int, int]:

@@ -10,9 +10,10 @@ cents", a ``<sub>``'s alias) share that span and become ONE written word.
 
 Functions (and one class) over ids, the voice's id kinds
 (:class:`~appliance.text.phonemize.IdKinds`: word gaps, sounding ids, pads) and the
-clause's words, so they are table-tested without a model; the stream
-(:mod:`appliance.core.streaming`) turns id positions into output milliseconds (speed,
-prosody, breaks and clause pauses are in that mapping, not here).
+clause's words, so they are table-tested without a model; the pipeline's worker stage
+(:mod:`appliance.core.pipeline.encode`) runs them, its timeline
+(:mod:`appliance.core.pipeline.timeline`) turns id positions into output milliseconds
+(speed, prosody, breaks and clause pauses are in that mapping, not here).
 
 A request's first clause does this on its first packet's path (issue 29: ≤ +0.5 ms), so
 :class:`WordWork` finds there only the words its first chunk needs, exactly as the whole

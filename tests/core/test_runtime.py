@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from appliance.core.pipeline import encode
 from appliance.core.runtime import Runtime
 from appliance.core.service import Service
 from appliance.core.streaming import SynthesisJob, VoiceRuntime
@@ -457,9 +458,8 @@ def test_a_long_first_sentence_encodes_the_next_after_its_second_chunk(
     def recording(
         job: SynthesisJob, fn: Any, kind: str, ahead_s: float = 0.0, urgent: bool = False
     ) -> Any:
-        if isinstance(fn, functools.partial) and fn.func.__name__ == "_encode":
-            if len(fn.args) == 1:  # a later clause's (the first has its first target)
-                submitted.append(job._seq)
+        if isinstance(fn, functools.partial) and fn.func is encode.encode_clause:
+            submitted.append(job.timeline.seq)  # a later clause's (the first's is encode_first)
         return original(job, fn, kind, ahead_s, urgent)
 
     monkeypatch.setattr(SynthesisJob, "_submit", recording)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance.core.streaming import fade
+from appliance.core.pipeline.shape import fade
 from appliance.model.engine.base import Scales
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.engine.windows import ensure_latent

@@ -308,7 +308,7 @@ class LengthScaleOnly(WholeEncoder):
 
 def test_exact_retiming_is_the_one_of_the_backend_that_would_encode() -> None:
     """While a primary that cannot re-time is up, the stream must calibrate a rate itself
-    (appliance.core.streaming._rate_scales); once the CPU model serves, it re-times."""
+    (appliance.core.pipeline.encode.rate_scales); once the CPU model serves, it re-times."""
     cpu = flow_cpu()
     assert cpu.retimes
     primary = LengthScaleOnly(cpu)

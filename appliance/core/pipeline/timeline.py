@@ -1,0 +1,262 @@
+"""The output timeline: the one owner of a request's output time.
+
+What went out (ms sent, the next chunk's sequence number), where the next speech
+starts (after what was sent and what the time-stretch still holds), the SSML marks and
+words placed in the audio but not yet sent, the stalls a listener would have heard,
+and the deadlines that follow from all of it; :meth:`Timeline.send` turns a chunk's
+samples into a :class:`~appliance.speech.Chunk` with the marks and words that fall in it.
+
+Word timing, on the loop, lives here: a clause's words are placed at output times from
+their id positions (:meth:`Timeline.id_time`: frames, pauses and the stretch are in
+that mapping), those a first clause found after its first chunk (:class:`PendingWords`)
+when its next chunk's item brings them.  Which ids say which written word is found on
+the worker (:mod:`.encode`, :mod:`appliance.core.wordtimes`); how a join splits a
+clause's words is the start strategy's (:mod:`.start`).
+
+Thread: the event loop only; one timeline per job, made with it.  Bounds: the marks and
+words held are those of the clause being spoken (and of a quick start's, the join's two
+encodings), each sent with the chunk it falls in and dropped with it; the final chunk
+takes all that are left.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from appliance.core import wordtimes
+from appliance.core.chunkplan import IdTest, pause_frames, position_frames
+from appliance.core.pipeline.types import Emit, JobStats, PendingWords, Voiced, WordKeep
+from appliance.speech import Chunk, FloatArray, Mark, Word
+
+if TYPE_CHECKING:
+    from appliance.core.pipeline.shape import Output
+    from appliance.text.frontend import ClauseMark, ClausePause
+
+STALL_JITTER_S = 0.1
+"""A stall is counted when a chunk arrives after a client playing in real time from its
+first chunk, with this much jitter buffer, would have run dry (the benchmark's client)."""
+NEWCOMER_GRACE_S = STALL_JITTER_S / 2
+"""How far past the moment a buffer-less player would run dry a stream's work may start
+when newcomers' first items go ahead of it: half the jitter buffer, leaving the other
+half for the work itself (the scheduler's ``slack_until``)."""
+
+
+class Timeline:
+    """One request's output time, marks and words (see the module)."""
+
+    def __init__(
+        self,
+        rate: int,
+        frame_ms: float,
+        stats: JobStats,
+        output: Output,
+        watermark_s: float,
+        words: bool,
+        is_space: IdTest,
+    ) -> None:
+        self._rate = rate
+        self._frame_ms = frame_ms
+        self._stats = stats
+        self._output = output
+        self._watermark_s = watermark_s
+        self._is_space = is_space
+        self.seq = 0
+        """The next chunk's sequence number (chunks sent so far)."""
+        self.audio_out_s = 0.0
+        """Seconds of audio sent."""
+        self.last_span = (0, 0)
+        self._marks: collections.deque[Mark] = collections.deque()
+        """SSML marks placed in the audio but not yet sent with a chunk, in order."""
+        self._words: collections.deque[Word] | None = collections.deque() if words else None
+        """With word timings: words placed in the audio but not yet sent, in order."""
+        self.pending: PendingWords | None = None
+        """The clause's words still to find and place, with its next chunk decoded."""
+
+    @property
+    def words(self) -> bool:
+        """Word timings were asked."""
+        return self._words is not None
+
+    def next_ms(self) -> float:
+        """Where the next speech starts in the output: after what was sent and what the
+        time-stretch still holds of the speech before (libsonic keeps ~20 ms across
+        chunks; words placed from the sent audio alone came that much early)."""
+        return (self.audio_out_s + self._output.held_s) * 1000
+
+    def out_frame_ms(self) -> float:
+        """A frame's ms in the output: a stretched clause (speed past the voice's limit) is
+        that much shorter."""
+        return self._frame_ms / self._output.factor
+
+    # -- deadlines
+
+    def due(self, ahead_s: float = 0.0) -> float:
+        """When the client will need audio beyond what it has (+ ``ahead_s`` more)."""
+        now = time.monotonic()
+        t_first = self._stats.t_first
+        if t_first is None:
+            return now
+        return t_first + self.audio_out_s + ahead_s - self._watermark_s
+
+    def slack_until(self, ahead_s: float = 0.0) -> float | None:
+        """The latest start for work a listener playing since its first chunk still gets in
+        time (None before the first chunk: nothing is playing, nothing can wait)."""
+        if self._stats.t_first is None:
+            return None
+        return self._stats.t_first + self.audio_out_s + ahead_s + NEWCOMER_GRACE_S
+
+    def buffer_s(self) -> float:
+        """Audio the client holds but has not played yet (if it plays in real time)."""
+        if self._stats.t_first is None:
+            return 0.0
+        return max(0.0, self._stats.t_first + self.audio_out_s - time.monotonic())
+
+    # -- marks
+
+    def place_marks(self, marks: Iterable[Mark]) -> None:
+        self._marks.extend(marks)
+
+    def place_clause_marks(self, voiced: Voiced, skip: int = 0) -> None:
+        """Queue the clause's SSML marks (all but the first ``skip``) at their output times."""
+        clause, ids, enc = voiced.clause, voiced.encoded.ids, voiced.encoded.enc
+        marks = clause.marks[skip:]
+        if not marks:
+            return
+        if enc is None:  # a whole-clause voice: in proportion to the characters
+            n = max(1, len(clause.text))
+            frames = [m.position / n * voiced.total for m in marks]
+        else:
+            positions = [m.position for m in marks]
+            frames = position_frames(clause, positions, ids, enc.durations, self._is_space)
+        durations = enc.durations if enc is not None else None
+        pauses = pause_frames(clause, ids, durations, self._is_space)
+        by_frame = {round(f): p for f, p in zip(pauses, clause.pauses, strict=True)}
+        frame_ms = self.out_frame_ms()
+        for mark, f in zip(marks, frames, strict=True):
+            pause = by_frame.get(round(f))
+
+            def after(_: int, mark: ClauseMark = mark, pause: ClausePause | None = pause) -> bool:
+                return pause is not None and pause.source_offset < mark.source_offset
+
+            self._marks.append(Mark(mark.name, voiced.at_ms(f, frame_ms, after)))
+
+    # -- words
+
+    def id_time(self, voiced: Voiced) -> wordtimes.IdTime:
+        """Output ms of an id position of the clause (see :data:`wordtimes.IdTime`)."""
+        fm = self.out_frame_ms()
+        enc = voiced.encoded.enc
+        if enc is None:  # a whole-clause voice: in proportion to the ids
+            n = max(1, len(voiced.encoded.ids))
+            return lambda p, after: voiced.at_ms(p / n * voiced.total, fm, lambda _: after)
+        cum = wordtimes.FrameSums(enc.durations)
+        return lambda p, after: voiced.at_ms(cum[p], fm, lambda _: after)
+
+    def place_words(
+        self,
+        words: list[wordtimes.WrittenWord] | None,
+        at: wordtimes.IdTime,
+        keep: WordKeep | None = None,
+    ) -> float:
+        """Queue written words (those ``keep`` takes) at their output times (``at``);
+        returns the last one's end (0.0: none)."""
+        if self._words is None or words is None:
+            return 0.0
+        t0 = time.perf_counter()
+        if keep is not None:
+            words = [w for w in words if keep(w)]
+        timed = wordtimes.timed_words(words, at)
+        self._words.extend(timed)
+        stats = self._stats
+        if stats.t_first is None and stats.first_words_ms is not None:
+            stats.first_words_ms += (time.perf_counter() - t0) * 1000
+        return timed[-1].offset_ms + timed[-1].duration_ms if timed else 0.0
+
+    def place_clause_words(self, voiced: Voiced) -> None:
+        """Queue the clause's words; those a first clause found after its first chunk are
+        placed when they are (:meth:`place_pending`)."""
+        encoded, at = voiced.encoded, self.id_time(voiced)
+        self.place_words(encoded.written, at)
+        self.pending = None
+        if encoded.words_left is None:
+            return
+        placed = encoded.written[-1].start if encoded.written else -1
+
+        def unplaced(w: wordtimes.WrittenWord) -> bool:
+            return w.start > placed  # written words start in order, none at the same id
+
+        self.pending = PendingWords(encoded.words_left, at, unplaced)
+
+    def place_pending(self, words: list[wordtimes.WrittenWord] | None) -> None:
+        """The pending words, found (None: the item that carried them found none)."""
+        due = self.pending
+        if due is not None and words is not None:
+            self.place_words(words, due.at, due.keep)
+            self.pending = None
+
+    # -- chunks
+
+    async def send(
+        self,
+        audio: FloatArray,
+        span: tuple[int, int],
+        sentence_end: bool,
+        final: bool,
+        emit: Emit,
+    ) -> None:
+        """Count a stall if the listener ran dry, attach the marks and words that fall in
+        the chunk, emit it."""
+        stats = self._stats
+        self.last_span = span
+        now = time.monotonic()
+        run_dry = (stats.t_first or now) + self.audio_out_s + STALL_JITTER_S
+        if stats.t_first is not None and now > run_dry:
+            # A player with a minimal jitter buffer ran out of audio before this chunk.
+            stats.stalls += 1
+        dur_s = len(audio) / self._rate
+        end_ms = (self.audio_out_s + dur_s) * 1000
+        chunk = Chunk(
+            seq=self.seq,
+            samples=audio,
+            sample_rate=self._rate,
+            offset_ms=self.audio_out_s * 1000,
+            duration_ms=dur_s * 1000,
+            text_span=span,
+            sentence_end=sentence_end,
+            final=final,
+            marks=self._take_marks(end_ms, everything=final),
+            words=self._take_words(end_ms, everything=final),
+        )
+        t_w = time.monotonic()
+        await emit(chunk)
+        if self.seq == 0:
+            stats.t_first = t_w
+            stats.first_write_ms = (time.monotonic() - t_w) * 1000
+        self.seq += 1
+        self.audio_out_s += dur_s
+        stats.chunks = self.seq
+        stats.audio_s = self.audio_out_s
+
+    def _take_marks(self, end_ms: float, everything: bool) -> tuple[Mark, ...]:
+        """The marks that fall before ``end_ms`` (all of them for the request's last chunk)."""
+        out: list[Mark] = []
+        # A mark on a chunk boundary belongs to the chunk that starts there (the two
+        # numbers come from frames through different float paths: allow a microsecond).
+        while self._marks and (everything or self._marks[0].offset_ms < end_ms - 1e-3):
+            out.append(self._marks.popleft())
+        return tuple(out)
+
+    def _take_words(self, end_ms: float, everything: bool) -> tuple[Word, ...] | None:
+        """The words that start before ``end_ms`` (None: word timings were not asked)."""
+        if self._words is None:
+            return None
+        out: list[Word] = []
+        # Words start on frames, chunks end on frames plus whole-sample silences: a word
+        # within half a frame of the end starts the next chunk.
+        edge = end_ms - self._frame_ms / 2
+        while self._words and (everything or self._words[0].offset_ms < edge):
+            out.append(self._words.popleft())
+        return tuple(out)
