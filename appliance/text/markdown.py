@@ -104,7 +104,7 @@ _MD = _parser()
 """The configured parser: stateless between calls (markdown-it keeps state per parse)."""
 
 # A run of emphasis/strike/code delimiters; ``_`` only at a word's edge (snake_case stays).
-_STRAY = re.compile(r"[*~`]+|(?<!\w)_+|_+(?!\w)")
+_STRAY = re.compile(r"[*~`]+|(?<!\w)_+|(?<!_)_+(?!\w)")
 # Heading hashes and table pipes where markdown-it saw none (a model's one-line "## x | y |").
 _MARKS = re.compile(r"(?<!\w)#{1,6}(?!\w)|\|")
 _MARKUP_CHARS = frozenset("*~`_#|")
@@ -115,7 +115,7 @@ _NEWLINE = re.compile("\n")
 _BLANK_LINE = re.compile(r"(\n[ \t]*\n)")
 _TAG = re.compile(r"<[^<>]*>")
 _HIDDEN_HTML = re.compile(
-    r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|\Z)|<!--.*?(?:-->|\Z)", re.I | re.S
+    r"<(script|style)\b[^<>]*>.*?(?:</\1\s*>|\Z)|<!--.*?(?:-->|\Z)", re.I | re.S
 )
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 _READ = frozenset(

@@ -101,18 +101,23 @@ length, so the map stays the source's; private use, so the frontend's cleaning d
 _MARKUP = str.maketrans(dict.fromkeys("*~`[]", PLACEHOLDER) | {"|": " "})
 """Emphasis, strike, code and bracket characters dropped wherever they are (a spaced run, "2 *
 3", is kept: :data:`_PLAIN`'s ``spaced``), a table's pipe a space: in C, one call a piece."""
-_TRAILER = "[ \t\"')*~`|\\[\\]]"
+_TRAILERS = " \t\"')*~`|\\[\\]"
+_TRAILER = f"[{_TRAILERS}]"
 """What may follow a line's last word before its end (closers and markup)."""
 _PLAIN = re.compile(
     # An alternative is tried only where one can start: most characters, and a space inside
-    # a line, are passed over at once.  The most frequent alternatives come first.
-    rf"(?=[\n<&\[\]!*~`_#>+\-\d]|\Z|^[ \t]|{_TRAILER}+(?:\n|\Z))(?:"
+    # a line, are passed over at once.  A line's end is looked at only after a word (where
+    # ``stop`` can match): looked at from each character of a run of trailers, or from each
+    # of many blank lines, it made the scan quadratic ("|" × 19 999 + "a": 1.5 s) or slow.
+    # The most frequent alternatives come first.
+    rf"(?=[<&\[\]!*~`_#>+\-\d]|\Z|^[ \t]|(?<=[^\W_])[\n{_TRAILERS}])(?:"
     rf"(?<=[^\W_])(?P<stop>{_TRAILER}*(?:\n(?P<gap>[ \t]*\n)?|\Z))"
     r"|^(?P<fence>[ \t>]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)*(?P<run>`{3,}|~{3,})[^\n]*"
     r"(?P<code>[\s\S]*?)(?:\n[ \t>]*(?P=run)[`~]*[ \t]*(?=\n|\Z)|\Z))"
     r"|^(?P<lead>[ \t]*(?:(?:>|(?:[-*+]|\d{1,9}[.)]|#{1,6})(?=[ \t\n]|$))[ \t]*)+)"
-    r"|(?P<drop>\]\((?:[^()\s]|\([^()\s]*\))*\)|(?:\[*!\[)+|\[\^[^\]\s]{1,64}\]|(?<!\w)_+|_+(?!\w)"
-    r"|(?<!\w)#+(?!\w)|<(?P<name>(?i:script|style))\b[^>]*>[\s\S]*?(?:</(?P=name)\s*>|\Z)"
+    r"|(?P<drop>\]\((?:[^()\s]|\([^()\s]*\))*\)|(?<!\[)(?:\[*!\[)+|\[\^[^\]\s]{1,64}\]"
+    r"|(?<!\w)_+|(?<!_)_+(?!\w)"
+    r"|(?<!\w)#+(?!\w)|<(?P<name>(?i:script|style))\b[^<>]*>[\s\S]*?(?:</(?P=name)\s*>|\Z)"
     r"|<!--[\s\S]*?(?:-->|\Z)|<(?![A-Za-z][A-Za-z0-9+.\-]{1,31}:)/?[A-Za-z][^<>\n]*>)"
     r"|(?<=\s)(?P<spaced>[*~`]+)(?=\s)"
     r"|<(?P<url>[A-Za-z][A-Za-z0-9+.\-]{1,31}:[^<>\s]*)>"

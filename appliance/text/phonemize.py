@@ -77,7 +77,9 @@ CLOSURE_PHONEMES = frozenset("pbtdkgɡ")
 WORD_SIZE_CACHE = 16384
 """Words whose size a phonemizer keeps (~1.3 MB): a word not kept costs ~20 µs of espeak
 the next time a sentence needs it (docs/word-timings.md)."""
-_LANG_SWITCH = re.compile(r"\([^)]+\)")
+_LANG_SWITCH = re.compile(r"\([^()]+\)")
+"""espeak's language switch, "(en)": no parenthesis inside (a run of "(" with no ")" was
+read to its end from each of them)."""
 
 _py_decref = ctypes.pythonapi.Py_DecRef
 _py_decref.argtypes = [ctypes.py_object]

@@ -1,6 +1,7 @@
-"""Hostile text through the real daemon (issue 32, items 3, 4 and 9): punctuation runs and
-many short sentences are prepared in linear time while everyone else keeps being answered,
-and SSML numbers that overflow get their documented answer instead of silence."""
+"""Hostile text through the real daemon (issue 32, items 3, 4 and 9; issue 42, item 11):
+punctuation runs, many short sentences and Markdown runs are prepared in linear time while
+everyone else keeps being answered, and SSML numbers that overflow get their documented
+answer instead of silence."""
 
 from __future__ import annotations
 
@@ -126,3 +127,63 @@ def test_a_document_of_breaks_is_refused_before_any_audio(daemon: Daemon) -> Non
         (err,) = w.until(1)
         assert err["event"] == "error" and err["code"] == "bad_request", err
         assert "60 s" in err["message"]
+
+
+PIPES = "|" * 19_999 + "a"
+"""A run of table pipes that does not end its line: the plain reading's line-end look-ahead
+rescanned it from each pipe (1.5 s on the bench, holding the GIL: every door waited)."""
+MARKDOWN_RUNS: list[dict[str, Any]] = [
+    {"op": "synthesize", "text": PIPES},
+    {"op": "synthesize", "text": PIPES},
+    {"op": "phonemes", "text": PIPES},
+    {"op": "phonemes", "text": PIPES},
+    {"op": "synthesize", "text": "a" + "_" * 19_998 + "a"},
+    {"op": "phonemes", "text": "] " * 9_999 + "a"},
+    {"op": "synthesize", "text": '"' * 19_999 + "a"},
+    {"op": "synthesize", "text_stream": True, "text": PIPES},
+]
+
+
+def _first_answers(w: Wire, rids: set[int]) -> dict[int, dict[str, Any]]:
+    """Each of ``rids``' first chunk or its end, as they come (the rest is cancelled)."""
+    got: dict[int, dict[str, Any]] = {}
+    while len(got) < len(rids):
+        ev = w.recv(timeout=120)
+        assert ev is not None
+        rid = ev.get("id")
+        if rid not in rids or rid in got or ev["event"] == "start":
+            continue
+        got[rid] = ev
+        if ev["event"] == "chunk":
+            w.send({"op": "cancel", "id": rid + 1000, "target": rid})
+    return got
+
+
+@pytest.mark.timeout(600)
+def test_eight_markdown_runs_at_once_leave_pings_answered(daemon: Daemon) -> None:
+    """8 Markdown requests of 20 000 hostile characters in flight at once: each is answered
+    and pings keep being answered (before, seconds behind each parse)."""
+    with Wire(daemon.socket, timeout=120) as w, PingProbe(daemon.socket) as probe:
+        time.sleep(0.2)
+        t0 = time.perf_counter()
+        for rid, req in enumerate(MARKDOWN_RUNS, 1):
+            # Not real time: admission would say busy to some, before their text is read.
+            realtime = {"realtime": False} if req["op"] == "synthesize" else {}
+            w.send({**req, **realtime, "id": rid, "text_format": "markdown"})
+            if req.get("text_stream"):
+                w.send({"op": "finish", "target": rid})
+        answers = _first_answers(w, set(range(1, len(MARKDOWN_RUNS) + 1)))
+        took = time.perf_counter() - t0
+        time.sleep(0.2)
+    for rid, ev in answers.items():
+        assert ev["event"] in ("chunk", "end", "phonemes") or ev.get("code") == "empty_text", (
+            rid,
+            ev,
+        )
+    assert took < 60, took
+    # Before, each parse held the GIL for 1.5 s (12 s on a busy 2-core box): every ping
+    # waited.  Generous bounds (the goal, 50 ms, is measured by the bench of the report):
+    # nine in ten pings within 250 ms, none past a second, on a shared box.
+    rtts = sorted(probe.rtts_ms)
+    assert len(rtts) > 20
+    assert rtts[int(len(rtts) * 0.9)] < 250 and rtts[-1] < 1000, rtts[-5:]

@@ -310,8 +310,10 @@ _FRACTION = re.compile(r"(?<![\w/.,])(\d{1,9})[/⁄](\d{1,9})(?![\w/]|[.,]\d)")
 _FRACTION_SPECIAL = {"24/7": "twenty-four seven", "9/11": "nine eleven", "50/50": "fifty fifty"}
 
 # --- math signs and symbols ---------------------------------------------------------------------
+# The spaces before a sign are taken from their start: tried from each space of a run, "\s*"
+# read the rest of it every time.
 _MATH = re.compile(
-    r"\s*(?P<op>[×÷±=≠≈≤≥−+^&@])\s*"
+    r"(?:(?<!\s)\s+)?(?P<op>[×÷±=≠≈≤≥−+^&@])\s*"
     r"|(?<=\d)(?P<times>\s*[xX*]\s*)(?=\d)"
     r"|(?<=\d)(?P<fold>[xX])(?=[\s,.;:!?]|$)"
     r"|(?<=\d)\s+-\s+(?=[-−]?[\d(])"
