@@ -55,7 +55,10 @@ MAX_BRACKETS = 64
 """'[' characters of one paragraph (text between blank lines) after this many are not markup:
 markdown-it's link scan is quadratic in them within a paragraph (20 000 unmatched brackets
 took 200 ms, 256 unclosed links before 20 000 characters 90 ms).  They are dropped, as the
-plain reading says nothing for a bracket; a link past them is read with its address."""
+plain reading says nothing for a bracket; a link past them is read with its address.  The
+bracket that opens a link reference definition's label (``[label]:`` at a line's start) is
+neither counted nor dropped: a definition is never read aloud, however many brackets come
+before it (its label is closed on its line, so markdown-it's scan from it is short)."""
 MAX_DELIMITERS = 256
 """Emphasis, strike and code delimiters (``*``, ``~``, a backtick, ``_`` at a word's edge)
 of one paragraph after this many are not markup either: markdown-it's cost per delimiter
@@ -109,7 +112,9 @@ _STRAY = re.compile(r"[*~`]+|(?<!\w)_+|(?<!_)_+(?!\w)")
 _MARKS = re.compile(r"(?<!\w)#{1,6}(?!\w)|\|")
 _MARKUP_CHARS = frozenset("*~`_#|")
 _FOOTNOTE = re.compile(r"\[\^[^\]\s]{1,64}\](?::)?")
-_BRACKET = re.compile(r"\[")
+_BRACKET = re.compile(r"(?<!^)(?<!^ )(?<!^  )(?<!^   )\[|\[(?![^\[\]\\\n]{1,999}\]:)", re.M)
+"""A bracket, but for one that opens a definition's label (``[label]:`` after at most three
+spaces at a line's start; no bracket or backslash in the label, as in CommonMark's)."""
 _DELIMITER = re.compile(r"[*~`]|(?<!\w)_|_(?!\w)")
 _NEWLINE = re.compile("\n")
 _BLANK_LINE = re.compile(r"(\n[ \t]*\n)")
@@ -358,8 +363,10 @@ def _cap(part: str, pattern: re.Pattern[str], keep: int) -> str:
     past = next(itertools.islice(pattern.finditer(part), keep, None), None)
     if past is None:
         return part
-    # Each match is one character: the rest matches alike from the first one past the cap.
-    return part[: past.start()] + pattern.sub(_PLACEHOLDER, part[past.start() :])
+    # Each match is one character: the rest matches alike from the first one past the cap
+    # (that one, at the slice's start, may look like a line's start there: it is replaced).
+    at = past.start()
+    return part[:at] + _PLACEHOLDER + pattern.sub(_PLACEHOLDER, part[at:])[1:]
 
 
 def _drop_stray(mt: MappedText) -> MappedText:

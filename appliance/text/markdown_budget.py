@@ -115,7 +115,9 @@ _PLAIN = re.compile(
     r"|^(?P<fence>[ \t>]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)*(?P<run>`{3,}|~{3,})[^\n]*"
     r"(?P<code>[\s\S]*?)(?:\n[ \t>]*(?P=run)[`~]*[ \t]*(?=\n|\Z)|\Z))"
     r"|^(?P<lead>[ \t]*(?:(?:>|(?:[-*+]|\d{1,9}[.)]|#{1,6})(?=[ \t\n]|$))[ \t]*)+)"
-    r"|(?P<drop>\]\((?:[^()\s]|\([^()\s]*\))*\)|(?<!\[)(?:\[*!\[)+|\[\^[^\]\s]{1,64}\]"
+    r"|(?P<drop>^ {0,3}\[[^\[\]\\\n]{1,999}\]:[ \t]*+(?:<[^<>\n]*>|[^\s<]\S*+)"
+    r"(?:[ \t]++(?:\"[^\"\n]*\"|'[^'\n]*'|\([^()\n]*\)))?[ \t]*+(?:\n|\Z)"
+    r"|\]\((?:[^()\s]|\([^()\s]*\))*\)|(?<!\[)(?:\[*!\[)+|\[\^[^\]\s]{1,64}\]"
     r"|(?<!\w)_+|(?<!_)_+(?!\w)"
     r"|(?<!\w)#+(?!\w)|<(?P<name>(?i:script|style))\b[^<>]*>[\s\S]*?(?:</(?P=name)\s*>|\Z)"
     r"|<!--[\s\S]*?(?:-->|\Z)|<(?![A-Za-z][A-Za-z0-9+.\-]{1,31}:)/?[A-Za-z][^<>\n]*>)"
@@ -130,7 +132,8 @@ line whose last word has no sentence punctuation (a full stop is added after the
 line is an item, a heading or a row, or ends a paragraph: a blank line follows), a fenced
 block (to its closing line or the end), a line's block markers, what
 is dropped (a link's destination, an image's ``!``, a footnote marker, ``_`` at a word's
-edge, a lone ``#``, hidden HTML — a script, a style, a comment —, a tag), a spaced run of
+edge, a lone ``#``, hidden HTML — a script, a style, a comment —, a tag, a link reference
+definition's line: ``[label]: destination "title"``), a spaced run of
 ``*``, ``~`` or backticks (text: kept), an autolink (its address is read), an entity
 (decoded)."""
 _LINE_END = re.compile(r"[ \t]*(?:\n|\Z)")

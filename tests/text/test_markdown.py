@@ -11,7 +11,7 @@ import pytest
 from appliance.errors import ErrorCode, ServiceError
 from appliance.text.frontend import FrontendLimits, prepare
 from appliance.text.markdown import MAX_BRACKETS, MarkdownOptions, parse
-from appliance.text.markdown_budget import PLACEHOLDER
+from appliance.text.markdown_budget import BUDGET, PLACEHOLDER
 from tests.text.markdown_cases import CASES, HOSTILE, MARKUP
 
 LIMITS = FrontendLimits(max_chars=20000, sentence_chars=300)
@@ -166,3 +166,32 @@ def test_brackets_past_the_cap_are_plain() -> None:
     src = "[x](u) " * (MAX_BRACKETS + 10)
     text = " ".join(b.text.text for b in parse(src))
     assert "x" in text and "(u)" in text  # links past the cap keep their source
+
+
+def _definitions(n: int) -> str:
+    return "".join(f'[r{k}]: https://example.com/{k} "Title {k}"\n' for k in range(n))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        _definitions(MAX_BRACKETS + 6) + "\nSee [r1] and [r69].",
+        "[x] " * (MAX_BRACKETS + 6) + "\n\n" + _definitions(3) + "\nSee [r1].",
+        "  [a]: <https://example.com/a b> 'T'\n   [b]: /u (t)\n\nSee [a] and [b].",
+    ],
+    ids=["70 definitions", "after 70 brackets", "indented, titled"],
+)
+def test_link_reference_definitions_are_never_read(source: str) -> None:
+    """Past 64 ``[`` in a paragraph, the 65th definition's bracket was no markup any more:
+    "r64]: https://example.com/64 "Title 64"" was read aloud.  Past the parse budget too."""
+    for options in (None, MarkdownOptions(spent=BUDGET)):
+        text = " ".join(b.text.text for b in parse(source, options))
+        assert "example" not in text and "Title" not in text and "]:" not in text, text
+        assert "See" in text
+
+
+def test_a_line_that_only_looks_like_a_definition_is_read() -> None:
+    """No destination and title as CommonMark has them: text, read as markdown-it reads it."""
+    for options in (None, MarkdownOptions(spent=BUDGET)):
+        text = " ".join(b.text.text for b in parse("[Note]: this is important", options))
+        assert "this is important" in text
