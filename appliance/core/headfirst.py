@@ -22,7 +22,8 @@ where nothing before the cut reads what comes after it:
 
 Markdown past its parse budget (:mod:`appliance.text.markdown_budget`) keeps the invariant:
 the tail is parsed with the head's cost spent, so it is read plainly from the line where the
-whole text is.
+whole text is; and with the head's heading and rule pauses given, so that the request's
+pauses stop at the cap (``MarkdownOptions.paused_ms``) where the whole text's do.
 
 Never cut (prepared whole, as before): a text under :data:`HEAD_MIN_CHARS` characters
 (its frontend takes a millisecond) or over ``max_chars`` (refused whole); SSML (parsed as
@@ -154,7 +155,11 @@ def prepare_tail(
 
 
 def _spent(head: str, options: dict[str, object]) -> markdown.MarkdownOptions:
-    """The request's Markdown options with ``head``'s parse cost spent."""
+    """The request's Markdown options with ``head``'s parse cost spent and its pauses given
+    (the request's pauses are capped as a whole: the head is parsed again, ~1 ms)."""
     given = options.get("markdown_options")
     md = given if isinstance(given, markdown.MarkdownOptions) else markdown.MarkdownOptions()
-    return dataclasses.replace(md, spent=md.spent + markdown.cost(head))
+    paused = sum(block.pause_after_ms for block in markdown.parse(head, md))
+    return dataclasses.replace(
+        md, spent=md.spent + markdown.cost(head), paused_ms=md.paused_ms + paused
+    )

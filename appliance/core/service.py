@@ -564,10 +564,15 @@ class Service:
         queue = ClauseQueue(closed=False)
         later = FrontendLimits(limits.max_chars, limits.sentence_chars)
 
+        paused_ms = 0  # Markdown's pauses so far: the request's add up to a cap, not each segment's
+
         async def prepare_segment(text: str, first: bool) -> list[Clause]:
-            return await self.prepare_text(
-                text, language, limits if first else later, req.text_format
+            nonlocal paused_ms
+            clauses = await self.prepare_text(
+                text, language, limits if first else later, req.text_format, paused_ms
             )
+            paused_ms += sum(clause.pause_after_ms for clause in clauses)
+            return clauses
 
         s = self.runtime.config.streaming
         stream.feed = TextFeed(
@@ -639,27 +644,35 @@ class Service:
         queue.put(clauses)
         queue.close()
 
-    def _frontend_options(self, text_format: str) -> dict[str, Any]:
-        """The frontend's keyword options for a request's text."""
+    def _frontend_options(self, text_format: str, paused_ms: int = 0) -> dict[str, Any]:
+        """The frontend's keyword options for a request's text (``paused_ms``: Markdown
+        pauses its earlier text was given)."""
         return {
             "text_format": text_format,
             "lexicon": self.runtime.lexicon,
-            "markdown_options": self.markdown_options(),
+            "markdown_options": self.markdown_options(paused_ms),
         }
 
     async def prepare_text(
-        self, text: str, language: str, limits: FrontendLimits, text_format: str = "text"
+        self,
+        text: str,
+        language: str,
+        limits: FrontendLimits,
+        text_format: str = "text",
+        paused_ms: int = 0,
     ) -> list[Clause]:
         loop = asyncio.get_running_loop()
         work: Callable[[], list[Clause]] = functools.partial(
-            self.frontend, text, language, limits, **self._frontend_options(text_format)
+            self.frontend, text, language, limits, **self._frontend_options(text_format, paused_ms)
         )
         return await loop.run_in_executor(self._frontend_pool, work)
 
-    def markdown_options(self) -> MarkdownOptions:
+    def markdown_options(self, paused_ms: int = 0) -> MarkdownOptions:
         """How ``text_format: markdown`` is read, from the config's ``markdown:``."""
         m = self.runtime.config.markdown
-        return MarkdownOptions(m.code_blocks, m.code_phrase, m.heading_pause_ms, m.rule_pause_ms)
+        return MarkdownOptions(
+            m.code_blocks, m.code_phrase, m.heading_pause_ms, m.rule_pause_ms, paused_ms=paused_ms
+        )
 
     async def phonemes(
         self, text: str, voice_name: str | None, text_format: str = "text"

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from appliance.text import markdown_budget, markdown_rules
+from appliance.text import markdown_budget, markdown_rules, ssml
 from appliance.text.textmap import Builder, MappedText
 
 CODE_BLOCKS = ("skip", "say", "read")
@@ -78,6 +78,11 @@ class MarkdownOptions:
     spent: int = 0
     """Budget units spent on text before this source (:func:`cost`): a text read in two
     parts (appliance.core.headfirst) cuts its budget where the whole text does."""
+    paused_ms: int = 0
+    """Heading and rule pauses given to text of the same request before this source (a
+    text read in two parts, a text stream's earlier segments): the request's pauses add up
+    to at most :data:`~appliance.text.ssml.MAX_TOTAL_BREAK_MS`, as an SSML document's
+    breaks do; past it a heading or a rule gets what is left of it, then none."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,8 @@ class _Reader:
     """Lists open around the current token."""
     fence: str = ""
     """The run of a fence left open where markdown-it's part ends (its code goes on)."""
+    pause_left: int = 0
+    """Milliseconds of pause the request has left (:attr:`MarkdownOptions.paused_ms`)."""
 
     def __post_init__(self) -> None:
         self.text = _prepared(self.source)
@@ -177,6 +184,14 @@ class _Reader:
         self.line_starts.extend(m.end() for m in _NEWLINE.finditer(self.text, 0, self.cut))
         self.line_starts.append(len(self.text))
         self.limit = len(self.text)
+        self.pause_left = max(0, ssml.MAX_TOTAL_BREAK_MS - self.options.paused_ms)
+
+    def pause(self, ms: int) -> int:
+        """A pause of ``ms`` as far as the request has any left: a 20 000-character source
+        of headings would otherwise hold its stream for half an hour of silence."""
+        given = min(ms, self.pause_left)
+        self.pause_left -= given
+        return given
 
     def line(self, k: int) -> int:
         return self.line_starts[min(k, len(self.line_starts) - 1)]
@@ -197,7 +212,7 @@ class _Reader:
                 # heading or a list item is a sentence whatever its punctuation.
                 if heading or self.depth:
                     mt = _sentence(mt)
-                blocks.append(Block(mt, self.options.heading_pause_ms * heading))
+                blocks.append(Block(mt, self.pause(self.options.heading_pause_ms * heading)))
             elif kind not in _READ:
                 continue  # most tokens open or close what the inline tokens read
             elif kind in ("bullet_list_open", "ordered_list_open"):
@@ -214,7 +229,7 @@ class _Reader:
                 blocks.append(Block(_sentence(_strip_html(self.slice(a, b)))))
                 self.cursor = max(self.cursor, b)
             elif kind == "hr":
-                blocks.append(Block(MappedText("", (), ()), self.options.rule_pause_ms))
+                blocks.append(Block(MappedText("", (), ()), self.pause(self.options.rule_pause_ms)))
         return blocks + self.plain()
 
     def plain(self) -> list[Block]:

@@ -36,7 +36,9 @@ MAX_BREAK_MS = 10_000
 MAX_TOTAL_BREAK_MS = 60_000
 """The breaks of one document add up to at most this, each after its own cut, or the
 document is ``bad_request``: 300 breaks of 10 s in 6 KB would otherwise hold a stream (and
-the speaker) for 50 minutes of silence."""
+the speaker) for 50 minutes of silence.  The one cap on a request's pauses: Markdown's
+heading and rule pauses add up to at most this too (:mod:`appliance.text.markdown`; they
+are the daemon's, not asked for, so the pauses past it are left out, not refused)."""
 MAX_DB = 120.0
 """``+NdB`` / ``-NdB`` beyond this is taken as this (10**(6200/20) overflows a float; the
 product is clamped to :data:`VOLUME_RANGE` anyway)."""

@@ -11,6 +11,8 @@ import pytest
 from appliance.core import headfirst
 from appliance.core.headfirst import HEAD_MIN_CHARS, head_cut, prepare_head, prepare_tail
 from appliance.text.frontend import Clause, FrontendLimits, prepare
+from appliance.text.markdown import MarkdownOptions
+from appliance.text.ssml import MAX_TOTAL_BREAK_MS
 from bench.markdown import REPLY, _reply_2k
 from tests.text.markdown_cases import CASES
 
@@ -149,3 +151,21 @@ def test_head_then_tail_past_the_markdown_budget() -> None:
             text += block + rng.choice(["\n\n", "\n\n", "\n", "\n\n\n"])
         cut += _same_as_whole(text[:19500], "markdown") < 19500
     assert cut >= 6, cut
+
+
+def test_head_then_tail_pauses_stop_at_the_cap() -> None:
+    """A request's Markdown pauses add up to at most the SSML cap (60 s): the tail is read
+    with the head's pauses given, so they stop where the whole text's do."""
+    opts = MarkdownOptions(heading_pause_ms=5000, rule_pause_ms=5000)
+    text = "".join(f"# Part {k}\n\nSome words to say here.\n\n---\n\n" for k in range(30))
+    head, cut = prepare_head(
+        prepare, text, "en_US", LIMITS, text_format="markdown", markdown_options=opts
+    )
+    assert 0 < cut < len(text)
+    tail = prepare_tail(
+        prepare, text, cut, "en_US", LIMITS, text_format="markdown", markdown_options=opts
+    )
+    whole = prepare(text, "en_US", LIMITS, text_format="markdown", markdown_options=opts)
+    assert head + tail == whole
+    assert sum(c.pause_after_ms for c in whole) == MAX_TOTAL_BREAK_MS
+    assert sum(c.pause_after_ms for c in head) > 0

@@ -1,7 +1,7 @@
-"""Hostile text through the real daemon (issue 32, items 3, 4 and 9; issue 42, item 11):
-punctuation runs, many short sentences and Markdown runs are prepared in linear time while
-everyone else keeps being answered, and SSML numbers that overflow get their documented
-answer instead of silence."""
+"""Hostile text through the real daemon (issue 32, items 3, 4 and 9; issue 42, items 11 and
+12): punctuation runs, many short sentences and Markdown runs are prepared in linear time
+while everyone else keeps being answered, SSML numbers that overflow get their documented
+answer instead of silence, and a request's pauses stop at their cap."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon
+from appliance.clients.client import Client
+from appliance.text.ssml import MAX_TOTAL_BREAK_MS
+from tests.conftest import Daemon, DaemonFactory
 from tests.wire import Wire
 
 DOTS = "." * 19_999 + "a"  # within max_text_chars (20 000): 8 s in one regex call before
@@ -187,3 +189,20 @@ def test_eight_markdown_runs_at_once_leave_pings_answered(daemon: Daemon) -> Non
     rtts = sorted(probe.rtts_ms)
     assert len(rtts) > 20
     assert rtts[int(len(rtts) * 0.9)] < 250 and rtts[-1] < 1000, rtts[-5:]
+
+
+@pytest.mark.timeout(600)
+def test_a_markdown_text_stream_s_pauses_stop_at_the_cap(daemon_factory: DaemonFactory) -> None:
+    """A text stream's segments were each read with the whole cap: 24 headings of 5 s, one a
+    segment, gave 2 minutes of silence.  The request's pauses add up to 60 s (the SSML cap)."""
+    d = daemon_factory({"markdown": {"heading_pause_ms": 5000}})
+    with Client(d.socket) as c:
+        ts = c.text_stream(text_format="markdown", noise_scale=0.0, noise_w=0.0)
+        for _ in range(24):
+            ts.append("# a\n\n", flush=True)
+            time.sleep(0.02)
+        ts.finish()
+        res = ts.collect()
+    seconds = len(res.audio) / 2 / 22050
+    assert len(res.chunks) >= 24
+    assert MAX_TOTAL_BREAK_MS / 1000 < seconds < MAX_TOTAL_BREAK_MS / 1000 + 20, seconds
