@@ -51,7 +51,10 @@ class MappedText:
         repl: str | Callable[[re.Match[str]], str | None],
         count: int = 0,
     ) -> MappedText:
-        """Like ``re.sub``; replacement text maps to the span of the whole match.
+        """Like ``re.sub``; replacement text maps to the span of the whole match, but for
+        whitespace the match has at either end: the replacement's own whitespace there maps
+        to it, the rest of the replacement to the rest of the match (" & " → " and ": the
+        word "and" is the ``&`` alone, so a word's span is not its spaces).
 
         A callable returning ``None`` leaves that match unchanged (and keeps its
         exact per-character map).
@@ -65,7 +68,7 @@ class MappedText:
             if new is None:
                 continue
             out.copy(self, pos, m.start())
-            out.add(new, *self.span(m.start(), m.end()))
+            self._replaced(out, new, m.start(), m.end())
             pos = m.end()
             done += 1
             if count and done >= count:
@@ -74,6 +77,26 @@ class MappedText:
             return self  # nothing replaced: no copy of the map
         out.copy(self, pos, len(self.text))
         return out.build()
+
+    def _replaced(self, out: Builder, new: str, a: int, b: int) -> None:
+        """``new`` for characters [a, b): its inner part mapped to theirs without the
+        whitespace at their ends, its own leading and trailing whitespace to that."""
+        text = self.text
+        lo, hi = a, b
+        while lo < hi and text[lo].isspace():
+            lo += 1
+        while hi > lo and text[hi - 1].isspace():
+            hi -= 1
+        body = new.strip()
+        if (lo == a and hi == b) or lo == hi or not body:
+            out.add(new, *self.span(a, b))  # no whitespace to tell apart
+            return
+        core = self.span(lo, hi)
+        head = new[: len(new) - len(new.lstrip())]
+        tail = new[len(head) + len(body) :]
+        out.add(head, *(self.span(a, lo) if lo > a else core))
+        out.add(body, *core)
+        out.add(tail, *(self.span(hi, b) if hi < b else core))
 
     def map_chars(self, fn: Callable[[str], str]) -> MappedText:
         """Apply ``fn`` to each character; its output maps to that character."""

@@ -209,3 +209,16 @@ def test_pauses_add_up_to_the_cap_of_ssml_breaks() -> None:
     # Pauses a request's earlier text was given count: what is left, then none.
     opts = MarkdownOptions(paused_ms=MAX_TOTAL_BREAK_MS - 100)
     assert [b.pause_after_ms for b in parse("# a\n\n# b\n\n# c", opts)] == [100, 0, 0]
+
+
+def test_a_decoded_entity_is_its_word_alone() -> None:
+    """ "Tom &amp; Jerry": the word "and" spanned " &amp; ", the spaces around it."""
+    src = "Tom &amp; Jerry &lt; 3 &#43; 4"
+    clauses = prepare(src, "en_US", LIMITS, text_format="markdown")
+    words = [
+        (w, src[x:y])
+        for c in clauses
+        for w, (x, y) in zip(c.text.split(), c.word_spans, strict=True)
+    ]
+    assert ("and", "&amp;") in words
+    assert all(not s[:1].isspace() and not s[-1:].isspace() for _, s in words), words

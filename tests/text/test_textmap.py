@@ -28,3 +28,19 @@ def test_builder_and_empty_span() -> None:
     out = b.build()
     assert out.text == "el!" and out.span(0, 3) == (1, 5)
     assert out.span(1, 1) == (2, 2)
+
+
+def test_a_replacement_s_word_maps_to_the_match_without_its_spaces() -> None:
+    """ " & " → " and ": the word is the "&" alone, each space the space it stands for (a
+    word's span took in the spaces around an operator or a decoded entity)."""
+    mt = MappedText.identity("Tom & Jerry").sub(r"\s*&\s*", " and ")
+    assert mt.text == "Tom and Jerry"
+    i = mt.text.index("and")
+    assert mt.span(i, i + 3) == (4, 5)
+    assert mt.span(i - 1, i) == (3, 4) and mt.span(i + 3, i + 4) == (5, 6)
+    # No space in the match: all of the replacement stands for all of it, as before.
+    glued = MappedText.identity("Tom&Jerry").sub("&", " and ")
+    assert glued.span(0, len(glued)) == (0, 9) and glued.span(4, 7) == (3, 4)
+    # Only spaces: nothing to tell apart.
+    spaces = MappedText.identity("a   b").sub(r"\s+", " ")
+    assert spaces.text == "a b" and spaces.span(1, 2) == (1, 4)
