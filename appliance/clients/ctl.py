@@ -38,7 +38,7 @@ from appliance.clients.local import LocalDaemon, LocalError
 from appliance.clients.piperstyle import PiperStyle, each_line
 from appliance.clients.stdoutaudio import StdoutAudio, status
 from appliance.doors import captions
-from appliance.doors.formats import make_encoder
+from appliance.doors.formats import FileOut
 from appliance.ops.config import ConfigError, load_config
 from appliance.ops.pipes import quiet_broken_pipe
 from appliance.speech import Word
@@ -89,16 +89,21 @@ def _output_format(path: str, raw: bool = False) -> str:
 
 
 def _write_audio(path: str, result: Synthesis, fmt: str) -> int:
-    """WAV as before; FLAC, MP3, Ogg/Opus and raw PCM through the encoders the HTTP door
-    uses.  Returns the file's sample rate (Opus takes only some: 22050 Hz is written at
-    24000)."""
+    """WAV as before; FLAC, MP3, Ogg/Opus (and raw PCM) through the encoders the HTTP door
+    uses, into the file itself (seekable): libsndfile writes the real lengths there (FLAC's
+    total and MD5, MP3's Info tag), not a stream's "unknown".  Returns the file's sample
+    rate (Opus takes only some: 22050 Hz is written at 24000)."""
     if fmt == "wav":
         result.write_wav(path)
         return result.sample_rate
-    encoder = make_encoder(fmt, result.sample_rate)
-    data = encoder.header() + encoder.encode(result.samples(), last=True) + encoder.finish()
-    Path(path).write_bytes(data)
-    return encoder.sample_rate
+    with open(path, "w+b") as f:
+        out = FileOut(fmt, result.sample_rate, f)
+        try:
+            out.write(result.samples())
+            out.finish()
+        finally:
+            out.close()
+    return out.sample_rate
 
 
 # ---------------------------------------------------------------- the command line

@@ -1,7 +1,7 @@
-"""Audio container and codec encoders that stream: bytes out chunk by chunk, never at the end.
+"""Audio container and codec encoders: bytes out chunk by chunk, or a whole file.
 
-Used by the HTTP door (``response_format``).  ``wav`` and ``pcm`` are written
-here (a WAV header with "unknown length" sizes, then s16le samples as they come);
+Used by the HTTP door (``response_format``) and ``ttsctl synth -o``.  ``wav`` and ``pcm``
+are written here (a WAV header, then s16le samples as they come);
 so are the G.711 extensions of OpenAI's list — ``mulaw`` and ``alaw`` (raw, 8 kHz unless
 the request's ``sample_rate`` says otherwise) and ``wav_mulaw`` / ``wav_alaw`` (WAV with
 format tag 7 / 6, one byte a sample: what telephony tools open);
@@ -11,7 +11,12 @@ whose new bytes are taken after every chunk.  No ffmpeg subprocess.
 
 A streamed file cannot be rewritten: where libsndfile seeks back at the end to fill
 in lengths (the FLAC STREAMINFO total and MD5, the MP3 Info tag), the bytes already
-sent stay as they were — their "unknown" values, which decoders accept.
+sent stay as they were — their "unknown" values, which decoders accept; a streamed WAV's
+sizes say "unknown" (0xFFFFFFFF).  A whole file (:class:`FileOut`) is written into a
+seekable target (a file on disk, or memory the HTTP door sends with a Content-Length)
+and gets the real lengths: libsndfile rewrites its headers there, and a WAV header's
+sizes are filled in at the end.  Its size is the caller's to bound; nothing here is held
+beyond one chunk's bytes.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import soundfile
@@ -30,6 +36,7 @@ from appliance.speech import FloatArray
 log = logging.getLogger(__name__)
 
 FORMATS = ("mp3", "opus", "flac", "wav", "pcm", "mulaw", "alaw", "wav_mulaw", "wav_alaw")
+"""Every audio format there is an encoder for: the one list errors name."""
 RAW_FORMATS = ("pcm", "wav", "mulaw", "alaw", "wav_mulaw", "wav_alaw")
 """Written here, sample by sample: these take ``sample_rate`` and ``pace_ms``."""
 SAMPLE_FORMATS = {
@@ -102,26 +109,33 @@ class PcmOut:
 
 
 class WavOut(PcmOut):
-    """RIFF/WAVE mono, 16-bit PCM or 8-bit G.711; the RIFF and data sizes say "unknown"
-    (0xFFFFFFFF), as every streaming server does: the length is not known when the
-    header leaves."""
+    """RIFF/WAVE mono, 16-bit PCM or 8-bit G.711.  Streamed, the RIFF and data sizes say
+    "unknown" (0xFFFFFFFF), as every streaming server does: the length is not known when
+    the header leaves."""
 
-    def header(self) -> bytes:
+    def header(self, data_bytes: int | None = None) -> bytes:
+        """The header for ``data_bytes`` of samples (None: unknown, streamed)."""
         rate = self.sample_rate
-        unknown = 0xFFFFFFFF
         width = self.pcm.bytes_per_sample
         tag = _WAVE_FORMAT[self.pcm.fmt]
         fmt = struct.pack("<HHIIHH", tag, 1, rate, rate * width, width, 8 * width)
         if tag != 1:
             fmt += struct.pack("<H", 0)  # cbSize: a non-PCM format's fmt chunk has one
+        if data_bytes is None:
+            riff = data = 0xFFFFFFFF
+        else:
+            # A chunk of odd length is followed by a pad byte (FileOut writes it), which
+            # the RIFF size counts and the data size does not.
+            data = data_bytes
+            riff = 4 + (8 + len(fmt)) + 8 + data_bytes + data_bytes % 2
         return (
             b"RIFF"
-            + struct.pack("<I", unknown)
+            + struct.pack("<I", riff)
             + b"WAVEfmt "
             + struct.pack("<I", len(fmt))
             + fmt
             + b"data"
-            + struct.pack("<I", unknown)
+            + struct.pack("<I", data)
         )
 
 
@@ -174,9 +188,11 @@ class _Sink:
 
 
 class SoundfileOut:
-    """FLAC, MP3 or Ogg/Opus through libsndfile, bytes taken after every chunk."""
+    """FLAC, MP3 or Ogg/Opus through libsndfile, bytes taken after every chunk; or, with a
+    seekable ``target``, written into it (the calls then return no bytes) and its headers
+    rewritten with the real lengths at :meth:`finish`."""
 
-    def __init__(self, fmt: str, sample_rate: int) -> None:
+    def __init__(self, fmt: str, sample_rate: int, target: BinaryIO | None = None) -> None:
         self.content_type = CONTENT_TYPES[fmt]
         rate = sample_rate
         kwargs: dict[str, Any] = {}
@@ -196,11 +212,12 @@ class SoundfileOut:
         # 16-bit samples made exactly as protocol v1 makes them (FLAC is then bit-exact
         # with v1's s16le), resampled on the way when Opus needs it.
         self._pcm = PcmEncoder(sample_rate, rate, "s16le")
-        self._sink = _Sink()
+        sink = _Sink() if target is None else None
+        self._take: Callable[[], bytes] = sink.take if sink is not None else bytes
         self._lock = threading.Lock()
         """One call at a time: encode runs in worker threads, close may come from the loop."""
         self._file = soundfile.SoundFile(
-            self._sink,
+            sink if sink is not None else target,
             "w",
             samplerate=rate,
             channels=1,
@@ -225,7 +242,7 @@ class SoundfileOut:
             )
 
     def header(self) -> bytes:
-        return self._sink.take()
+        return self._take()
 
     def encode(self, samples: FloatArray, last: bool = False) -> bytes:
         with self._lock:
@@ -233,7 +250,7 @@ class SoundfileOut:
                 return b""
             # A resampler's tail is flushed once, by finish().
             self._write(self._pcm(samples, False))
-            return self._sink.take()
+            return self._take()
 
     def finish(self) -> bytes:
         with self._lock:
@@ -241,7 +258,7 @@ class SoundfileOut:
                 return b""
             self._write(self._pcm(np.zeros(0, np.float32), True))
             self._file.close()
-            return self._sink.take()
+            return self._take()
 
     def _write(self, pcm: bytes) -> None:
         if pcm:
@@ -255,10 +272,53 @@ class SoundfileOut:
                 self._file.close()
 
 
-def make_encoder(fmt: str, sample_rate: int, out_rate: int | None = None) -> Encoder:
-    """``out_rate``: for :data:`RAW_FORMATS` only (the codecs keep the voice's rate)."""
+def make_encoder(
+    fmt: str, sample_rate: int, out_rate: int | None = None, target: BinaryIO | None = None
+) -> Encoder:
+    """``out_rate``: for :data:`RAW_FORMATS` only (the codecs keep the voice's rate);
+    ``target``: libsndfile's formats write into it (see :class:`SoundfileOut`)."""
     if fmt in ("pcm", "mulaw", "alaw"):
         return PcmOut(sample_rate, fmt, out_rate)
     if fmt in ("wav", "wav_mulaw", "wav_alaw"):
         return WavOut(sample_rate, fmt, out_rate)
-    return SoundfileOut(fmt, sample_rate)
+    return SoundfileOut(fmt, sample_rate, target)
+
+
+class FileOut:
+    """A whole file with its real lengths, written chunk by chunk into an empty seekable
+    binary ``target`` (a file opened ``w+b``, or ``io.BytesIO``):
+    libsndfile rewrites its own headers there; a WAV header's sizes are filled in by
+    :meth:`finish`.  One call at a time, in any thread."""
+
+    def __init__(
+        self, fmt: str, sample_rate: int, target: BinaryIO, out_rate: int | None = None
+    ) -> None:
+        self.target = target
+        self._enc = make_encoder(fmt, sample_rate, out_rate, target)
+        self.content_type = self._enc.content_type
+        self.sample_rate = self._enc.sample_rate
+        target.write(self._enc.header())
+        self._data = target.tell()
+
+    def write(self, samples: FloatArray) -> None:
+        self.target.write(self._enc.encode(samples))
+
+    def finish(self) -> None:
+        """The encoder's tail (the resampler's too), then the real lengths; the target is
+        left at its end."""
+        self.target.write(self._enc.encode(np.zeros(0, np.float32), last=True))
+        self.target.write(self._enc.finish())
+        if isinstance(self._enc, WavOut):
+            end = self.target.tell()
+            size = end - self._data
+            if size % 2:
+                self.target.write(b"\0")  # RIFF's pad byte after a chunk of odd length
+                end += 1
+            self.target.seek(0)
+            self.target.write(self._enc.header(size))
+            self.target.seek(end)
+
+    def close(self) -> None:
+        """Let go without finishing (the request failed or was refused)."""
+        if isinstance(self._enc, SoundfileOut):
+            self._enc.close()
