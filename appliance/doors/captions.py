@@ -4,7 +4,10 @@ A reply's words (:class:`~appliance.speech.Word`, from chunks made with ``word_t
 become cues: one per sentence (a chunk with ``sentence_end`` closes one), or at most
 ``max_words`` words each when that is set.  A cue runs from its first word's start to its
 last word's end; its text is its words as written in the source, joined by spaces (SSML
-markup between words is not in it).
+markup between words is not in it), with a Markdown or SSML source's character references
+read (``&amp;`` is ``&``; plain text keeps them as written).  WebVTT escapes the text once,
+from that (``&``, ``<``, ``>``); SRT has no escapes, so a run of hyphens before ``>`` is cut
+to one (its time separator ``-->`` cannot appear in a cue).
 
 Bounds: a whole reply's words are held (the text is capped by ``limits.max_text_chars``);
 nothing outlives one reply.
@@ -12,6 +15,8 @@ nothing outlives one reply.
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +24,10 @@ from typing import Any
 from appliance.speech import Word
 
 CAPTION_FORMATS = ("vtt", "srt")
+MARKUP_FORMATS = ("markdown", "ssml")
+"""Text formats whose character references stand for a character (``&amp;``)."""
+
+_ARROW = re.compile(r"-{2,}>")
 
 
 @dataclass(frozen=True)
@@ -31,10 +40,12 @@ class Cue:
 class CueBuilder:
     """Collects a reply's words chunk by chunk and cuts them into cues."""
 
-    def __init__(self, text: str, max_words: int = 0) -> None:
+    def __init__(self, text: str, max_words: int = 0, text_format: str = "text") -> None:
         """``text``: the request's text as sent (the words' spans index it);
-        ``max_words``: at most this many words a cue (0: one cue per sentence)."""
+        ``max_words``: at most this many words a cue (0: one cue per sentence);
+        ``text_format``: how ``text`` is read (Markdown and SSML: references are read)."""
         self.text = text
+        self.markup = text_format in MARKUP_FORMATS
         self.max_words = max(0, max_words)
         self.words: list[Word] = []
         self.cues: list[Cue] = []
@@ -59,6 +70,8 @@ class CueBuilder:
             return
         first, last = self._open[0], self._open[-1]
         text = " ".join(self.text[a:b] for a, b in (w.text_span for w in self._open))
+        if self.markup:
+            text = html.unescape(text)
         self.cues.append(Cue(first.offset_ms, last.offset_ms + last.duration_ms, text))
         self._open = []
 
@@ -71,15 +84,17 @@ def _clock(ms: float, sep: str) -> str:
     return f"{h:02d}:{m:02d}:{s:02d}{sep}{milli:03d}"
 
 
-def _cue_text(text: str) -> str:
-    # A blank line ends a cue in both formats, and "-->" is their time separator.
-    return " ".join(text.split()).replace("-->", "->")
+def _one_line(text: str) -> str:
+    # A blank line ends a cue in both formats.
+    return " ".join(text.split())
 
 
 def webvtt(cues: Sequence[Cue]) -> str:
     lines = ["WEBVTT", ""]
     for cue in cues:
-        text = _cue_text(cue.text).replace("&", "&amp;").replace("<", "&lt;")
+        # Escaped once, "&" first: "-->" becomes "--&gt;", shown as written.
+        text = _one_line(cue.text).replace("&", "&amp;").replace("<", "&lt;")
+        text = text.replace(">", "&gt;")
         lines += [f"{_clock(cue.start_ms, '.')} --> {_clock(cue.end_ms, '.')}", text, ""]
     return "\n".join(lines)
 
@@ -88,7 +103,8 @@ def srt(cues: Sequence[Cue]) -> str:
     lines: list[str] = []
     for k, cue in enumerate(cues, 1):
         span = f"{_clock(cue.start_ms, ',')} --> {_clock(cue.end_ms, ',')}"
-        lines += [str(k), span, _cue_text(cue.text), ""]
+        # No escapes in SRT: "x--->y" is "x->y" (one pass leaves no "-->" behind).
+        lines += [str(k), span, _ARROW.sub("->", _one_line(cue.text)), ""]
     return "\n".join(lines)
 
 
