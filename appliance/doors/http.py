@@ -91,6 +91,8 @@ TTSD_SPEED = (0.5, 4.0)
 """Past 1.25× (``VOICE_SPEED_LIMIT``) the voice is time-stretched (libsonic); without
 libsonic, clamped there."""
 STREAM_FORMATS = ("audio", "sse")
+RESPONSE_FORMATS = (*FORMATS, *captions.CAPTION_FORMATS)
+"""Every ``response_format`` taken: the one list a refusal names."""
 MODEL_ID = "ttsd"
 
 _MAX_HEADERS = 32
@@ -246,13 +248,9 @@ def _openai_fields(d: dict[str, Any]) -> tuple[str, str | None, str, float, str,
     if voice is not None and (not isinstance(voice, str) or not voice):
         raise BadField("voice", "'voice' must be a voice name")
     fmt = d.get("response_format", "mp3")
-    if fmt == "aac":
-        raise BadField(
-            "response_format",
-            "'aac' is not supported: use mp3, opus, flac, wav, pcm, mulaw or alaw",
-        )
-    if fmt not in FORMATS and fmt not in captions.CAPTION_FORMATS:
-        raise BadField("response_format", f"'response_format' must be one of {', '.join(FORMATS)}")
+    if fmt not in RESPONSE_FORMATS:
+        what = f"{fmt!r} is not supported" if isinstance(fmt, str) else "'response_format'"
+        raise BadField("response_format", f"{what}: use one of {', '.join(RESPONSE_FORMATS)}")
     speed = _number(d, "speed", 1.0)
     if speed is None or not OPENAI_SPEED[0] <= speed <= OPENAI_SPEED[1]:
         raise BadField("speed", "'speed' must be a number within 0.25–4.0")

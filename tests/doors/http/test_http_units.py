@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from appliance.doors.formats import WavOut, _Sink, make_encoder
+from appliance.doors.captions import CAPTION_FORMATS
+from appliance.doors.formats import FORMATS, WavOut, _Sink, make_encoder
 from appliance.doors.http import SpeechBody
 from appliance.doors.net import is_loopback, parse_listen
 from appliance.errors import ServiceError
@@ -86,3 +87,12 @@ def test_compressed_formats_emit_bytes_chunk_by_chunk(fmt: str) -> None:
     # Audio leaves while it is made, not all at the end.
     assert sum(1 for n in sizes[1:-1] if n > 0) >= len(sizes[1:-1]) // 2, sizes
     assert sizes[-1] < sum(sizes) / 2, sizes
+
+
+@pytest.mark.parametrize("fmt", ["aac", "ogg", "m4a", 7])
+def test_an_unsupported_format_lists_every_supported_one(fmt: object) -> None:
+    """'aac' listed 7 of the 11 formats, other names 9."""
+    with pytest.raises(ServiceError) as exc:
+        SpeechBody.from_dict({"input": "x", "response_format": fmt})
+    listed = exc.value.message.rsplit("use one of ", 1)[1].split(", ")
+    assert listed == [*FORMATS, *CAPTION_FORMATS]
