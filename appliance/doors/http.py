@@ -5,7 +5,8 @@ HTTP server that streams responses; no HTTP parsing here).  Endpoints:
 
 - ``POST /v1/audio/speech`` — ``{model, input, voice, response_format, speed,
   stream_format}`` as OpenAI takes them; audio streams out chunk by chunk (chunked
-  transfer) or as Server-Sent Events (``speech.audio.delta`` / ``speech.audio.done``).
+  transfer) or as Server-Sent Events (``speech.audio.delta`` / ``speech.audio.done``);
+  with ``"stream": false``, a whole file (:mod:`appliance.doors.whole`).
 - ``GET /v1/audio/voices``, ``GET /v1/models`` — for clients that list them.
 - ``GET /healthz`` — 200 while serving, 503 while draining or when nothing can serve.
 - ``GET /readyz`` — 200 while the box would take a new stream now, 503 while it is full
@@ -34,26 +35,28 @@ import base64
 import contextlib
 import functools
 import hmac
+import io
 import json
 import logging
 import math
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from appliance.core.capacity import Capacity, capacity_of
 from appliance.core.service import Service, Stream, StreamResult
-from appliance.doors import captions
+from appliance.doors import captions, whole
 from appliance.doors.formats import (
     FORMATS,
     RAW_FORMATS,
     Encoder,
+    FileOut,
     PcmOut,
     SoundfileOut,
     make_encoder,
@@ -94,6 +97,8 @@ STREAM_FORMATS = ("audio", "sse")
 RESPONSE_FORMATS = (*FORMATS, *captions.CAPTION_FORMATS)
 """Every ``response_format`` taken: the one list a refusal names."""
 MODEL_ID = "ttsd"
+
+T = TypeVar("T")
 
 _MAX_HEADERS = 32
 """Header fields in one request (OpenAI's clients send about ten, proxies add a few)."""
@@ -173,7 +178,8 @@ class SpeechBody:
     text_format: str | None = None
     """ttsd extension: ``text``, ``ssml`` or ``markdown``; None: ``http.text_format``."""
     stream: bool = True
-    """``/dev/captioned_speech`` only (Kokoro-FastAPI's): NDJSON lines as it is made."""
+    """False: a whole reply (:mod:`appliance.doors.whole`), a file with its real lengths
+    (Kokoro-FastAPI's ``/dev/captioned_speech``: one JSON object, not NDJSON lines)."""
     word_timings: bool = False
     """ttsd extension: with ``stream_format: sse``, a ``ttsd.speech.word`` event per word."""
     sample_rate: int | None = None
@@ -284,6 +290,11 @@ def _extensions(d: dict[str, Any], fmt: str) -> dict[str, Any]:
         out[key] = _int(d, key, lo, hi)
         if out[key] is not None and fmt not in RAW_FORMATS:
             raise BadField(key, f"'{key}' is for {', '.join(RAW_FORMATS)} only")
+    if not out["stream"]:
+        # A whole file is made before it is sent: nothing of it can be paced or evented.
+        for key, streamed in (("pace_ms", None), ("stream_format", "audio")):
+            if d.get(key, streamed) != streamed:
+                raise BadField(key, f"'{key}' streams: not with \"stream\": false")
     out["deterministic"] = _bool(d, "deterministic")
     return out
 
@@ -629,7 +640,7 @@ class HttpDoor:
         except ServiceError as exc:  # counted by the core
             return error_response(exc, "voice" if exc.code == ErrorCode.UNKNOWN_VOICE else None)
         try:
-            if body.response_format in captions.CAPTION_FORMATS or (captioned and not body.stream):
+            if body.response_format in captions.CAPTION_FORMATS or not body.stream:
                 return await self._whole(request, body, stream, captioned)
             return await self._stream(request, body, stream, captioned)
         except ServiceError as exc:  # before any audio (the encoder could not be made)
@@ -670,37 +681,73 @@ class HttpDoor:
     async def _whole(
         self, request: web.Request, body: SpeechBody, stream: Stream, captioned: bool
     ) -> web.StreamResponse:
-        """A whole reply in one answer: its captions (``vtt``, ``srt``), or Kokoro's
-        captioned speech without ``stream`` (base64 audio and timestamps in one JSON)."""
-        cues = captions.CueBuilder(body.input)
-        encoder = await self._encoder(body, stream) if captioned else None
-        audio: list[bytes] = [encoder.header()] if encoder is not None else []
+        """A whole reply, made before its first byte leaves (:mod:`appliance.doors.whole`):
+        captions (``vtt``, ``srt``), a file (``"stream": false``), or Kokoro's captioned
+        speech as one JSON object (base64 audio and timestamps)."""
+        fmt = body.response_format
+        cues = captions.CueBuilder(body.input, text_format=stream.request.text_format)
+        bound = whole.Bound(self.cfg.max_whole_audio_s, stream.sample_rate)
+        buf = io.BytesIO()
+        file = None
+        if fmt not in captions.CAPTION_FORMATS:
+            rate = body.out_rate(stream.sample_rate)
+            file = await self._built(body, lambda: FileOut(fmt, stream.sample_rate, buf, rate))
         loop = asyncio.get_running_loop()
 
         async def emit(chunk: Chunk) -> None:
+            bound.add(len(chunk.samples), buf.tell())  # (no encode runs now: tell is safe)
             cues.add(chunk.words or (), chunk.sentence_end)
-            if encoder is not None:
-                work = functools.partial(encoder.encode, chunk.samples, chunk.final)
-                audio.append(await loop.run_in_executor(self._pool, work))
+            if file is not None:
+                await loop.run_in_executor(self._pool, file.write, chunk.samples)
 
         try:
             await self._run_emit(stream, emit)
-            if encoder is None:
-                text = captions.render(body.response_format, cues.finish())
-                mime = "text/vtt" if body.response_format == "vtt" else "application/x-subrip"
-                return web.Response(text=text, content_type=mime, charset="utf-8")
-            audio.append(await loop.run_in_executor(self._pool, encoder.finish))
+            if file is not None:
+                await loop.run_in_executor(self._pool, file.finish)
         except ServiceError as exc:
-            return error_response(exc)
+            return error_response(exc, "input" if exc.code == ErrorCode.TEXT_TOO_LONG else None)
         finally:
-            if isinstance(encoder, SoundfileOut):
-                await loop.run_in_executor(self._pool, encoder.close)
-        reply = {
-            "audio": base64.b64encode(b"".join(audio)).decode(),
-            "audio_format": body.response_format,
-            "timestamps": captions.kokoro_timestamps(cues.words, body.input),
-        }
-        return web.json_response(reply)
+            if file is not None:
+                await release(self._pool, file.close)
+        if file is None:
+            text = captions.render(fmt, cues.finish())
+            mime = "text/vtt" if fmt == "vtt" else "application/x-subrip"
+            return web.Response(text=text, content_type=mime, charset="utf-8")
+        if captioned:
+            stamps = captions.kokoro_timestamps(cues.words, body.input)
+            size, pieces = whole.captioned_json(buf, fmt, stamps)
+            kind = "application/json"
+        else:
+            size, pieces = whole.file_pieces(buf)
+            kind = file.content_type
+        headers = audio_headers(body, stream, file.sample_rate)
+        return await self._send_whole(request, kind, headers, size, pieces)
+
+    async def _send_whole(
+        self,
+        request: web.Request,
+        kind: str,
+        headers: dict[str, str],
+        size: int,
+        pieces: Iterator[bytes],
+    ) -> web.StreamResponse:
+        """``size`` bytes with a Content-Length, a piece at a time under the too-slow rule."""
+        resp = web.StreamResponse(status=200, headers={"Content-Type": kind, **headers})
+        resp.content_length = size
+        assert request.transport is not None
+        outbox = Outbox(request.transport, lambda: self.service.runtime.config.limits)
+        try:
+            await resp.prepare(request)
+            for piece in pieces:
+                await outbox.guard(resp.write(piece))
+            await resp.write_eof()
+        except ClientTooSlow:
+            self.service.record_error(ErrorCode.CLIENT_TOO_SLOW)
+            log.warning("http: client_too_slow (not reading a whole reply): closing")
+            _abort(request, reset=True)
+        except (ConnectionError, OSError):
+            _abort(request)
+        return resp
 
     @staticmethod
     async def _run_emit(stream: Stream, emit: Callable[[Chunk], Any]) -> StreamResult:
@@ -746,15 +793,18 @@ class HttpDoor:
             await sink.close()
 
     async def _encoder(self, body: SpeechBody, stream: Stream) -> Encoder:
+        rate = body.out_rate(stream.sample_rate)
+        return await self._built(
+            body, lambda: make_encoder(body.response_format, stream.sample_rate, rate)
+        )
+
+    async def _built(self, body: SpeechBody, make: Callable[[], T]) -> T:
+        """``body``'s encoder, by ``make``; ServiceError ``internal`` if it cannot be."""
         try:
             if body.response_format in RAW_FORMATS:
-                rate = body.out_rate(stream.sample_rate)
-                return make_encoder(body.response_format, stream.sample_rate, rate)
+                return make()
             # libsndfile opens its codec: off the loop
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(
-                self._pool, make_encoder, body.response_format, stream.sample_rate
-            )
+            return await asyncio.get_running_loop().run_in_executor(self._pool, make)
         except (RuntimeError, ValueError) as exc:  # libsndfile refused the rate
             log.exception("http: cannot make a %s encoder", body.response_format)
             raise ServiceError(ErrorCode.INTERNAL, f"cannot encode {body.response_format}") from exc
@@ -820,9 +870,7 @@ class _AudioSink:
             headers={
                 "Content-Type": "application/x-ndjson" if ndjson else kind,
                 "Cache-Control": "no-cache",
-                "X-Sample-Rate": str(encoder.sample_rate),
-                "X-Voice": stream.voice_name,
-                "X-Speed-Applied": f"{body.applied_speed():g}",
+                **audio_headers(body, stream, encoder.sample_rate),
             },
         )
         self.resp.enable_chunked_encoding()
@@ -936,16 +984,28 @@ class _AudioSink:
     async def close(self) -> None:
         if self.pacer is not None:
             await self.pacer.stop()
-        if not isinstance(self.encoder, SoundfileOut):
-            return
-        # An encode may still run in a worker (its await was cancelled): close after it,
-        # off the loop.
-        try:
-            await asyncio.shield(self._loop.run_in_executor(self._pool, self.encoder.close))
-        except RuntimeError:  # the pool is shut down: the daemon is closing
-            self.encoder.close()
-        except asyncio.CancelledError:
-            pass  # the shielded close still runs
+        if isinstance(self.encoder, SoundfileOut):
+            await release(self._pool, self.encoder.close)
+
+
+async def release(pool: ThreadPoolExecutor | None, close: Callable[[], None]) -> None:
+    """Close an encoder: an encode may still run in a worker (its await was cancelled), so
+    close after it, off the loop."""
+    try:
+        await asyncio.shield(asyncio.get_running_loop().run_in_executor(pool, close))
+    except RuntimeError:  # the pool is shut down: the daemon is closing
+        close()
+    except asyncio.CancelledError:
+        pass  # the shielded close still runs
+
+
+def audio_headers(body: SpeechBody, stream: Stream, rate: int) -> dict[str, str]:
+    """What a speech response says of its audio: rate, voice, the speed used."""
+    return {
+        "X-Sample-Rate": str(rate),
+        "X-Voice": stream.voice_name,
+        "X-Speed-Applied": f"{body.applied_speed():g}",
+    }
 
 
 async def write_raw(resp: web.StreamResponse, request: web.Request, data: bytes) -> None:

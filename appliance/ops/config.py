@@ -311,6 +311,10 @@ class HttpConfig:
     one that has not passed the key check) and never pause longer."""
     head_timeout_s: float = field(default=10.0, metadata=_rng(0.1, 3600))
     """The whole request head within this of its first byte (slowloris): 408, closed."""
+    max_whole_audio_s: float = field(default=600.0, metadata=_rng(1, 3600))
+    """A whole reply (``stream: false``, captioned JSON, ``vtt``/``srt``) is made before it
+    is sent: at most this much audio, and 96 kB of it held a second (48 kHz 16-bit), else
+    400 ``text_too_long`` (docs/http.md, "Whole replies")."""
     text_format: Literal["text", "markdown"] = "markdown"
     """How ``input`` is read when the body names no ``text_format``: chat UIs send what a
     language model wrote (docs/markdown.md)."""

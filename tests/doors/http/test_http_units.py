@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import struct
 
 import numpy as np
 import pytest
 import soundfile
 
 from appliance.doors.captions import CAPTION_FORMATS
-from appliance.doors.formats import FORMATS, WavOut, _Sink, make_encoder
+from appliance.doors.formats import FORMATS, FileOut, WavOut, _Sink, make_encoder
 from appliance.doors.http import SpeechBody
 from appliance.doors.net import is_loopback, parse_listen
 from appliance.errors import ServiceError
@@ -87,6 +88,32 @@ def test_compressed_formats_emit_bytes_chunk_by_chunk(fmt: str) -> None:
     # Audio leaves while it is made, not all at the end.
     assert sum(1 for n in sizes[1:-1] if n > 0) >= len(sizes[1:-1]) // 2, sizes
     assert sizes[-1] < sum(sizes) / 2, sizes
+
+
+@pytest.mark.parametrize("fmt", ["wav", "wav_alaw", "flac", "mp3", "opus"])
+def test_a_whole_file_has_its_real_length(fmt: str) -> None:
+    """Into a seekable target the headers are rewritten: a G.711 WAV of odd length gets
+    its pad byte, FLAC its total, MP3 its Info tag."""
+    buf = io.BytesIO()
+    out = FileOut(fmt, 22050, buf, 8000 if "law" in fmt else None)
+    x = (0.3 * np.sin(np.arange(22050 * 2 + 3) / 7)).astype(np.float32)  # 16 001 at 8 kHz
+    for i in range(0, len(x), 4410):
+        out.write(x[i : i + 4410])
+    out.finish()
+    data = buf.getvalue()
+    with soundfile.SoundFile(io.BytesIO(data)) as f:
+        expected = len(x) * f.samplerate / 22050
+        assert abs(f.frames - expected) <= 1, (f.frames, expected)
+        assert len(f.read(dtype="int16")) == f.frames
+    if fmt.startswith("wav"):
+        start = data.index(b"data") + 8
+        (riff,), (size,) = (
+            struct.unpack("<I", data[4:8]),
+            struct.unpack("<I", data[start - 4 : start]),
+        )
+        assert riff == len(data) - 8
+        assert start + size + size % 2 == len(data)
+        assert fmt == "wav" or size % 2  # (the odd case is exercised)
 
 
 @pytest.mark.parametrize("fmt", ["aac", "ogg", "m4a", 7])

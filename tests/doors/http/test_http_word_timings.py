@@ -174,3 +174,14 @@ def test_paced_responses_carry_every_word_once_with_its_frame(
     assert [w["text_span"] for _, w in got] == [w["text_span"] for w in v1_words(http_daemon, TEXT)]
     for k, w in got:
         assert k * 0.02 <= w["start_time"] + 1e-3 < (k + 1) * 0.02 + 2e-3, (k, w)
+
+
+def test_webvtt_escapes_a_markdown_reference_once(http_daemon: HttpDaemon) -> None:
+    """A Markdown source's "&amp;" (an ampersand) showed as "&amp;amp;" in its cue."""
+    src = "Salt &amp; pepper, please."
+    body = {"input": src, "text_format": "markdown", **ZERO}
+    status, _, vtt = post(http_daemon, "/v1/audio/speech", {**body, "response_format": "vtt"})
+    assert status == 200
+    assert vtt.decode().split("\n")[3] == "Salt &amp; pepper, please."
+    status, _, raw = post(http_daemon, "/v1/audio/speech", {**body, "response_format": "srt"})
+    assert raw.decode().split("\n")[2] == "Salt & pepper, please."
