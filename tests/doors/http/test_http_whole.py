@@ -8,6 +8,7 @@ import io
 import json
 import re
 import shlex
+import socket
 import struct
 import threading
 import time
@@ -47,7 +48,10 @@ def post(
 @pytest.fixture(scope="module")
 def roomy(daemon_factory: DaemonFactory) -> HttpDaemon:
     """Whole replies of up to 20 minutes (115 MB held at most)."""
-    return start_http(daemon_factory, {"max_whole_audio_s": 1200}, scheduler=UNREFUSED)
+    limits = {"client_too_slow_s": 2.0, "max_output_buffer_bytes": 65536}
+    return start_http(
+        daemon_factory, {"max_whole_audio_s": 1200}, scheduler=UNREFUSED, limits=limits
+    )
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +218,36 @@ def test_a_big_whole_reply_is_held_once(roomy: HttpDaemon) -> None:
     assert growth < 150, (
         f"+{growth:.0f} MB for {len(raw) / 1e6:.0f} MB ({time.monotonic() - t0:.0f} s)"
     )
+
+
+def metric(d: HttpDaemon, line_start: str) -> float:
+    with urllib.request.urlopen(d.base + "/metrics", timeout=30) as r:
+        lines = r.read().decode().splitlines()
+    return next((float(x.split()[-1]) for x in lines if x.startswith(line_start)), 0.0)
+
+
+def test_a_whole_reply_nobody_reads_is_cut_off(roomy: HttpDaemon) -> None:
+    """The held file is let go: a client that reads none of it is cut off after
+    ``limits.client_too_slow_s`` (2 s here), counted, and its connection reset."""
+    slow = 'ttsd_errors_total{code="client_too_slow"}'
+    before = metric(roomy, slow)
+    body = {"input": TEXT * 4, "response_format": "wav", "sample_rate": 48000, "stream": False}
+    data = json.dumps(body).encode()
+    host, port = roomy.base.removeprefix("http://").rsplit(":", 1)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, never read
+        sock.connect((host, int(port)))
+        sock.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        deadline = time.monotonic() + 120
+        while metric(roomy, slow) < before + 1:
+            assert time.monotonic() < deadline, "the client that reads nothing was never cut off"
+            time.sleep(0.5)
+        sock.settimeout(30)
+        with pytest.raises(ConnectionResetError):
+            while sock.recv(65536):
+                pass
+    assert roomy.daemon.alive()
