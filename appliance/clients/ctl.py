@@ -478,7 +478,8 @@ def _write_subtitles(args: argparse.Namespace, chunks: list[dict[str, Any]], tex
     """Cues from the chunks' word timings (one per sentence, or ``--cue-words``)."""
     if args.captions is None:
         return 0
-    cues = captions.CueBuilder(text, args.cue_words)
+    text_format = "ssml" if args.ssml else "markdown" if args.markdown else "text"
+    cues = captions.CueBuilder(text, args.cue_words, text_format)
     for chunk in chunks:
         words = [
             Word((int(w["text_span"][0]), int(w["text_span"][1])), w["offset_ms"], w["duration_ms"])

@@ -83,3 +83,13 @@ def test_bad_subtitles_are_refused_before_synthesis(daemon: Daemon, tmp_path: Pa
     )
     assert r.returncode == 2 and "vtt or .srt" in r.stderr
     assert not wav.exists()
+
+
+def test_markdown_subtitles_read_a_reference_once(daemon: Daemon, tmp_path: Path) -> None:
+    """``--markdown --subtitles``: a cue shows the ampersand a ``&amp;`` stands for, escaped
+    once for WebVTT (the CLI built its cues as plain text: "&amp;amp;")."""
+    wav, vtt = tmp_path / "out.wav", tmp_path / "out.vtt"
+    args = ["synth", "Salt &amp; pepper, please.", "--markdown", "-o", str(wav)]
+    r = _ttsctl(daemon, "--socket", daemon.socket, *args, "--subtitles", str(vtt))
+    assert r.returncode == 0, r.stderr
+    assert vtt.read_text("utf-8").split("\n")[3] == "Salt &amp; pepper, please."
