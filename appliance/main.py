@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import dataclasses
-import functools
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from appliance import __version__
-from appliance.ops import memory
-from appliance.ops.config import Config, ConfigError, load_config
+from appliance.ops import atomic  # stdlib only: ready for a signal handler
 
 if TYPE_CHECKING:
     from appliance.daemon import Seams
+    from appliance.ops.config import Config
     from appliance.text.lexicon import Lexicon
 
 log = logging.getLogger("ttsd")
@@ -32,6 +30,8 @@ def _configure_logging(level: str) -> None:
 
 def _load_for_command(path: str | None) -> Config | None:
     """The config for serve/prepare, with logging set up; None (message printed) if invalid."""
+    from appliance.ops.config import ConfigError, load_config
+
     try:
         cfg = load_config(path)
     except ConfigError as exc:
@@ -42,7 +42,30 @@ def _load_for_command(path: str | None) -> Config | None:
 
 
 def cmd_serve(args: argparse.Namespace, seams: Seams | None = None) -> int:
-    """``ttsd serve``; ``seams``: what a test's own entry point puts into the daemon."""
+    """``ttsd serve``; ``seams``: what a test's own entry point puts into the daemon.
+
+    Ctrl-C (or SIGTERM) before the daemon is ready stops it within a fraction of a second
+    with one line (exit 130 for Ctrl-C): until the daemon's loop takes the signals over,
+    :func:`_interrupted_early` does it; after, the daemon (see :func:`_leave_start_up`)."""
+    # First: reading the config and importing take a while.
+    before = signal.signal(signal.SIGINT, _interrupted_early)
+    try:
+        return _serve(args, seams)
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _interrupted_early(signum: int, _frame: Any) -> None:
+    _leave_start_up(signal.Signals(signum), 130)
+
+
+def _serve(args: argparse.Namespace, seams: Seams | None) -> int:
+    import asyncio
+    import dataclasses
+
+    from appliance.ops import memory
+    from appliance.ops.config import ConfigError
+
     cfg = _load_for_command(args.config)
     if cfg is None:
         return 2
@@ -72,7 +95,30 @@ def cmd_serve(args: argparse.Namespace, seams: Seams | None = None) -> int:
     memory.limit_malloc_arenas(2)  # before any thread allocates
     from appliance.daemon import Daemon
 
-    return asyncio.run(Daemon(cfg, args.config, path, seams).run())
+    daemon = Daemon(cfg, args.config, path, seams)
+    rc = asyncio.run(daemon.run())
+    if daemon.interrupted is not None:
+        _leave_start_up(daemon.interrupted, rc)
+    return rc
+
+
+def _leave_start_up(sig: signal.Signals, status: int) -> NoReturn:
+    """A start-up stopped by a signal ends here, at once: the threads it started (a voice
+    being cut for the first time, a device being probed) cannot be stopped, and a normal
+    exit would wait for them or tear the interpreter down under them.  Nothing is left
+    half-written (:func:`appliance.ops.atomic.abandon`): the next start cuts again what
+    was not finished.  One line says so; no traceback."""
+    atomic.abandon()
+    how = "interrupted" if sig == signal.SIGINT else f"stopped ({sig.name})"
+    line = f"{how} while starting; nothing was left half-written"
+    if logging.getLogger().handlers:
+        log.warning("%s", line)
+    else:  # before the config said how to log
+        print(f"ttsd: {line}", file=sys.stderr)
+    logging.shutdown()  # flush the handlers: os._exit does not
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _lexicon_for_config(path: str, voices_dir: str | None) -> Lexicon:
@@ -93,6 +139,7 @@ def _lexicon_for_config(path: str, voices_dir: str | None) -> Lexicon:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    from appliance.ops.config import ConfigError, load_config
     from appliance.text.lexicon import LexiconError
 
     path = args.file
@@ -176,6 +223,8 @@ def _progress(name: str, msg: str) -> None:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    import functools
+
     cfg = _load_for_command(args.config)
     if cfg is None:
         return 2
