@@ -49,6 +49,22 @@ class Daemon:
             self.proc.wait()
 
 
+def interrupt(
+    proc: subprocess.Popen[Any], said: Callable[[], list[str]], sig: int = signal.SIGINT
+) -> tuple[int, float, list[str]]:
+    """``sig`` (Ctrl-C's by default) to ``proc``: its exit status, the seconds it took to
+    exit, and the lines it said after the signal (``said()``: every line so far)."""
+    before = len(said())
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return rc, time.monotonic() - t0, said()[before:]
+
+
 def let_anyone_walk_to(path: str | Path) -> None:
     """Give others search (x) permission on ``path``'s parents below /tmp: pytest's temp
     dirs are private, and a test that runs a client as another user needs it to get there."""
@@ -127,6 +143,16 @@ def voice_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = tmp_path_factory.mktemp("voice-cache")
     share_voice_cache(cache)
     return cache
+
+
+@pytest.fixture(scope="session")
+def bundled_cut(voice_cache: Path) -> Path:
+    """The session's voice cache with the bundled voice cut in it (15-30 s, once a
+    session), for a test that times a daemon's start-up or interrupts it."""
+    from appliance.model.voices import bundled_voice_path, load_voice
+
+    load_voice(bundled_voice_path().name.removesuffix(".onnx"), bundled_voice_path(), voice_cache)
+    return voice_cache
 
 
 @pytest.fixture(scope="session")

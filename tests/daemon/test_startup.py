@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import DaemonFactory, wait_for_socket
+from tests.conftest import DaemonFactory, interrupt, wait_for_socket
 from tests.fixtures import MULTI, voice_path
 from tests.wire import Wire
 
@@ -78,15 +78,7 @@ class Start:
 
     def interrupt(self) -> tuple[int, float, list[str]]:
         """SIGINT; the exit status, the seconds it took, and the lines said after it."""
-        said = len(self.log().splitlines())
-        t0 = time.monotonic()
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            rc = self.proc.wait(timeout=60)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-        return rc, time.monotonic() - t0, self.log().splitlines()[said:]
+        return interrupt(self.proc, lambda: self.log().splitlines())
 
     def temp_files(self) -> list[Path]:
         """The cache's temporary files (a graph being written: each lives milliseconds)."""
@@ -99,14 +91,13 @@ class Start:
 
 
 @pytest.fixture(scope="module")
-def cut(voice_cache: Path) -> Path:
-    """The session's voice cache with the bundled voice and the test voice cut (once a
-    session: the bundled voice, which every daemon loads, takes 15-30 s)."""
-    from appliance.model.voices import bundled_voice_path, load_voice
+def cut(bundled_cut: Path) -> Path:
+    """The session's voice cache with the bundled voice (every daemon loads it) and the
+    test voice cut in it."""
+    from appliance.model.voices import load_voice
 
-    load_voice("en_US-joe-medium", bundled_voice_path(), voice_cache)
-    load_voice(MULTI, voice_path(MULTI), voice_cache)
-    return voice_cache
+    load_voice(MULTI, voice_path(MULTI), bundled_cut)
+    return bundled_cut
 
 
 def _without_multi(voice_cache: Path, dest: Path) -> Path:
