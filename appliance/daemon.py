@@ -67,6 +67,9 @@ _T = TypeVar("_T")
 CONFIG_READ_TIMEOUT_S = 30.0
 """A reload's read of the config file past this is given up (a hung file system)."""
 
+WARM_UP_IDLE_POLL_S = 0.05
+"""How often the background warm-up looks whether the requests in flight have ended."""
+
 INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 0}
 """Exit status of a start-up stopped by a signal: Ctrl-C's 130 (128 + SIGINT, what a
 shell expects), and SIGTERM's 0 (a stop asked for, as it is once serving)."""
@@ -330,10 +333,11 @@ class Daemon:
 
     async def _warm_rest(self) -> None:
         """Each voice's later clause (:meth:`Runtime.warm_clause`: the long encoder,
-        whole-sentence decodes) as batch work: it runs only on a worker nobody else needs
-        and stops for every newcomer (appliance.core.scheduler), so a request sent
+        whole-sentence decodes) step by step as batch work, while no request is in flight:
+        a step stops for every newcomer (appliance.core.scheduler), so a request sent
         meanwhile is not slowed by it.  Its cost per audio second replaces admission's
-        start-up estimate when no request ran beside it (their CPU time would count)."""
+        start-up estimate when no request ran beside it (their CPU time would count);
+        ``health.warm_up`` says ``done`` after it."""
         runtime, service = self.runtime, self.service
         assert runtime is not None and service is not None
         t0 = time.monotonic()
@@ -353,6 +357,7 @@ class Daemon:
         if cost is not None and quiet and runtime.scheduler.depth() == 0:
             runtime.stream_cost = cost
             service.admission.measured_at_start(cost)
+        runtime.warm_up_done = True
         log.debug(
             "warm-up done in %.0f ms (beside requests: %s)",
             (time.monotonic() - t0) * 1000,
@@ -370,6 +375,7 @@ class Daemon:
         job = ClauseWarmUp(v, first=False)
         try:
             while not job.done:
+                await self._no_streams()
                 self._warm_steps += 1
                 await runtime.scheduler.submit(
                     job.step,
@@ -382,6 +388,15 @@ class Daemon:
             log.warning("warm-up of %s failed: %s", v.name, exc)
             return None
         return job.cost()
+
+    async def _no_streams(self) -> None:
+        """Until no request is in flight: the warm-up uses only idle time.  As batch work it
+        would run beside a stream's windows that are not due yet, and its model runs took
+        the cores they needed (a busy box's early streams fell behind)."""
+        service = self.service
+        assert service is not None
+        while service.streams:
+            await asyncio.sleep(WARM_UP_IDLE_POLL_S)
 
     async def _until_stopped(self, work: asyncio.Future[_T] | None) -> _T | None:
         """``work``'s result (its exception raised), or None when a stop was asked for

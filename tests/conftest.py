@@ -111,7 +111,8 @@ def wait_for_socket(path: str, proc: subprocess.Popen[bytes], log: Path, timeout
 
 
 def wait_until_started(path: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
-    """Until ``health`` no longer says ``starting`` (voices warm, speaker running or off)."""
+    """Until ``health`` says ``warm`` (first packets warm, speaker running or off) and the
+    rest of its warm-up done: a test starts on a quiet daemon."""
     from tests.wire import Wire
 
     deadline = time.monotonic() + timeout
@@ -119,7 +120,11 @@ def wait_until_started(path: str, proc: subprocess.Popen[bytes], log: Path, time
         try:  # a fresh connection each time: a test may allow only one at once
             with Wire(path, timeout=timeout) as w:
                 health = w.call({"op": "health", "id": 0})
-                if health["event"] == "health" and health.get("starting") is not True:
+                if (
+                    health["event"] == "health"
+                    and health.get("starting") is not True
+                    and health.get("warm_up", "done") == "done"
+                ):
                     return
         except (ConnectionError, OSError):
             pass  # refused while the probe's slot was still held
@@ -207,7 +212,7 @@ def daemon_factory(
         daemon = Daemon(sock, proc, log_path, cfg_path, full_env)
         started.append(daemon)
         wait_for_socket(sock, proc, log_path, timeout)
-        if ready:  # the socket answers while the voices warm up; tests get a warm daemon
+        if ready:  # the socket answers before the warm-up is over; tests get a quiet daemon
             wait_until_started(sock, proc, log_path, timeout)
         return daemon
 

@@ -126,6 +126,8 @@ class Runtime:
     cache_dir: Path | None = None
     first_packets_warm: bool = False
     """:meth:`warm_first_packets` has run: a first packet now allocates nothing new."""
+    warm_up_done: bool = False
+    """The later clauses are warm too (the daemon runs them in the background)."""
 
     @classmethod
     def load(cls, cfg: Config, notifier: Notifier | None = None, *, warm: bool = True) -> Runtime:
@@ -173,6 +175,7 @@ class Runtime:
         takes requests and each voice's later clause as batch work while it serves."""
         self.warm_first_packets()
         self.stream_cost = self.warm_later()
+        self.warm_up_done = True
         self.scheduler.start()
 
     def backend_state(self) -> dict[str, Any]:

@@ -829,6 +829,8 @@ class Service:
             # false); "starting" is the older name of "not warm".
             "warm": self.warm,
             "starting": not self.warm,
+            # The rest of the warm-up, in the background while nothing else runs.
+            "warm_up": "done" if rt.warm_up_done else "running",
             "serving": not self.stopping and status != "failing",
             "draining": self.draining or self.stopping,
             "backend": backend.get("backend", "onnx-cpu"),
