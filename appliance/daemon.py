@@ -57,7 +57,6 @@ from appliance.text.lexicon import LexiconError, load_checked
 if TYPE_CHECKING:
     from appliance.core.runtime import Runtime
     from appliance.core.service import Door, Service
-    from appliance.core.streaming import VoiceRuntime
     from appliance.playback import Player
     from appliance.text.lexicon import Lexicon
 
@@ -66,9 +65,6 @@ _T = TypeVar("_T")
 
 CONFIG_READ_TIMEOUT_S = 30.0
 """A reload's read of the config file past this is given up (a hung file system)."""
-
-WARM_UP_IDLE_POLL_S = 0.05
-"""How often the background warm-up looks whether the requests in flight have ended."""
 
 INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 0}
 """Exit status of a start-up stopped by a signal: Ctrl-C's 130 (128 + SIGINT, what a
@@ -115,7 +111,6 @@ class Daemon:
         """The signal that stopped the start-up; start-up threads may still run."""
         self._last_status = 0.0
         self._last_trim = time.monotonic()
-        self._warm_steps = 0
 
     # ------------------------------------------------------------ the whole life
 
@@ -332,71 +327,17 @@ class Daemon:
             log.warning("playback: the output stream is not running steadily yet")
 
     async def _warm_rest(self) -> None:
-        """Each voice's later clause (:meth:`Runtime.warm_clause`: the long encoder,
-        whole-sentence decodes) step by step as batch work, while no request is in flight:
-        a step stops for every newcomer (appliance.core.scheduler), so a request sent
-        meanwhile is not slowed by it.  Its cost per audio second replaces admission's
-        start-up estimate when no request ran beside it (their CPU time would count);
-        ``health.warm_up`` says ``done`` after it."""
+        """The rest of the warm-up while no request is in flight (appliance.core.warmup);
+        its cost per audio second replaces admission's start-up estimate when no request
+        ran beside it (their CPU time would count).  ``health.warm_up`` says ``done``."""
+        from appliance.core.warmup import IdleWarmUp
+
         runtime, service = self.runtime, self.service
         assert runtime is not None and service is not None
-        t0 = time.monotonic()
-        voices = list(runtime.voices.values())
-        done_before, self._warm_steps = runtime.scheduler.completed, 0
-        cost: float | None = None
-        try:
-            for v in voices:
-                one = await self._warm_later_clause(v)
-                if one is not None:
-                    cost = max(cost or 0.0, one)
-        except asyncio.CancelledError:
-            runtime.scheduler.cancel_owner(self)  # stopping: nothing left running for it
-            raise
-        # Nothing but the warm-up's own items ran on the workers meanwhile.
-        quiet = runtime.scheduler.completed - done_before == self._warm_steps
-        if cost is not None and quiet and runtime.scheduler.depth() == 0:
+        cost = await IdleWarmUp(runtime, lambda: bool(service.streams)).run()
+        if cost is not None:
             runtime.stream_cost = cost
             service.admission.measured_at_start(cost)
-        runtime.warm_up_done = True
-        log.debug(
-            "warm-up done in %.0f ms (beside requests: %s)",
-            (time.monotonic() - t0) * 1000,
-            not quiet,
-        )
-
-    async def _warm_later_clause(self, v: VoiceRuntime) -> float | None:
-        """One voice's later clause, step by step (a model run or a few each): the
-        workers' heartbeat is renewed between steps, and a step stopped for a newcomer
-        is run again (appliance.core.warmup)."""
-        from appliance.core.warmup import ClauseWarmUp
-
-        runtime = self.runtime
-        assert runtime is not None
-        job = ClauseWarmUp(v, first=False)
-        try:
-            while not job.done:
-                await self._no_streams()
-                self._warm_steps += 1
-                await runtime.scheduler.submit(
-                    job.step,
-                    deadline=time.monotonic() + 3600.0,
-                    realtime=False,
-                    owner=self,
-                    kind="warmup",
-                )
-        except Exception as exc:  # the voice's requests fail the same way and say so
-            log.warning("warm-up of %s failed: %s", v.name, exc)
-            return None
-        return job.cost()
-
-    async def _no_streams(self) -> None:
-        """Until no request is in flight: the warm-up uses only idle time.  As batch work it
-        would run beside a stream's windows that are not due yet, and its model runs took
-        the cores they needed (a busy box's early streams fell behind)."""
-        service = self.service
-        assert service is not None
-        while service.streams:
-            await asyncio.sleep(WARM_UP_IDLE_POLL_S)
 
     async def _until_stopped(self, work: asyncio.Future[_T] | None) -> _T | None:
         """``work``'s result (its exception raised), or None when a stop was asked for

@@ -6,20 +6,26 @@ admission and a quick start plan with.
 - :func:`warm_first_packet`: what a request's first packet runs (the daemon runs it on
   every worker at once before it takes requests; issue 42).
 - :class:`ClauseWarmUp`: one clause, first or later, as a sequence of steps of one or a
-  few model runs each.  Run straight through in-process (``Runtime.warm_clause``), or by
-  the daemon as batch work on the scheduler, step by step: the workers' heartbeat is
-  renewed between steps (a later clause whole was one 20 s item on a busy box, and health
-  said ``failing``), and a step stopped for a newcomer is simply run again.
+  few model runs each.  Run straight through in-process (``Runtime.warm_clause``), or
+- :class:`IdleWarmUp`: by the daemon, each voice's later clause step by step as batch
+  work on the scheduler while no request is in flight: the workers' heartbeat is renewed
+  between steps (a later clause whole was one 20 s item on a busy box, and health said
+  ``failing``), and a step under way when a request arrives is stopped and run again once
+  none is in flight (beside a stream, its model runs took the cores the stream's windows
+  needed: a busy box's early streams fell behind).
 
-Lifecycle: a ClauseWarmUp lives for one warm-up; it mutates the voice's ``costs``.
+Lifecycle: a ClauseWarmUp or an IdleWarmUp lives for one warm-up; it mutates the voices'
+``costs`` (and IdleWarmUp the runtime's ``warm_up_done``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from appliance.core.admission import process_cpu_s
 from appliance.core.chunkplan import mode_plan
@@ -28,7 +34,13 @@ from appliance.model.engine.base import Encoded
 from appliance.model.engine.windows import MAX_WINDOW_FRAMES, decode_span
 from appliance.speech import IntArray
 
+if TYPE_CHECKING:
+    from appliance.core.runtime import Runtime
+
 log = logging.getLogger(__name__)
+
+IDLE_POLL_S = 0.05
+"""How often :class:`IdleWarmUp` looks whether a request has come or the last has ended."""
 
 WARM_UP_FIRST = "Ready when you are, just say the word and we begin."
 WARM_UP_LATER = (
@@ -178,3 +190,63 @@ class ClauseWarmUp:
             (time.monotonic() - self._t0) * 1000,
         )
         return True
+
+
+class IdleWarmUp:
+    """Each voice's later clause (see the module), in the background of a serving daemon;
+    ``in_flight()``: whether a request is in flight now."""
+
+    def __init__(self, runtime: Runtime, in_flight: Callable[[], bool]) -> None:
+        self.runtime = runtime
+        self.in_flight = in_flight
+        self.beside_requests = False
+        """A request ran while a step did: the measured cost counts its CPU time too."""
+
+    async def run(self) -> float | None:
+        """Every voice warm; the costliest later clause's cost, None when a request ran
+        beside a step (then admission keeps its start-up estimate)."""
+        t0 = time.monotonic()
+        cost: float | None = None
+        try:
+            for v in list(self.runtime.voices.values()):
+                one = await self._clause(v)
+                cost = one if cost is None else cost if one is None else max(cost, one)
+        except asyncio.CancelledError:
+            self.runtime.scheduler.cancel_owner(self)  # stopping: nothing left running
+            raise
+        self.runtime.warm_up_done = True
+        log.debug("warm-up done in %.0f ms", (time.monotonic() - t0) * 1000)
+        return None if self.beside_requests else cost
+
+    async def _clause(self, v: VoiceRuntime) -> float | None:
+        job = ClauseWarmUp(v, first=False)
+        try:
+            while not job.done:
+                await self._step(job)
+        except Exception as exc:  # the voice's requests fail the same way and say so
+            log.warning("warm-up of %s failed: %s", v.name, exc)
+            return None
+        return job.cost()
+
+    async def _step(self, job: ClauseWarmUp) -> None:
+        """One step, run until it ends with no request beside it (a step stops and runs
+        again from its start: see :class:`ClauseWarmUp`)."""
+        scheduler = self.runtime.scheduler
+        while True:
+            while self.in_flight():
+                await asyncio.sleep(IDLE_POLL_S)
+            fut = scheduler.submit(
+                job.step,
+                deadline=time.monotonic() + 3600.0,
+                realtime=False,
+                owner=self,
+                kind="warmup",
+            )
+            while not fut.done():
+                await asyncio.wait({fut}, timeout=IDLE_POLL_S)
+                if self.in_flight() and not fut.done():
+                    self.beside_requests = True
+                    scheduler.cancel_owner(self)  # stopped; its future is cancelled soon
+            if not fut.cancelled():
+                fut.result()  # the step's error, if any
+                return

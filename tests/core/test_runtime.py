@@ -17,7 +17,7 @@ import pytest
 from appliance.core.runtime import Runtime
 from appliance.core.service import Service
 from appliance.core.streaming import SynthesisJob, VoiceRuntime
-from appliance.core.warmup import ClauseWarmUp
+from appliance.core.warmup import ClauseWarmUp, IdleWarmUp
 from appliance.model.engine.base import Scales
 from appliance.model.engine.interrupt import Interrupted
 from appliance.model.engine.onnx import OnnxVoiceModel, _session
@@ -572,3 +572,25 @@ def test_first_packets_are_warm_and_admission_measured_before_requests(
         assert rt.stream_cost is not None and 0.0 < rt.stream_cost < 1.0
     finally:
         rt.close()
+
+
+def test_the_rest_of_the_warm_up_waits_while_requests_are_in_flight(runtime: Runtime) -> None:
+    """The daemon's background warm-up (IdleWarmUp) runs nothing while a request is in
+    flight, then every voice's later clause, and measures when nothing ran beside it."""
+    busy = {"until": time.monotonic() + 0.5}
+
+    def in_flight() -> bool:
+        return time.monotonic() < busy["until"]
+
+    async def go() -> tuple[float | None, int]:
+        idle = IdleWarmUp(runtime, in_flight)
+        task = asyncio.create_task(idle.run())
+        before = runtime.scheduler.completed
+        await asyncio.sleep(0.4)
+        ran_while_busy = runtime.scheduler.completed - before
+        return await task, ran_while_busy
+
+    runtime.warm_up_done = False
+    cost, ran_while_busy = asyncio.run(go())
+    assert ran_while_busy == 0
+    assert runtime.warm_up_done and cost is not None and 0.0 < cost < 1.0
