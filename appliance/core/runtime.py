@@ -20,7 +20,12 @@ from typing import Any
 
 from appliance.core.scheduler import Scheduler
 from appliance.core.streaming import VoiceRuntime
-from appliance.core.warmup import WARM_UP_FIRST, ClauseWarmUp, warm_first_packet
+from appliance.core.warmup import (
+    WARM_UP_FIRST,
+    ClauseWarmUp,
+    costliest,
+    warm_first_packet,
+)
 from appliance.model.engine.base import Scales
 from appliance.model.engine.gpu_select import gpu_health
 from appliance.model.engine.select import load_voice_model
@@ -48,10 +53,6 @@ class StartError(RuntimeError):
 def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 300 else text[:297] + "..."
-
-
-def _costliest(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else max(a, b)
 
 
 def load_one(
@@ -198,7 +199,7 @@ class Runtime:
         returns the costliest voice's later clause's cost."""
         cost: float | None = None
         for v in self.voices.values():
-            cost = _costliest(cost, self.warm_voice(v))
+            cost = costliest(cost, self.warm_voice(v))
         return cost
 
     def warm_voice(self, v: VoiceRuntime) -> float | None:
@@ -225,7 +226,7 @@ class Runtime:
                 ids = v.phonemizer.ids(WARM_UP_FIRST)
                 for f in [pool.submit(warm_first_packet, v, ids) for _ in range(n)]:
                     f.result()
-                cost = _costliest(cost, self.warm_clause(v, first=True))
+                cost = costliest(cost, self.warm_clause(v, first=True))
         self.stream_cost = cost
         self.first_packets_warm = True
         log.info("first packets warm in %.0f ms", (time.monotonic() - t0) * 1000)
@@ -234,7 +235,7 @@ class Runtime:
         """Every voice's later clause (:meth:`warm_clause`); the costliest one's cost."""
         cost: float | None = None
         for v in self.voices.values():
-            cost = _costliest(cost, self.warm_clause(v, first=False))
+            cost = costliest(cost, self.warm_clause(v, first=False))
         return cost
 
     def warm_clause(self, v: VoiceRuntime, first: bool) -> float | None:

@@ -49,6 +49,11 @@ WARM_UP_LATER = (
 )
 
 
+def costliest(a: float | None, b: float | None) -> float | None:
+    """The larger of two voices' costs; None stands for "not measured"."""
+    return b if a is None else a if b is None else max(a, b)
+
+
 def warm_first_packet(v: VoiceRuntime, ids: IntArray) -> None:
     """One first packet's runs: the prior (what a first clause's encode is), the flow over
     the widest first chunk, and that chunk through the decoder a lone request uses and the
@@ -209,8 +214,7 @@ class IdleWarmUp:
         cost: float | None = None
         try:
             for v in list(self.runtime.voices.values()):
-                one = await self._clause(v)
-                cost = one if cost is None else cost if one is None else max(cost, one)
+                cost = costliest(cost, await self._clause(v))
         except asyncio.CancelledError:
             self.runtime.scheduler.cancel_owner(self)  # stopping: nothing left running
             raise
