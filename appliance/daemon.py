@@ -1,12 +1,18 @@
 """``ttsd serve``: the daemon as one object with named phases.
 
-- **start** — adopt an activated socket (``LISTEN_FDS``), open the speaker in a worker
-  beside the voices (a missing device must not hold up ``synthesize``), load the voices
-  and the lexicon off the loop, build the service core and start every door (protocol v1
-  first, then HTTP and Wyoming when configured), install the signal handlers.  Ping, info
-  and health are answered from here on.
-- **serve** — warm the voices up, let requests in, wait for the speaker to run, say
-  ``READY=1``; then serve until SIGTERM or SIGINT.
+- **start** — take SIGINT and SIGTERM first, adopt an activated socket (``LISTEN_FDS``),
+  open the speaker in a thread beside the voices (a missing device must not hold up
+  ``synthesize``), import the engine, load the voices and warm their first packets in
+  another (:meth:`appliance.core.runtime.Runtime.warm_first_packets`), read the lexicon,
+  build the service core and start every door (protocol v1 first, then HTTP and Wyoming
+  when configured).  A request from here on gets its first packet as quickly as any
+  later one; ping, info and health say ``warm`` once ``speak`` is as quick too.
+- **serve** — the rest of the warm-up as batch work every request goes ahead of; wait
+  for the speaker to run, say ``READY=1``; then serve until SIGTERM or SIGINT.
+- **interrupted** — SIGINT or SIGTERM before ``READY=1``: the daemon stops within a
+  fraction of a second, whatever start-up step runs (a voice's first cut takes seconds
+  and cannot be stopped half-way: its thread is left to the process's exit, see
+  :mod:`appliance.main`; the cut's files are written whole or not at all).
 - **reload** — SIGHUP: the config and the lexicon are read again in threads of their own
   (a hung file must neither stall the loop nor keep SIGTERM waiting), the live keys
   applied, ``voices_dir`` scanned for voices added or removed (:mod:`appliance.core.voiceset`);
@@ -21,11 +27,14 @@
 
 State lives in attributes; tests reach in only through :class:`Seams`, passed in by the
 program that builds the daemon (``tests/fakes/daemon.py``), never through the environment.
+The engine (ONNX Runtime and the core) is imported in the loading thread, not here: the
+speaker opens while it is, and a signal is answered meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -39,8 +48,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from appliance.core.runtime import Runtime, StartError
-from appliance.core.service import Door, Service
 from appliance.ops import memory
 from appliance.ops.activation import ActivationError, activated_unix_listener, listen_fds
 from appliance.ops.config import Config, ConfigError, Flags, flatten, live_keys, load_config
@@ -49,6 +56,8 @@ from appliance.ops.notify import Notifier, settle_owed, watchdog_interval_s, wat
 from appliance.text.lexicon import LexiconError, load_checked
 
 if TYPE_CHECKING:
+    from appliance.core.runtime import Runtime
+    from appliance.core.service import Door, Service
     from appliance.playback import Player
     from appliance.text.lexicon import Lexicon
 
@@ -57,6 +66,10 @@ _T = TypeVar("_T")
 
 CONFIG_READ_TIMEOUT_S = 30.0
 """A reload's read of the config file past this is given up (a hung file system)."""
+
+INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 0}
+"""Exit status of a start-up stopped by a signal: Ctrl-C's 130 (128 + SIGINT, what a
+shell expects), and SIGTERM's 0 (a stop asked for, as it is once serving)."""
 
 
 @dataclass
@@ -96,6 +109,10 @@ class Daemon:
         self._stop = asyncio.Event()
         self._notice: asyncio.TimerHandle | None = None
         self._player_started: asyncio.Future[None] | None = None
+        self.ready = False
+        """READY=1 was said: a signal from here on stops gracefully (drains)."""
+        self.interrupted: signal.Signals | None = None
+        """The signal that stopped the start-up; start-up threads may still run."""
         self._last_status = 0.0
         self._last_trim = time.monotonic()
 
@@ -110,9 +127,14 @@ class Daemon:
     async def run(self) -> int:
         """The daemon's life; its exit status."""
         try:
-            if not await self.start():
+            started = await self.start()
+            if started:
+                await self.serve()
+            if self.interrupted is not None:
+                await self._end_interrupted()
+                return INTERRUPTED[self.interrupted]
+            if not started:
                 return 1
-            await self.serve()
             await self.stop()
             return 0
         finally:
@@ -121,7 +143,9 @@ class Daemon:
     # ------------------------------------------------------------ start
 
     async def start(self) -> bool:
-        """Everything before serving; False (said in one line) when the daemon cannot."""
+        """Everything before serving; False (said in one line) when the daemon cannot or
+        a signal stopped it (``interrupted``)."""
+        self._install_signals()
         try:
             activated = activated_unix_listener(listen_fds())
         except ActivationError as exc:
@@ -131,8 +155,10 @@ class Daemon:
         if not await self._load_runtime() or not await self._load_lexicon():
             return False
         assert self.runtime is not None
+        from appliance.core.service import Service  # imported by the loading thread
+
         self.service = Service(self.runtime)
-        self.service.hold_requests()  # until the voices are warm
+        self.service.hold_speech()  # until the speaker runs
         if self.seams.runtime is not None:
             self.seams.runtime(self.runtime)
         if self.seams.service is not None:
@@ -140,13 +166,13 @@ class Daemon:
         self.doors = self._doors(activated)
         if not await self._start_doors():
             return False
-        self._install_signals()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload)
         self._start_watchdog()
         self.service.on_request_done.append(self._on_request_done)
         return True
 
     def _start_player(self) -> None:
-        """The speaker, opened in a worker beside the voices (``starting`` until it runs):
+        """The speaker, opened in a thread beside the voices (``starting`` until it runs):
         probing a device that is not there took 2.1 s of a 2.4–4.1 s start."""
         if not self.cfg.playback.enabled:
             return
@@ -156,17 +182,19 @@ class Daemon:
         # its first sound.  Never raises: no device means "off" with a warning.
         self.player = Player(self.cfg.playback)
         self.player.starting()
-        self._player_started = asyncio.get_running_loop().run_in_executor(None, self.player.start)
+        self._player_started = in_thread(self.player.start, "ttsd-open-speaker")
 
     async def _load_runtime(self) -> bool:
-        # Loading voices is slow I/O and inference: off the loop.  The warm-up comes after
-        # the doors listen (serve).
-        load = functools.partial(Runtime.load, self.cfg, self.notifier, warm=False)
-        try:
-            self.runtime = await asyncio.get_running_loop().run_in_executor(None, load)
-        except StartError as exc:
-            log.error("cannot start: %s", exc)
+        # Importing the engine, loading the voices and warming their first packets is
+        # slow I/O and inference: off the loop, in a thread a signal need not wait for.
+        load = in_thread(functools.partial(_load_warm, self.cfg, self.notifier), "ttsd-load")
+        runtime = await self._until_stopped(load)
+        if runtime is None:
             return False
+        if isinstance(runtime, str):
+            log.error("cannot start: %s", runtime)
+            return False
+        self.runtime = runtime
         self.runtime.player = self.player
         return True
 
@@ -174,9 +202,11 @@ class Daemon:
         if not self.cfg.voices.lexicon:
             return True
         try:
-            lexicon = await self._read_lexicon(self.cfg)
+            lexicon = await self._until_stopped(asyncio.ensure_future(self._read_lexicon(self.cfg)))
         except LexiconError as exc:
             log.error("lexicon: %s", exc)
+            return False
+        if self._stop.is_set():
             return False
         assert self.runtime is not None
         self.runtime.lexicon = lexicon
@@ -214,10 +244,29 @@ class Daemon:
         return True
 
     def _install_signals(self) -> None:
+        """First thing at start: a signal during start-up stops it at once (see the
+        module), one once serving drains (:meth:`request_stop`)."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
-        loop.add_signal_handler(signal.SIGHUP, self.reload)
+            loop.add_signal_handler(sig, self._on_stop_signal, sig)
+
+    def _on_stop_signal(self, sig: signal.Signals) -> None:
+        if self.ready:
+            self.request_stop()
+        elif not self._stop.is_set():
+            self.interrupted = sig
+            self.stop_now()
+
+    async def _end_interrupted(self) -> None:
+        """Requests admitted before READY=1 (``synthesize`` is served while the speaker
+        starts) end with ``shutting_down`` rather than with the process."""
+        if self.service is None or not self.service.streams:
+            return
+        await self.service.shutdown(0.0)
+        deadline = time.monotonic() + 0.2
+        idle = asyncio.gather(*(door.wait_idle(deadline) for door in self.doors))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(idle, 0.2)
 
     def _start_watchdog(self) -> None:
         interval = watchdog_interval_s()
@@ -261,20 +310,19 @@ class Daemon:
     # ------------------------------------------------------------ serve
 
     async def serve(self) -> None:
-        """Warm up, let requests in, wait for the speaker, READY=1; then until stopped."""
+        """The rest of the warm-up in the background; wait for the speaker, READY=1; then
+        until stopped."""
         runtime, service = self.runtime, self.service
         assert runtime is not None and service is not None
-        loop = asyncio.get_running_loop()
-        # Requests wait for the warm-up; READY=1 and "ready" also wait for the speaker to
-        # run (or to be found missing), so a speak after them is as quick as any other.
-        await self._until_stopped(loop.run_in_executor(None, _warm, runtime))
-        if not self._stop.is_set():
-            service.release_requests()
+        self._keep(asyncio.get_running_loop().create_task(self._warm_rest()))
+        # READY=1 and "warm" wait for the speaker to run (or to be found missing), so a
+        # speak after them is as quick as any other.
         await self._until_stopped(self._player_started)
         if self.player is not None and not self._stop.is_set():
-            await self._until_stopped(loop.run_in_executor(None, _speaker_running, self.player))
+            await self._until_stopped(in_thread(self._speaker_running, "ttsd-speaker-wait"))
         if not self._stop.is_set():
             service.release_speech()
+            self.ready = True
             self.notifier.ready(status=status_line(runtime))
             self._settle_notices()
             # The pid: what a SIGHUP goes to (``pidof ttsd`` finds no process: it is python).
@@ -287,17 +335,40 @@ class Daemon:
             )
         await self._stop.wait()
 
-    async def _until_stopped(self, work: asyncio.Future[None] | None) -> None:
-        """``work`` done (its exception raised), or a stop asked for meanwhile."""
+    def _speaker_running(self) -> None:
+        """Once the start-up's own work is done: the stream runs now (Player.wait_running)."""
+        player = self.player
+        if player is not None and player.health()["state"] == "ok" and not player.wait_running():
+            log.warning("playback: the output stream is not running steadily yet")
+
+    async def _warm_rest(self) -> None:
+        """The rest of the warm-up while no request is in flight (appliance.core.warmup);
+        its cost per audio second replaces admission's start-up estimate when no request
+        ran beside it (their CPU time would count).  ``health.warm_up`` says ``done``."""
+        from appliance.core.warmup import IdleWarmUp
+
+        runtime, service = self.runtime, self.service
+        assert runtime is not None and service is not None
+        voices = list(runtime.voices.values())
+        cost = await IdleWarmUp(voices, runtime.scheduler, lambda: bool(service.streams)).run()
+        runtime.warm_up_done = True
+        if cost is not None:
+            runtime.stream_cost = cost
+            service.admission.measured_at_start(cost)
+
+    async def _until_stopped(self, work: asyncio.Future[_T] | None) -> _T | None:
+        """``work``'s result (its exception raised), or None when a stop was asked for
+        first (``work`` is then left to run: a thread cannot be stopped)."""
         if work is None:
-            return
+            return None
         stopping: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
         try:
             await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopping.cancel()
         if work.done():
-            work.result()
+            return work.result()
+        return None
 
     # ------------------------------------------------------------ stop
 
@@ -351,11 +422,16 @@ class Daemon:
 
     async def close(self) -> None:
         """Whatever start made, closed (also after a start that failed part-way: a
-        socket bound before a later door failed is not left behind)."""
+        socket bound before a later door failed is not left behind).  After an
+        interrupted start, the doors and the notifier only: the start-up's threads
+        (a cut, a device probe) cannot be stopped, and the program exits without them."""
         for door in self.doors:
             await door.close()
         for t in list(self.tasks):
             t.cancel()
+        if self.interrupted is not None:
+            self.notifier.close()
+            return
         if self.service is not None:
             self.service.close()
         if self.runtime is not None:
@@ -496,16 +572,35 @@ def status_line(runtime: Runtime) -> str:
     )
 
 
-def _warm(runtime: Runtime) -> None:
-    runtime.finish_start()
+def _load_warm(cfg: Config, notifier: Notifier) -> Runtime | str:
+    """In the loading thread: the engine imported, the voices loaded, their first packets
+    warm and the workers started; a one-line reason when the daemon cannot start."""
+    from appliance.core.runtime import Runtime, StartError
+
+    try:
+        runtime = Runtime.load(cfg, notifier, warm=False)
+    except StartError as exc:
+        return str(exc)
+    runtime.warm_first_packets()
+    runtime.scheduler.start()
     # Cutting a voice on first start leaves ~200 MB of freed heap behind: give it back.
     memory.trim()
+    return runtime
 
 
-def _speaker_running(player: Player) -> None:
-    """Once the start-up's own work is done: the stream runs now (see Player.wait_running)."""
-    if player.health()["state"] == "ok" and not player.wait_running():
-        log.warning("playback: the output stream is not running steadily yet")
+def in_thread(
+    fn: Callable[[], _T], name: str, done: Callable[[], None] | None = None
+) -> asyncio.Future[_T]:
+    """``fn()`` in a daemon thread of its own; its result or exception in the future, and
+    ``done()`` called on the loop when it returns (even if the future was cancelled).
+    Not the loop's executor: ``asyncio.run`` joins that at exit, so a start-up step still
+    running (a voice's first cut) kept a Ctrl-C waiting seconds for it."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[_T] = loop.create_future()
+    threading.Thread(
+        target=_settle_from_thread, args=(loop, fut, fn, done), name=name, daemon=True
+    ).start()
+    return fut
 
 
 def merge_live(old: Config, new: Config, live: set[str]) -> Config:
@@ -571,13 +666,8 @@ class FileReads:
         earlier read of ``name`` is stuck."""
         if name in self._stuck:
             raise error(f"{name}: an earlier read has not returned; not reading it again yet")
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[_T] = loop.create_future()
-        thread = threading.Thread(
-            target=_settle_from_thread, args=(loop, fut, fn, self._stuck, name), daemon=True
-        )
         self._stuck.add(name)
-        thread.start()
+        fut = in_thread(fn, "ttsd-read", functools.partial(self._stuck.discard, name))
         try:
             return await asyncio.wait_for(fut, timeout_s)  # cancels fut: the late result is dropped
         except TimeoutError:
@@ -588,11 +678,11 @@ def _settle_from_thread(
     loop: asyncio.AbstractEventLoop,
     fut: asyncio.Future[_T],
     fn: Callable[[], _T],
-    stuck: set[str],
-    name: str,
+    done: Callable[[], None] | None,
 ) -> None:
     def settle(result: _T | None, exc: BaseException | None) -> None:
-        stuck.discard(name)
+        if done is not None:
+            done()
         if not fut.done():
             if exc is not None:
                 fut.set_exception(exc)
@@ -606,4 +696,4 @@ def _settle_from_thread(
     try:
         loop.call_soon_threadsafe(settle, result, exc)
     except RuntimeError:
-        pass  # the loop is closed: the daemon stopped while this read was stuck
+        pass  # the loop is closed: the daemon stopped while this thread ran

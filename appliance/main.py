@@ -7,12 +7,13 @@ import asyncio
 import functools
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from appliance import __version__
-from appliance.ops import memory
+from appliance.ops import atomic, memory
 from appliance.ops.config import Config, ConfigError, Flags, load_config
 
 if TYPE_CHECKING:
@@ -43,7 +44,24 @@ def _load_for_command(path: str | None, flags: Flags | None = None) -> Config | 
 
 
 def cmd_serve(args: argparse.Namespace, seams: Seams | None = None) -> int:
-    """``ttsd serve``; ``seams``: what a test's own entry point puts into the daemon."""
+    """``ttsd serve``; ``seams``: what a test's own entry point puts into the daemon.
+
+    Ctrl-C (or SIGTERM) before the daemon is ready stops it within a fraction of a second
+    with one line (exit 130 for Ctrl-C): until the daemon's loop takes the signals over,
+    :func:`_interrupted_early` does it; after, the daemon (see :func:`_leave_start_up`)."""
+    # First: reading the config and importing take a while.
+    before = signal.signal(signal.SIGINT, _interrupted_early)
+    try:
+        return _serve(args, seams)
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _interrupted_early(signum: int, _frame: Any) -> None:
+    _leave_start_up(signal.Signals(signum), 130)
+
+
+def _serve(args: argparse.Namespace, seams: Seams | None) -> int:
     flags = serve_flags(args)
     cfg = _load_for_command(args.config, flags)
     if cfg is None:
@@ -65,7 +83,11 @@ def cmd_serve(args: argparse.Namespace, seams: Seams | None = None) -> int:
     memory.limit_malloc_arenas(2)  # before any thread allocates
     from appliance.daemon import Daemon
 
-    return asyncio.run(Daemon(cfg, args.config, path, seams, flags).run())
+    daemon = Daemon(cfg, args.config, path, seams, flags)
+    rc = asyncio.run(daemon.run())
+    if daemon.interrupted is not None:
+        _leave_start_up(daemon.interrupted, rc)
+    return rc
 
 
 def serve_flags(args: argparse.Namespace) -> Flags:
@@ -81,6 +103,25 @@ def serve_flags(args: argparse.Namespace) -> Flags:
         if value:
             flags[key] = (flag, value)
     return flags
+
+
+def _leave_start_up(sig: signal.Signals, status: int) -> NoReturn:
+    """A start-up stopped by a signal ends here, at once: the threads it started (a voice
+    being cut for the first time, a device being probed) cannot be stopped, and a normal
+    exit would wait for them or tear the interpreter down under them.  Nothing is left
+    half-written (:func:`appliance.ops.atomic.abandon`): the next start cuts again what
+    was not finished.  One line says so; no traceback."""
+    atomic.abandon()
+    how = "interrupted" if sig == signal.SIGINT else f"stopped ({sig.name})"
+    line = f"{how} while starting; nothing was left half-written"
+    if logging.getLogger().handlers:
+        log.warning("%s", line)
+    else:  # before the config said how to log
+        print(f"ttsd: {line}", file=sys.stderr)
+    logging.shutdown()  # flush the handlers: os._exit does not
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _lexicon_for_config(path: str, voices_dir: str | None) -> Lexicon:

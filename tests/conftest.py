@@ -49,6 +49,22 @@ class Daemon:
             self.proc.wait()
 
 
+def interrupt(
+    proc: subprocess.Popen[Any], said: Callable[[], list[str]], sig: int = signal.SIGINT
+) -> tuple[int, float, list[str]]:
+    """``sig`` (Ctrl-C's by default) to ``proc``: its exit status, the seconds it took to
+    exit, and the lines it said after the signal (``said()``: every line so far)."""
+    before = len(said())
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return rc, time.monotonic() - t0, said()[before:]
+
+
 def let_anyone_walk_to(path: str | Path) -> None:
     """Give others search (x) permission on ``path``'s parents below /tmp: pytest's temp
     dirs are private, and a test that runs a client as another user needs it to get there."""
@@ -95,7 +111,8 @@ def wait_for_socket(path: str, proc: subprocess.Popen[bytes], log: Path, timeout
 
 
 def wait_until_started(path: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
-    """Until ``health`` no longer says ``starting`` (voices warm, speaker running or off)."""
+    """Until ``health`` says ``warm`` (first packets warm, speaker running or off) and the
+    rest of its warm-up done: a test starts on a quiet daemon."""
     from tests.wire import Wire
 
     deadline = time.monotonic() + timeout
@@ -103,7 +120,11 @@ def wait_until_started(path: str, proc: subprocess.Popen[bytes], log: Path, time
         try:  # a fresh connection each time: a test may allow only one at once
             with Wire(path, timeout=timeout) as w:
                 health = w.call({"op": "health", "id": 0})
-                if health["event"] == "health" and health.get("starting") is not True:
+                if (
+                    health["event"] == "health"
+                    and health.get("starting") is not True
+                    and health.get("warm_up", "done") == "done"
+                ):
                     return
         except (ConnectionError, OSError):
             pass  # refused while the probe's slot was still held
@@ -127,6 +148,16 @@ def voice_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = tmp_path_factory.mktemp("voice-cache")
     share_voice_cache(cache)
     return cache
+
+
+@pytest.fixture(scope="session")
+def bundled_cut(voice_cache: Path) -> Path:
+    """The session's voice cache with the bundled voice cut in it (15-30 s, once a
+    session), for a test that times a daemon's start-up or interrupts it."""
+    from appliance.model.voices import bundled_voice_path, load_voice
+
+    load_voice(bundled_voice_path().name.removesuffix(".onnx"), bundled_voice_path(), voice_cache)
+    return voice_cache
 
 
 @pytest.fixture(scope="session")
@@ -181,7 +212,7 @@ def daemon_factory(
         daemon = Daemon(sock, proc, log_path, cfg_path, full_env)
         started.append(daemon)
         wait_for_socket(sock, proc, log_path, timeout)
-        if ready:  # the socket answers while the voices warm up; tests get a warm daemon
+        if ready:  # the socket answers before the warm-up is over; tests get a quiet daemon
             wait_until_started(sock, proc, log_path, timeout)
         return daemon
 

@@ -1,25 +1,35 @@
 """Everything the server serves from: voices on their backends, the scheduler, metrics.
 
-``Runtime.load`` does all the slow I/O (voice discovery, cutting, session
-creation, warm-up) before the socket accepts anyone.
+``Runtime.load`` does all the slow I/O (voice discovery, cutting, session creation).
+The warm-up comes in two parts (issue 42): :meth:`Runtime.warm_first_packets` (first
+packets on as many threads at once as there are workers, and one first clause whole,
+which measures what admission plans with) before the daemon takes requests, and each
+voice's later clause (:meth:`Runtime.warm_clause`: the long encoder, whole-sentence
+decodes, a sentence's prior per id) after, as batch work the scheduler stops for any
+newcomer.  A request sent during start-up waits for the first part only.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance.core.admission import process_cpu_s
 from appliance.core.scheduler import Scheduler
 from appliance.core.streaming import VoiceRuntime
+from appliance.core.warmup import (
+    WARM_UP_FIRST,
+    ClauseWarmUp,
+    costliest,
+    warm_first_packet,
+)
 from appliance.model.engine.base import Scales
 from appliance.model.engine.gpu_select import gpu_health
 from appliance.model.engine.select import load_voice_model
 from appliance.model.engine.threads import Pinning, cpu_threads, pinning
-from appliance.model.engine.windows import decode_span
 from appliance.model.voices import discover, load_voice
 from appliance.ops.config import Config
 from appliance.ops.metrics import Metrics
@@ -34,12 +44,6 @@ from appliance.text.phonemize import Phonemizer
 from appliance.voicetypes import Voice
 
 log = logging.getLogger(__name__)
-
-WARM_UP_FIRST = "Ready when you are, just say the word and we begin."
-WARM_UP_LATER = (
-    "The committee met on a cold and windy morning to review the proposal for the new "
-    "library building, which would replace the old one in the town square."
-)
 
 
 class StartError(RuntimeError):
@@ -129,6 +133,10 @@ class Runtime:
     pins: Pinning | None = None
     """The thread placement the voices' sessions were made with (voices added on SIGHUP)."""
     cache_dir: Path | None = None
+    first_packets_warm: bool = False
+    """:meth:`warm_first_packets` has run: a first packet now allocates nothing new."""
+    warm_up_done: bool = False
+    """The later clauses are warm too (the daemon runs them in the background)."""
 
     @classmethod
     def load(cls, cfg: Config, notifier: Notifier | None = None, *, warm: bool = True) -> Runtime:
@@ -172,10 +180,12 @@ class Runtime:
         return rt
 
     def finish_start(self) -> None:
-        """Warm every voice up, then start the workers (slow: off the event loop).  The
-        daemon does it once it listens, so ping, info and health are answered meanwhile
-        (the warm-up was 0.7 s of a start-up before the first answer)."""
-        self.stream_cost = self.warm_up()
+        """The whole warm-up, then the workers (slow: off the event loop): what an
+        in-process runtime does; the daemon runs :meth:`warm_first_packets` before it
+        takes requests and each voice's later clause as batch work while it serves."""
+        self.warm_first_packets()
+        self.stream_cost = self.warm_later()
+        self.warm_up_done = True
         self.scheduler.start()
 
     def backend_state(self) -> dict[str, Any]:
@@ -193,65 +203,55 @@ class Runtime:
     def warm_up(self) -> float | None:
         """Run every voice through the shapes a request takes, so the first client pays
         for no lazy initialisation: ONNX Runtime grows its arenas on a session's first
-        runs at a size, and a first request after start was ~15 ms slower than the tenth.
-
-        A first clause as long as any (prior, windowed flow, first chunk, windows decoded
-        ahead up to the largest) and a later clause (whole encoder, and whole as a
-        ``sentence``-mode chunk is: decoder runs of the longest kind).  On the way it
-        measures what a quick start plans with (``VoiceRuntime.costs``).
-
-        Returns the costliest voice's CPU seconds per second of audio for the later
-        clause's encoder and windows, as a stream pays them (this process's CPU time:
-        the figure means something only when nothing else runs, as at start-up).
-        """
+        runs at a size, and a first request after start was ~15 ms slower than the tenth
+        (the v1 ``warmup`` op).  Each voice's first and later clause (:meth:`warm_clause`);
+        returns the costliest voice's later clause's cost."""
         cost: float | None = None
         for v in self.voices.values():
-            one = self.warm_voice(v)
-            if one is not None:
-                cost = max(cost or 0.0, one)
+            cost = costliest(cost, self.warm_voice(v))
         return cost
 
     def warm_voice(self, v: VoiceRuntime) -> float | None:
-        """One voice through :meth:`warm_up`'s shapes; its CPU seconds per audio second."""
-        cost: float | None = None
+        """One voice's first and later clause; the later one's cost."""
+        self.warm_clause(v, first=True)
+        return self.warm_clause(v, first=False)
+
+    def warm_first_packets(self) -> None:
+        """What a request sent now takes, warm (the daemon runs this before it takes
+        requests; issue 42): every voice's first packet on ``engine.workers`` threads at
+        once, as a burst runs them (ONNX Runtime sizes a session's arena by the runs that
+        overlap: two at once faulted in ~20 MB more than one after the other), then its
+        first clause whole (:meth:`warm_clause`), which measures what admission and a
+        quick start plan with (``stream_cost``, ``VoiceRuntime.costs``).  Without that,
+        admission's fixed guess refused three of eight requests sent at once.
+
+        The first phonemizer call of a voice (espeak loading its language: ~30 ms of CPU
+        here, against ~1 ms later) is made here too."""
         t0 = time.monotonic()
-        context = v.context
-        for text in (WARM_UP_FIRST, WARM_UP_LATER):
-            ids = v.phonemizer.ids(text)
-            if not v.can_stream:
-                v.model.fused(ids, v.defaults, v.default_speaker)
-                continue
-            cpu0 = process_cpu_s()
-            if text is WARM_UP_FIRST:
-                # encode_prior + decode_span run the prior and the windowed flow, if any.
-                enc = v.model.encode_prior(ids, v.defaults, v.default_speaker)
-            else:
-                enc = v.model.encode(ids, v.defaults, v.default_speaker)
-            cpu = process_cpu_s() - cpu0
-            for width in (8, 16, 32):  # first chunks: the decoder a listener waits for
-                t_dec = time.monotonic()
-                decode_span(v.model, enc, 0, min(enc.frames, width), context, v.hop, True)
-                if width == 16:
-                    v.costs.first_decode_s = time.monotonic() - t_dec
-            enc.ahead = None
-            a = 8
-            cpu0 = process_cpu_s()
-            while a < enc.frames:  # the stream's own windows, decoded ahead
-                b = min(enc.frames, a + 2 * a)
-                decode_span(v.model, enc, a, b, context, v.hop)
-                a = b
-            cpu += process_cpu_s() - cpu0
-            if text is WARM_UP_LATER:  # a sentence-mode chunk: the longest decoder runs
-                decode_span(v.model, enc, 0, enc.frames, context, v.hop)
-                # What a whole sentence's prior costs per id: a quick start's estimate.
-                t_prior = time.monotonic()
-                v.model.encode_prior(ids, v.defaults, v.default_speaker)
-                v.costs.prior_s_per_id = (time.monotonic() - t_prior) / len(ids)
-                audio_s = enc.frames * v.hop / v.sample_rate
-                if audio_s > 0:
-                    cost = max(cost or 0.0, cpu / audio_s)
-        log.debug("warm-up of %s: %.0f ms", v.name, (time.monotonic() - t0) * 1000)
+        n = self.scheduler.workers
+        cost: float | None = None
+        with ThreadPoolExecutor(n, "warm") as pool:
+            for v in self.voices.values():
+                ids = v.phonemizer.ids(WARM_UP_FIRST)
+                for f in [pool.submit(warm_first_packet, v, ids) for _ in range(n)]:
+                    f.result()
+                cost = costliest(cost, self.warm_clause(v, first=True))
+        self.stream_cost = cost
+        self.first_packets_warm = True
+        log.info("first packets warm in %.0f ms", (time.monotonic() - t0) * 1000)
+
+    def warm_later(self) -> float | None:
+        """Every voice's later clause (:meth:`warm_clause`); the costliest one's cost."""
+        cost: float | None = None
+        for v in self.voices.values():
+            cost = costliest(cost, self.warm_clause(v, first=False))
         return cost
+
+    def warm_clause(self, v: VoiceRuntime, first: bool) -> float | None:
+        """One clause of ``v`` through the shapes a stream takes, straight through
+        (:class:`appliance.core.warmup.ClauseWarmUp`); its CPU seconds per second of
+        audio, None for a voice that cannot stream."""
+        return ClauseWarmUp(v, first).run()
 
     def info(self) -> dict[str, Any]:
         c = self.config

@@ -423,28 +423,25 @@ class Service:
         self._idle = asyncio.Event()
         self._idle.set()
         self._warmup: asyncio.Future[Any] | None = None
-        self._warm = asyncio.Event()
-        self._warm.set()
         self._speaker = asyncio.Event()
         self._speaker.set()
         self.runtime.metrics.watch(self.live_numbers)
 
-    def hold_requests(self) -> None:
-        """Requests wait (before admission) until :meth:`release_requests`, ``speak`` also
-        until :meth:`release_speech`: the daemon answers ping, info and health while its
-        voices warm up and its speaker starts."""
-        self._warm.clear()
+    def hold_speech(self) -> None:
+        """``speak`` waits (before admission) until :meth:`release_speech`: the daemon
+        serves everything else while its speaker starts."""
         self._speaker.clear()
-
-    def release_requests(self) -> None:
-        """The voices are warm: admit by the cost the warm-up measured, take requests."""
-        if self.runtime.stream_cost is not None:
-            self.admission.measured_at_start(self.runtime.stream_cost)
-        self._warm.set()
 
     def release_speech(self) -> None:
         """The speaker runs, or is known to be missing: take ``speak`` requests."""
         self._speaker.set()
+
+    @property
+    def warm(self) -> bool:
+        """A request now gets its first packet (and ``speak`` its first sound) as quickly as
+        any later one: the voices' first packets are warm and the speaker runs or is known
+        to be missing (``ping``, ``health`` and ``info`` say it; issue 42)."""
+        return self.runtime.first_packets_warm and self._speaker.is_set()
 
     # ------------------------------------------------------------ requests
 
@@ -458,8 +455,6 @@ class Service:
     ) -> Stream:
         """Admit and prepare one request.  Raises ServiceError when it is refused."""
         t0 = time.monotonic()
-        if not self._warm.is_set():
-            await self._warm.wait()  # start-up: the voices are still warming up
         if speak_key is not None and not self._speaker.is_set():
             await self._speaker.wait()  # start-up: the speaker is still starting
         speak = speak_key is not None
@@ -782,7 +777,7 @@ class Service:
     # ------------------------------------------------------------ views
 
     def info(self) -> dict[str, Any]:
-        return self.runtime.info()
+        return {**self.runtime.info(), "warm": self.warm}
 
     def stats(self) -> dict[str, Any]:
         rt = self.runtime
@@ -845,9 +840,12 @@ class Service:
         return {
             "playback": playback,
             "status": status,
-            # Start-up: requests wait while the voices warm up and speak while the speaker
-            # starts (READY=1 comes when this is false).
-            "starting": not (self._warm.is_set() and self._speaker.is_set()),
+            # Start-up: speak waits while the speaker starts (READY=1 comes when this is
+            # false); "starting" is the older name of "not warm".
+            "warm": self.warm,
+            "starting": not self.warm,
+            # The rest of the warm-up, in the background while nothing else runs.
+            "warm_up": "done" if rt.warm_up_done else "running",
             "serving": not self.stopping and status != "failing",
             "draining": self.draining or self.stopping,
             "backend": backend.get("backend", "onnx-cpu"),

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from appliance.ops.config import PlaybackConfig
+from appliance.playback import alsa
 from appliance.playback.queue import Priority, SpeechQueue
 from appliance.playback.rt import apply_audio_thread_priority
 from appliance.playback.utterance import F32, Utterance
@@ -60,6 +61,24 @@ SUPERVISE_S = 0.1
 
 class NoAudioDevice(RuntimeError):
     """Playback is off or the device is lost; the server answers ``no_audio_device``."""
+
+
+PICK_A_DEVICE = (
+    "set playback.device to one that `python -m sounddevice` lists, or playback.enabled: false"
+)
+
+
+def device_problem(exc: Exception, device: str | int | None) -> str:
+    """Why the output device cannot be opened, in a user's terms: PortAudio says "Error
+    querying device -1" for a box with no output device at all (issue 42)."""
+    text = str(exc)
+    if isinstance(exc, ValueError) or "Error querying device" in text:
+        if device is None:
+            return f"no audio output device found ({PICK_A_DEVICE})"
+        return f"audio output device {device!r} not found ({PICK_A_DEVICE})"
+    if "Device unavailable" in text or "Device or resource busy" in text:
+        return f"the audio output device is busy (used by another program?); {text}"
+    return f"the audio output device cannot be opened: {text}"
 
 
 @dataclass(frozen=True)
@@ -107,6 +126,8 @@ class Player:
         self._device_losses = 0
         self._reopens = 0
         self._priority_applied = "not yet"
+        self._alsa: alsa.AlsaMessages | None = None
+        self._last_failure = ""
         # Supervisor.
         self._wake = threading.Event()
         self._closing = False
@@ -144,6 +165,8 @@ class Player:
             self._set_state("off", "disabled in the configuration")
             log.info("playback: off (%s)", self._why)
             return
+        # Before PortAudio loads ALSA: its messages go to the log, not the terminal.
+        self._alsa = alsa.messages()
         try:
             self._sd = importlib.import_module("sounddevice")
         except OSError as exc:  # libportaudio2 missing: nothing to retry
@@ -154,9 +177,11 @@ class Player:
         try:
             self._open_stream(rescan=rescan)
         except Exception as exc:  # PortAudio/ALSA raise several kinds
-            self._set_state("off", f"no output device: {exc}")
+            self._set_state("off", device_problem(exc, self.cfg.device))
+            self._last_failure = self._why
             self._next_attempt = time.monotonic() + self._backoff
-            log.warning("playback: off (%s); retrying in the background", self._why)
+            log.warning("playback: off: %s; trying again in the background", self._why)
+            log.debug("playback: PortAudio said: %s", exc)
         if self._closing:
             return  # closed while it was being opened (the daemon stopped at start-up)
         self._thread = threading.Thread(target=self._supervise, name="ttsd-playback", daemon=True)
@@ -486,6 +511,9 @@ class Player:
                 self._try_reopen()
 
     def _deliver_events(self) -> None:
+        if self._alsa is not None:
+            for line in self._alsa.drain():
+                log.debug("playback: ALSA: %s", line)
         while self._events:
             kind, utt, arg = self._events.popleft()
             if kind == "started" and utt is not None:
@@ -515,13 +543,20 @@ class Player:
             at_max = self._backoff >= self.cfg.reopen_max_s
             self._backoff = min(self._backoff * 2, self.cfg.reopen_max_s)
             self._next_attempt = time.monotonic() + self._backoff
-            # Said once on the way up; a box without a speaker should not fill the journal.
+            why = device_problem(exc, self.cfg.device)
+            # Said once on the way up, and only when it is news: a box without a speaker
+            # should not fill the journal (or make run's terminal) with the same line.
+            news = not at_max and why != self._last_failure
+            self._last_failure = why
+            if self._state == "off":  # degraded keeps saying what was lost
+                self._set_state("off", why)
             log.log(
-                logging.DEBUG if at_max else logging.INFO,
-                "playback: reopen failed (%s); next try in %.1f s",
-                exc,
+                logging.INFO if news else logging.DEBUG,
+                "playback: still off: %s; next try in %.1f s",
+                why,
                 self._backoff,
             )
+            log.debug("playback: PortAudio said: %s", exc)
             return
         self._reopens += 1
         self._backoff = self.cfg.reopen_min_s
@@ -560,6 +595,7 @@ class Player:
             "callback_errors": self._callback_errors,
             "device_losses": self._device_losses,
             "reopens": self._reopens,
+            "alsa_messages": self._alsa.count if self._alsa is not None else 0,
             "queued": queued,
             "speaking": speaking,
             **counts,

@@ -18,7 +18,9 @@ from appliance.core.pipeline import encode
 from appliance.core.runtime import Runtime
 from appliance.core.service import Service
 from appliance.core.streaming import SynthesisJob, VoiceRuntime
+from appliance.core.warmup import ClauseWarmUp, IdleWarmUp
 from appliance.model.engine.base import Scales
+from appliance.model.engine.interrupt import Interrupted
 from appliance.model.engine.onnx import OnnxVoiceModel, _session
 from appliance.model.engine.pool import FailoverVoiceModel
 from appliance.model.engine.windows import decode_span
@@ -477,3 +479,117 @@ def test_no_quick_start_where_the_whole_prior_could_not_be_hidden(runtime: Runti
     want = _whole(runtime)
     assert got.shape == want.shape
     assert float(np.max(np.abs(got - want))) <= 1e-4
+
+
+# ------------------------------------------------------------------ start-up warm-up
+
+
+class _CountingModel(RecordingModel):
+    """Also counts flow runs, and stops (as the scheduler does for a newcomer) the decode
+    call numbered ``stop_at``."""
+
+    def __init__(self, inner: OnnxVoiceModel | FailoverVoiceModel, stop_at: int = -1) -> None:
+        super().__init__(inner)
+        self.flows = 0
+        self.stop_at = stop_at
+
+    def flow(
+        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
+    ) -> FloatArray:
+        self.flows += 1
+        return super().flow(z_p, g, margins)
+
+    def decode(
+        self,
+        z: FloatArray,
+        g: FloatArray | None,
+        urgent: bool = False,
+        margins: tuple[int, int] = (0, 0),
+    ) -> FloatArray:
+        if len(self.decodes) == self.stop_at:
+            self.stop_at = -1
+            raise Interrupted("decoder")
+        return super().decode(z, g, urgent, margins)
+
+    def runs(self) -> int:
+        return len(self.encodes) + len(self.decodes) + self.flows
+
+
+def test_a_later_clause_warms_up_in_short_steps(runtime: Runtime) -> None:
+    """The daemon runs it as batch work step by step: the workers' heartbeat is renewed
+    between steps (the whole clause as one item took 20 s on a busy box: health said
+    ``failing``), and each step is over as soon as a newcomer's first item needs it."""
+    voice = runtime.voices[runtime.default_voice]
+    model = _CountingModel(voice.model)  # type: ignore[arg-type]
+    job = ClauseWarmUp(dataclasses.replace(voice, model=model), first=False)
+    per_step = []
+    while not job.done:
+        before = model.runs()
+        job.step()
+        per_step.append(model.runs() - before)
+    # The first chunks' three widths are one step; everything else is a run or two.
+    assert max(per_step) <= 6 and sorted(per_step)[-2] <= 2, per_step
+    assert len(per_step) >= 8, per_step
+    assert job.cost() is not None and 0.0 < job.cost() < 1.0  # type: ignore[operator]
+
+
+def test_a_warm_up_step_stopped_for_a_newcomer_runs_again(runtime: Runtime) -> None:
+    """The scheduler queues a stopped item again: the same step, run again, goes on
+    where the clause was."""
+    voice = runtime.voices[runtime.default_voice]
+    model = _CountingModel(voice.model, stop_at=5)  # type: ignore[arg-type]
+    job = ClauseWarmUp(dataclasses.replace(voice, model=model), first=False)
+    stopped = steps = 0
+    while not job.done:
+        steps += 1
+        try:
+            job.step()
+        except Interrupted:
+            stopped += 1
+    assert stopped == 1 and steps < 40
+    straight = _CountingModel(voice.model)  # type: ignore[arg-type]
+    ClauseWarmUp(dataclasses.replace(voice, model=straight), first=False).run()
+    assert model.encodes == straight.encodes  # (the decodes' frames: durations are sampled)
+    assert job.cost() is not None
+
+
+def test_first_packets_are_warm_and_admission_measured_before_requests(
+    voice_cache: Path,
+) -> None:
+    """What the daemon does before it takes requests (issue 42): first packets on every
+    worker at once and a first clause, which measures the cost admission plans with (the
+    fixed guess refused three of eight requests sent at once)."""
+    cfg = parse_config({"voices": {"cache_dir": str(voice_cache)}, "engine": {"workers": 2}})
+    rt = Runtime.load(cfg, warm=False)
+    try:
+
+        async def warm() -> bool:
+            return Service(rt).warm
+
+        assert rt.stream_cost is None and not asyncio.run(warm())
+        rt.warm_first_packets()
+        assert rt.first_packets_warm and asyncio.run(warm())
+        assert rt.stream_cost is not None and 0.0 < rt.stream_cost < 1.0
+    finally:
+        rt.close()
+
+
+def test_the_rest_of_the_warm_up_waits_while_requests_are_in_flight(runtime: Runtime) -> None:
+    """The daemon's background warm-up (IdleWarmUp) runs nothing while a request is in
+    flight, then every voice's later clause, and measures when nothing ran beside it."""
+    busy = {"until": time.monotonic() + 0.5}
+
+    def in_flight() -> bool:
+        return time.monotonic() < busy["until"]
+
+    async def go() -> tuple[float | None, int]:
+        idle = IdleWarmUp(list(runtime.voices.values()), runtime.scheduler, in_flight)
+        task = asyncio.create_task(idle.run())
+        before = runtime.scheduler.completed
+        await asyncio.sleep(0.4)
+        ran_while_busy = runtime.scheduler.completed - before
+        return await task, ran_while_busy
+
+    cost, ran_while_busy = asyncio.run(go())
+    assert ran_while_busy == 0
+    assert cost is not None and 0.0 < cost < 1.0

@@ -2,8 +2,9 @@
 
     python -m tests.fakes.daemon [--stall-first-item SECONDS] [--frontend-fault TEXT] serve …
 
-- ``--stall-first-item``: the first work item hangs its worker that long, so the tests
-  see the systemd watchdog withheld while a worker is wedged.
+- ``--stall-first-item``: the first work item of a request (not the start-up's warm-up)
+  hangs its worker that long, so the tests see the systemd watchdog withheld while a
+  worker is wedged.
 - ``--frontend-fault``: text containing TEXT makes the frontend raise (a stand-in for a
   bug), so the tests see every door end such a request with ``internal``.
 
@@ -40,6 +41,8 @@ def stall_first_item(seconds: float) -> Callable[[Runtime], None]:
             return fn()
 
         def submit_once(fn: Callable[[], Any], **kw: Any) -> Any:
+            if kw.get("kind") == "warmup":  # the start-up's own batch work: not a request's
+                return real_submit(fn, **kw)
             setattr(scheduler, "submit", real_submit)  # noqa: B010 - one-shot wrapper undone
             return real_submit(functools.partial(stalled, fn), **kw)
 

@@ -242,9 +242,11 @@ def test_requests_are_served_while_the_speaker_is_still_starting(
             ready=False,
         )
         with Wire(daemon.socket) as w:
-            assert w.call({"op": "ping", "id": 1})["event"] == "pong"
+            # Not warm: a speak now would wait for the speaker (make run's demo waits).
+            assert w.call({"op": "ping", "id": 1}) == {"id": 1, "event": "pong", "warm": False}
             h = w.call({"op": "health", "id": 2})
             assert h["playback"]["state"] == "starting" and h["starting"] is True, h
+            assert h["warm"] is False, h
             w.send({"op": "synthesize", "id": 3, "text": "The speaker is not needed."})
             assert w.until(3)[-1]["event"] == "end"
             _speak(w, 4, TEXT)  # waits for the speaker, as documented
@@ -252,6 +254,7 @@ def test_requests_are_served_while_the_speaker_is_still_starting(
             os.kill(pid, signal.SIGCONT)
             evs = w.until(4)
             assert [e["event"] for e in evs] == ["queued", "started", "end"], evs
+            assert w.call({"op": "ping", "id": 5})["warm"] is True
         assert "ttsd: ready:" in daemon.log() and "playback=ok" in daemon.log()
     finally:
         os.kill(pid, signal.SIGCONT)

@@ -713,7 +713,8 @@ class Connection:
         op = req.op
         try:
             if op == "ping":
-                await self.send(SimpleEvent(req.id, "pong").to_dict())
+                # ``warm``: a request now is as quick as any later one (issue 42).
+                await self.send(SimpleEvent(req.id, "pong", {"warm": svc.warm}).to_dict())
             elif op == "info":
                 await self.send(SimpleEvent(req.id, "info", svc.info()).to_dict())
             elif op == "stats":

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from appliance.model.voices.discover import VoiceError
+from appliance.ops import atomic
 from appliance.text.phonemize import Phonemizer
 from appliance.voicetypes import CutNames, FlowSplit, VoiceInfo
 
@@ -164,16 +163,12 @@ def _load_shaped(model_path: Path) -> Any:
 
 
 def _atomic_write_model(model: Any, dest: Path) -> None:
+    """Whole or not at all (:mod:`appliance.ops.atomic`): a daemon stopped mid-cut leaves no
+    part of a graph in the cache."""
     import onnx
 
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".tmp")
-    os.close(fd)
-    try:
-        onnx.save(model, tmp)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic.writing(dest) as f:
+        onnx.save(model, f)
 
 
 def _rank_latent_input(decoder: Any, z_name: str) -> None:
@@ -275,6 +270,7 @@ def cut_model(
     import onnx.utils
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    atomic.sweep(out_dir)  # what a cut killed outright (SIGKILL) left half-written
     enc, dec = out_dir / "encoder.onnx", out_dir / "decoder.onnx"
     model = _load_shaped(model_path)
     enc_outputs = [names.z, names.durations] + ([names.g] if names.g else [])

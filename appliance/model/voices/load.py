@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from appliance.model.voices.verify import (
     verify_cut,
     verify_flow,
 )
+from appliance.ops import atomic
 from appliance.voicetypes import CutNames, FlowSplit, Voice, VoiceInfo
 
 log = logging.getLogger("appliance.model.voices")
@@ -295,9 +295,8 @@ class _Preparation:
             "margins_keep": self.keep,
             "margins_note": self.margins_note,
         }
-        tmp = self.slot / "meta.tmp"
-        tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        os.replace(tmp, self.slot / "meta.json")
+        # Last, and whole or not at all: without it the next start cuts again.
+        atomic.write_bytes(self.slot / "meta.json", json.dumps(meta, indent=1).encode())
 
     def voice(self, note: str) -> Voice:
         return Voice(
