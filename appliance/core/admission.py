@@ -15,6 +15,11 @@ Two rules, either one refuses (see docs/scheduling.md):
   the daemon is behind whatever the projection says, and refuses until it
   has caught up.
 
+Neither rule refuses a stream when no other real-time stream is producing: with
+nobody to protect, a refusal only turns a late answer into none (a busy box's
+first request measured 0.65 against 0.40 and was refused while the daemon sat
+idle).  That stream may run late; the next newcomer is judged with it counted.
+
 ``retry_after_ms`` is when the first admitted stream is expected to stop
 producing audio, i.e. when its share of the workers comes free.
 
@@ -189,7 +194,9 @@ class Admission:
         load = self.projected_load(streams)
         backlog_s = cfg.admission_backlog_ms / 1000.0
         behind = backlog_s > 0 and max(mean_lateness_s, overdue_s) > backlog_s
-        if load > cfg.admission_max_load:
+        if not any(s.realtime and s.producing for s in streams):
+            d = Decision(True, load=load)  # alone: nobody a refusal would protect
+        elif load > cfg.admission_max_load:
             d = Decision(
                 False,
                 self._retry_after_ms(streams),

@@ -58,3 +58,21 @@ def test_without_a_cpu_share_the_estimate_is_unchanged() -> None:
     assert (
         abs(Admission(2, rtf_prior=0.25).rtf(live) - (2.0 * 2 + 0.25 * 2.0) / (20.0 + 2.0)) < 1e-9
     )
+
+
+def test_a_stream_alone_is_admitted_however_slow_the_box_and_the_next_is_judged() -> None:
+    cfg = SchedulerConfig(admission_max_load=0.4, admission_backlog_ms=1000)
+    slow = Admission(2, rtf_prior=1.3)  # each stream would claim 0.65 of the workers
+    # Nothing producing: neither the projection nor a stale backlog refuses.
+    assert slow.decide(cfg, [], mean_lateness_s=5.0, overdue_s=5.0).admit
+    finished = [StreamLoad(True, False, compute_s=13.0, audio_s=10.0)]
+    assert slow.decide(cfg, finished, 5.0, 5.0).admit
+    batch = [StreamLoad(False, True, compute_s=13.0, audio_s=10.0)]
+    assert slow.decide(cfg, batch, 0.0, 0.0).admit
+    # One producing: the newcomer is judged by both rules.
+    live = [StreamLoad(True, True, compute_s=13.0, audio_s=10.0)]
+    refused = slow.decide(cfg, live, 0.0, 0.0)
+    assert not refused.admit and "projected load" in refused.reason
+    roomy = SchedulerConfig(admission_max_load=8.0, admission_backlog_ms=1000)
+    behind = slow.decide(roomy, live, 2.0, 0.0)
+    assert not behind.admit and "behind" in behind.reason
