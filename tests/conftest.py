@@ -137,6 +137,12 @@ def wait_until_started(path: str, proc: subprocess.Popen[bytes], log: Path, time
 
 DaemonFactory = Callable[..., Daemon]
 
+ROOMY_ADMISSION = {"admission_max_load": 8.0, "admission_backlog_ms": 600000.0}
+"""The test daemons' admission unless a test sets its own: a protocol's behaviour must not
+depend on what else the box runs (a CI box under two test processes projected 0.65 of
+the workers for two concurrent streams and refused them against the product's 0.40).
+Tests of admission itself give the keys they test (test_sched_overload: the defaults)."""
+
 
 @pytest.fixture(scope="session", autouse=True)
 def voice_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -186,6 +192,8 @@ def daemon_factory(
             else:
                 cfg[key] = value
         cfg.setdefault("engine", {}).setdefault("backend", "onnx-cpu")
+        for key, value in ROOMY_ADMISSION.items():  # tests of admission set their own
+            cfg.setdefault("scheduler", {}).setdefault(key, value)
         cfg.setdefault("playback", {}).setdefault("enabled", False)
         cfg_path = d / "config.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg))

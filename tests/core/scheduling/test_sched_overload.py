@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from appliance.ops.config import SchedulerConfig
 from bench.concurrency import StreamResult
 from tests.conftest import DaemonFactory
 from tests.core.scheduling.sched_helpers import LONG_TEXT, one_stream, stats
@@ -18,7 +19,15 @@ pytestmark = pytest.mark.solo
 async def test_overload_gets_busy_and_admitted_streams_do_not_stall(
     daemon_factory: DaemonFactory,
 ) -> None:
-    daemon = daemon_factory({})
+    defaults = SchedulerConfig()  # the product's admission, not the tests' roomy one
+    daemon = daemon_factory(
+        {
+            "scheduler": {
+                "admission_max_load": defaults.admission_max_load,
+                "admission_backlog_ms": defaults.admission_backlog_ms,
+            }
+        }
+    )
     await one_stream(daemon, play_out=False, client_buffer_s=1e9)  # measures the RTF
     tasks: list[asyncio.Task[StreamResult]] = []
     busy: list[StreamResult] = []
