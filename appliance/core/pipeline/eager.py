@@ -462,9 +462,10 @@ class _Sentence:
         if self.making is None:
             await host.idle(timeout, self.emit)
             return
-        changed = asyncio.ensure_future(host.clauses.changed(timeout))
+        changed: asyncio.Future[Any] = asyncio.ensure_future(host.clauses.changed(timeout))
+        waits: list[asyncio.Future[Any]] = [self.making, changed]
         try:
-            await asyncio.wait([self.making, changed], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
             changed.cancel()
 
