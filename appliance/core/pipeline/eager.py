@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from appliance.core.chunkplan import chunk_span
 from appliance.core.pipeline import encode
 from appliance.core.pipeline.shape import Shaped, fade, gain, joined, silence_samples
 from appliance.core.pipeline.start import Heard, JoinWords, StartHost, take_over
@@ -69,6 +68,9 @@ LATER_START_S = 0.3
 """A later sentence starts from its draft once the listener holds less than this."""
 CHUNK_MS = 230.0
 """Provisional chunks: the first as short as the plan's first, then about this long."""
+WHOLE_WAIT_S = 0.1
+"""Once the sentence is complete, provisional audio goes out only while the listener holds
+less than this: the whole sentence's encoding takes over at the next gap."""
 DRY_S = 0.02
 """A provisional chunk's held-back samples go out (faded) this close to the listener
 running dry for want of text."""
@@ -298,10 +300,15 @@ class _Sentence:
             self._encode_more()
             cur = self.cur
             if cur is not None and self.at < cur.playable - 1:
-                if host.buffer_s() < EAGER_AHEAD_S:
+                if host.buffer_s() < self._ahead_s():
                     await self._send_next(cur)
                     continue
             await self._wait()
+
+    def _ahead_s(self) -> float:
+        """How much audio the listener may hold before more provisional audio is sent:
+        less once the whole sentence is being encoded (it takes over sooner)."""
+        return EAGER_AHEAD_S if self.clause is None else WHOLE_WAIT_S
 
     # -- encodings
 
@@ -332,9 +339,12 @@ class _Sentence:
         return self.clause is not None or not q.closed
 
     def _encode_more(self) -> None:
+        host, ctx = self.host, self.host.ctx
+        if self.clause is not None and not self.whole_asked and self.making is not None:
+            self.making.cancel()  # a draft's: the whole sentence is what is wanted now
+            self.making = None
         if self.making is not None:
             return
-        host, ctx = self.host, self.host.ctx
         work: Callable[[], Take | None]
         if self.clause is not None and not self.whole_asked:
             self.whole_asked = True
@@ -414,12 +424,20 @@ class _Sentence:
         before = silence_samples(clause.pause_before_ms, ctx.voice.sample_rate) if first else 0
         pa = cur.seams[self.at] if self.at >= 0 else 0
         self._place_words(cur, pa, cur.seams[b], before, lead)
-        span = chunk_span(clause, pa, cur.seams[b], len(cur.ids))
+        span = self._span(cur, b)
         volume = ctx.settings.volume * clause.volume
         await host.send(Shaped(gain(send, volume), before), span, False, False, self.emit)
         log.debug("sent to %d (%s) buffer %.3f", b, span, host.buffer_s())
         host.grow(cur.frames[b] - (cur.frames[self.at] if self.at >= 0 else 0))
         self.at, self.key = b, cur.keys[b]
+
+    def _span(self, cur: Take, b: int) -> tuple[int, int]:
+        """The text a chunk from the playhead to seam ``b`` says: whole written words."""
+        if self.at < 0:
+            return cur.clause.span[0], cur.keys[b]
+        seam = cur.seams[self.at]
+        start = next((w.span[0] for w in cur.written if w.start >= seam - 1), cur.keys[b])
+        return min(start, cur.keys[b]), cur.keys[b]
 
     def _place_words(self, cur: Take, pa: int, pb: int, before: int, lead: int) -> None:
         """The chunk's written words (those that start between its gaps), timed by its
@@ -457,7 +475,7 @@ class _Sentence:
         if left <= 0:
             timeout = None
         else:
-            timeout = max(0.005, left - (EAGER_AHEAD_S if can_send else DRY_S))
+            timeout = max(0.005, left - (self._ahead_s() if can_send else DRY_S))
         log.debug("wait send=%s left=%.3f making=%s", can_send, left, self.making is not None)
         if self.making is None:
             await host.idle(timeout, self.emit)
@@ -474,8 +492,7 @@ class _Sentence:
         tail, self.tail = fade(self.tail, 0, len(self.tail)), None
         cur = self.cur
         assert cur is not None
-        span = chunk_span(cur.clause, cur.seams[self.at], cur.seams[self.at], len(cur.ids))
-        await self.host.send(Shaped(tail), span, False, False, self.emit)
+        await self.host.send(Shaped(tail), (self.key, self.key), False, False, self.emit)
 
     def _take_over(self, take: Take) -> Voiced:
         host = self.host
