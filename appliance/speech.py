@@ -22,6 +22,10 @@ IntArray = npt.NDArray[np.int64]
 MODES = ("dialog", "reading", "sentence")
 PRIORITIES = ("important", "message", "text", "notification", "progress")
 TEXT_FORMATS = ("text", "ssml", "markdown")
+TEXT_STARTS = ("eager", "sentence")
+"""How a text stream's sentence starts: from its first words while it is still being
+written (``eager``), or once it is complete (``sentence``)."""
+KEEPALIVE_MS = (20, 60000)
 MAX_SPEED = 4.0
 """Past the voice's own limit (~2×) a time-stretch does the rest (appliance.model.stretch)."""
 
@@ -52,6 +56,12 @@ class SpeechRequest:
     """Chunks carry :class:`Word` timings (``Chunk.words``); off: chunks are as before."""
     deterministic: bool | None = None
     """Seed the sampling noise from the text and settings (None: ``voices.deterministic``)."""
+    text_start: str = "sentence"
+    """``text_stream``: ``eager`` speaks a sentence's first words while it is being written
+    (docs/textstream.md); ``sentence`` waits for it as before.  Other requests: unused."""
+    keepalive_ms: int | None = None
+    """``text_stream``: while the audio waits for text, a short silent chunk after this
+    long without one (None: never)."""
 
     def validate(self) -> None:
         """The checks every door shares; a door checks its own wire types first."""
@@ -73,6 +83,11 @@ class SpeechRequest:
             raise bad(f"'priority' must be one of {', '.join(PRIORITIES)}")
         if self.text_format not in TEXT_FORMATS:
             raise bad(f"'text_format' must be one of {', '.join(TEXT_FORMATS)}")
+        if self.text_start not in TEXT_STARTS:
+            raise bad(f"'text_start' must be one of {', '.join(TEXT_STARTS)}")
+        lo, hi = KEEPALIVE_MS
+        if self.keepalive_ms is not None and not lo <= self.keepalive_ms <= hi:
+            raise bad(f"'keepalive_ms' must be within {lo}–{hi}")
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=None,
         help="core http normalizer ssml markdown concurrency speed prosody playback textstream "
-        "speechd wyoming scaleout wordtimes pacing speeds",
+        "eager speechd wyoming scaleout wordtimes pacing speeds",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             "prosody",
             "playback",
             "textstream",
+            "eager",
             "speechd",
             "wyoming",
             "scaleout",
@@ -203,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         results["playback"] = _optional("playback", lambda: _bench_playback(out))
     if "textstream" in want:
         results["textstream"] = _optional("textstream", lambda: _bench_textstream(out, runs))
+    if "eager" in want:  # issue 44: a reply spoken while it is written, per door
+        from bench.eager import bench_eager
+
+        results["eager"] = _optional("eager", lambda: bench_eager(out, args.quick))
     if "speechd" in want:
         results["speechd"] = _optional("speechd", lambda: _bench_speechd(out, max(runs, 20)))
     if "wyoming" in want:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from appliance.core.textstream import SegmentRule, release_point
+from appliance.core.textstream import SegmentRule, release_point, safe_cut
 from appliance.text.frontend import long_sentence_cut
 
 # Delimiters read as closing quotes by the plain rule (same length: positions carry over).
@@ -197,17 +197,6 @@ def _paragraph(first_line: str) -> bool:
     return not _BLOCK_START.match(first_line) and not _FENCE.match(first_line)
 
 
-def _safe(segment: str) -> bool:
-    """May a segment end here: no link, tag or code span left open, and words on its last
-    line (not a bare list marker)?"""
-    if segment.count("[") > segment.count("]") or segment.count("<") > segment.count(">"):
-        return False
-    if segment.count("`") % 2:
-        return False
-    last = segment.rsplit("\n", 1)[-1]
-    return any(c.isalnum() for c in last) or not last.strip()
-
-
 def markdown_release_point(
     pending: str,
     rule: SegmentRule,
@@ -236,4 +225,4 @@ def markdown_release_point(
     n = release_point(block.translate(_AS_QUOTES), rule, first=first, idle=idle, low=low)
     if n == len(pending) and pending[-1] in _DELIMITERS:
         return 0  # "**Sure!*": the closing run may not be whole yet
-    return n if n > 0 and _safe(pending[:n]) else 0
+    return n if n > 0 and safe_cut(pending[:n]) else 0

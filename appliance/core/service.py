@@ -549,6 +549,8 @@ class Service:
             quick_start=cfg.streaming.quick_start,
             max_phonemes=cfg.engine.max_phonemes,
             word_timings=req.word_timings,
+            eager=req.text_stream and req.text_start == "eager",
+            keepalive_ms=float(req.keepalive_ms or 0) if req.text_stream else 0.0,
         )
 
     async def _clauses(self, stream: Stream, req: SpeechRequest) -> ClauseQueue:
@@ -584,6 +586,8 @@ class Service:
             stream.fail,
             audio_left=stream.audio_left_s,
             release=markdown_release_point if req.text_format == "markdown" else release_point,
+            eager=req.text_start == "eager",
+            markdown=req.text_format == "markdown",
         )
         if req.text:
             stream.feed.append(req.text)

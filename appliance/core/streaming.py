@@ -28,15 +28,16 @@ call takes more than ``engine.max_phonemes`` ids (:mod:`appliance.model.engine.b
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from appliance.core.chunkplan import chunk_span, mode_plan, pause_frames
-from appliance.core.pipeline import encode
+from appliance.core.pipeline import eager, encode
+from appliance.core.pipeline.clauses import ClauseQueue, Draft
 from appliance.core.pipeline.shape import Output, Shaped, joined, shape, stretch_factor
 from appliance.core.pipeline.start import choose
 from appliance.core.pipeline.timeline import Timeline
@@ -56,50 +57,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ClauseQueue", "JobSettings", "JobStats", "SynthesisJob", "VoiceRuntime"]
 
+KEEPALIVE_S = 0.02
+"""A keep-alive chunk's silence (``keepalive_ms``)."""
 PREFETCH_HOLD_S = 1.0
 """A first clause with more audio than this left after its first chunk encodes the next
 clause only after its second chunk (see :meth:`SynthesisJob._prefetch`)."""
-
-
-class ClauseQueue:
-    """A request's clauses as they become known: all at once for a text, segment by
-    segment for text that streams in.  Closed when no more will come."""
-
-    def __init__(self, clauses: list[Clause] | None = None, closed: bool = True) -> None:
-        self._items: collections.deque[Clause] = collections.deque(clauses or ())
-        self._closed = closed
-        self._changed = asyncio.Event()
-        self.chars_total = sum(len(c.text) for c in self._items)
-
-    def put(self, clauses: list[Clause]) -> None:
-        self._items.extend(clauses)
-        self.chars_total += sum(len(c.text) for c in clauses)
-        self._changed.set()
-
-    def close(self) -> None:
-        self._closed = True
-        self._changed.set()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def exhausted(self) -> bool:
-        """No clause is left and none will come."""
-        return self._closed and not self._items
-
-    def take_nowait(self) -> Clause | None:
-        return self._items.popleft() if self._items else None
-
-    async def take(self) -> Clause | None:
-        """The next clause, waiting for it if needed; None once closed and empty."""
-        while not self._items:
-            if self._closed:
-                return None
-            self._changed.clear()
-            await self._changed.wait()
-        return self._items.popleft()
 
 
 class SynthesisJob:
@@ -129,6 +91,8 @@ class SynthesisJob:
             scheduler.crowded,
         )
         self._start = choose(self.ctx)
+        self._eager = eager.choose(self.ctx)
+        stats.text_stream = self._eager is not None or settings.keepalive_ms > 0
         self.output = Output(voice.sample_rate, settings.stretch_speed)
         self.timeline = Timeline(
             voice.sample_rate,
@@ -177,18 +141,25 @@ class SynthesisJob:
                 self._next[1].cancel()
 
     async def _run(self, emit: Emit) -> None:
-        clause = await self.clauses.take()
-        while clause is not None:
-            encoded = await self._encoded(clause)
-            if encoded.opening is not None:
-                assert self._start is not None
-                voiced = await self._start.play(self, clause, encoded, emit)
+        item = await self._following(emit)
+        while item is not None:
+            if isinstance(item, Draft):  # a sentence still being written
+                assert self._eager is not None
+                if (played := await self._eager.play(self, item, emit)) is None:
+                    break
+                clause, voiced = played
             else:
-                voiced = self.plan(clause, encoded)
+                clause = item
+                encoded = await self._encoded(clause)
+                if encoded.opening is not None:
+                    assert self._start is not None
+                    voiced = await self._start.play(self, clause, encoded, emit)
+                else:
+                    voiced = self.plan(clause, encoded)
             await self._speak(voiced, emit)
             self._chars_done += len(clause.text)
             self._clauses_done += 1
-            clause = await self._following()
+            item = await self._following(emit)
         if self.output.stretching:
             # A text stream's last chunk was not known as last: the stretcher's tail now.
             tail = self.output.render(Shaped(np.zeros(0, np.float32)), final=True)
@@ -221,10 +192,52 @@ class SynthesisJob:
             self.voice.costs.observe_first_decode(encoded.first_decode_s)
         return encoded
 
-    async def _following(self) -> Clause | None:
+    async def _following(self, emit: Emit) -> Clause | Draft | None:
+        """The next clause; with an eager start, the draft of a sentence still being
+        written once nothing else is left to play; None: the text is over."""
         if self._next is not None:
             return self._next[0]
-        return await self.clauses.take()
+        q = self.clauses
+        if self._eager is None and not self.settings.keepalive_ms:
+            return await q.take()
+        while not q.ready:
+            if q.closed:
+                return None
+            left, d = self.buffer_s(), q.draft
+            if self._eager is not None and d is not None and d.words >= eager.MIN_WORDS:
+                if self.timeline.seq == 0 or left < eager.LATER_START_S:
+                    return d
+            self.timeline.waiting_for_text()
+            soon = d is not None and self._eager is not None and left > 0
+            await self.idle(left - eager.LATER_START_S + 0.005 if soon else None, emit)
+        return q.take_nowait()
+
+    # -- what a start strategy uses
+
+    @property
+    def joins_in(self) -> bool:
+        """A clause was spoken before (the next one's first chunk fades in)."""
+        return self._clauses_done > 0
+
+    def waiting_for_text(self) -> None:
+        self.timeline.waiting_for_text()
+
+    async def idle(self, timeout: float | None, emit: Emit) -> None:
+        """Wait for the clause queue to change (at most ``timeout`` s); once the listener
+        has run dry and ``keepalive_ms`` passed without a chunk, send a short silence."""
+        ka = self.settings.keepalive_ms / 1000.0
+        if ka > 0 and self.timeline.seq > 0:
+            now = time.monotonic()
+            due = max(self.timeline.sent_at + ka, now + self.buffer_s()) - now
+            if due <= 0:
+                self.stats.keepalives += 1
+                silence = np.zeros(round(KEEPALIVE_S * self.voice.sample_rate), np.float32)
+                end = self.timeline.last_span[1]
+                span = (end, end)
+                await self.send(Shaped(silence), span, False, False, emit)
+                return
+            timeout = due if timeout is None else min(timeout, due)
+        await self.clauses.changed(None if timeout is None else max(0.0, timeout))
 
     def _prefetch(self, ahead_s: float) -> None:
         """Encode the next clause now, due when this clause's audio runs out.

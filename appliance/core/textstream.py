@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from appliance.core.streaming import ClauseQueue
+from appliance.core.pipeline.clauses import ClauseQueue
 from appliance.errors import ErrorCode, ServiceError
 from appliance.text.frontend import (
     Clause,
@@ -56,6 +56,9 @@ from appliance.text.frontend import (
 log = logging.getLogger(__name__)
 
 _CLAUSE_MARK = re.compile(r"[,;:](?=\s)|\s[-–—](?=\s)")
+_NOT_A_PARAGRAPH = re.compile(r"\s*(?:\||```|~~~)|(?: {4}|\t)")
+"""Markdown that is drafted for an eager start only inside a paragraph's first line."""
+
 # Where a run starts and possessive (as the frontend's own pattern): no backtracking.
 _SENTENCE_TAIL = re.compile(r"(?<![.!?])[.!?]++[\"')\]]*+$")
 
@@ -208,6 +211,8 @@ class TextFeed:
         on_error: Callable[[ServiceError], None],
         audio_left: Callable[[], float | None] = lambda: None,
         release: Release = release_point,
+        eager: bool = False,
+        markdown: bool = False,
     ) -> None:
         self._queue = queue
         self._release_point = release
@@ -220,7 +225,15 @@ class TextFeed:
         """Everything appended so far: the text as sent."""
         self._spoken = 0
         """Characters of ``text`` already released."""
-        self._segments: asyncio.Queue[tuple[int, str, bool] | None] = asyncio.Queue()
+        self._segments: asyncio.Queue[tuple[int, str, bool] | bool | None] = asyncio.Queue()
+        """Released segments; True (eager starts): draft the rest now; None: finished."""
+        self._eager = eager
+        """``text_start: eager``: the text not yet released is drafted for the job (its
+        words are spoken before the sentence ends), the first segment is not cut at a
+        clause mark, the low-water cut is off (the draft plays on), and the idle rule
+        releases up to the last word boundary (the words before it may have been said)."""
+        self._markdown = markdown
+        self._draft_queued = False
         self._first = True
         self.finished = False
         self.failed = False
@@ -252,6 +265,9 @@ class TextFeed:
         self._timeout = asyncio.get_running_loop().call_later(self._timeout_s, self._timed_out)
         self._release(flush=flush)
         self._arm_idle()
+        if self._eager and not self._draft_queued and self._spoken < len(self.text):
+            self._draft_queued = True
+            self._segments.put_nowait(True)
 
     def finish(self) -> None:
         if self.finished or self.failed:
@@ -276,9 +292,12 @@ class TextFeed:
     def _release(self, flush: bool = False, idle: bool = False, low: bool = False) -> None:
         while self._spoken < len(self.text):
             pending = self.text[self._spoken :]
+            first = self._first and not self._eager
             n = self._release_point(
-                pending, self._rule, first=self._first, idle=idle, flush=flush, low=low
+                pending, self._rule, first=first, idle=idle, flush=flush, low=low
             )
+            if idle and self._eager:
+                n = max(n, word_cut(pending, self._markdown))
             if n <= 0:
                 return
             if pending[:n].strip():
@@ -297,7 +316,7 @@ class TextFeed:
 
     def _watch_low_water(self) -> None:
         """While text waits, look every 50 ms whether the listener is running dry."""
-        if self._low is not None or self._first or self._rule.low_water_ms <= 0:
+        if self._low is not None or self._first or self._eager or self._rule.low_water_ms <= 0:
             return
         if self._spoken >= len(self.text) or self.finished or self.failed:
             return
@@ -332,6 +351,10 @@ class TextFeed:
     async def _feed(self) -> None:
         while True:
             item = await self._segments.get()
+            if isinstance(item, bool):
+                self._draft_queued = False
+                await self._draft()
+                continue
             if item is None:
                 if self._clauses_out == 0:
                     self._fail(ServiceError(ErrorCode.EMPTY_TEXT, "text has nothing to speak"))
@@ -353,6 +376,56 @@ class TextFeed:
             clauses = [shift_clause(c, offset) for c in clauses]
             self._clauses_out += len(clauses)
             self._queue.put(clauses)
+            self._queue.put_draft(None)  # it drafted this segment's text
+
+    async def _draft(self) -> None:
+        """The text not yet released, read by the frontend as one clause for the job to
+        start speaking (a sentence still being written); read as it is now, after every
+        segment released before it is out."""
+        offset = self._spoken
+        pending = self.text[offset:]
+        if not draftable(pending, self._rule, self._markdown):
+            self._queue.put_draft(None)
+            return
+        try:
+            clauses = await self._prepare(pending, self._first)
+        except ServiceError:
+            clauses = []  # nothing to say yet, or a refusal its segment will meet
+        except Exception:  # a draft is optional: its segment meets the frontend again
+            log.exception("text stream: the frontend failed on a draft")
+            clauses = []
+        if self._spoken != offset or self.failed:
+            return  # released meanwhile: the next draft, if any, is queued
+        self._queue.put_draft(shift_clause(clauses[0], offset) if clauses else None)
+
+
+def safe_cut(segment: str) -> bool:
+    """May a segment end here: no link, tag or code span left open, and words on its last
+    line (not a bare list marker)?"""
+    if segment.count("[") > segment.count("]") or segment.count("<") > segment.count(">"):
+        return False
+    if segment.count("`") % 2:
+        return False
+    last = segment.rsplit("\n", 1)[-1]
+    return any(c.isalnum() for c in last) or not last.strip()
+
+
+def draftable(pending: str, rule: SegmentRule, markdown: bool) -> bool:
+    """Is text not yet released worth a draft: two words or more (one to say, one ahead),
+    no longer than a segment may be, and in Markdown a paragraph's first line (lists,
+    headings, fences and tables are released whole)?"""
+    if len(pending) > rule.max_chars or len(pending.split(None, 2)) < 2:
+        return False
+    return not markdown or ("\n" not in pending.strip() and not _NOT_A_PARAGRAPH.match(pending))
+
+
+def word_cut(pending: str, markdown: bool) -> int:
+    """An eager start's idle cut: the last word boundary (every word before it may have
+    been said), in Markdown only where no link, tag or code span is left open."""
+    cut = max(pending.rfind(" "), pending.rfind("\n"))
+    if cut <= 0 or (markdown and not safe_cut(pending[:cut])):
+        return 0
+    return cut
 
 
 def shift_clause(clause: Clause, offset: int) -> Clause:

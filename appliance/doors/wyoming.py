@@ -238,10 +238,16 @@ class SynthesizeMessage:
     text: str = ""
     text_stream: bool = False
     text_format: str = "text"
+    text_start: str = "sentence"
+    """``synthesize-start``: ``eager`` or ``sentence`` (ttsd's extension; the door's
+    default ``wyoming.text_start`` when the event names none)."""
 
     @classmethod
-    def from_event(cls, event: Event, default_format: str = "text") -> SynthesizeMessage:
-        """``default_format`` (``wyoming.text_format``) when the event names none."""
+    def from_event(
+        cls, event: Event, default_format: str = "text", default_start: str = "sentence"
+    ) -> SynthesizeMessage:
+        """``default_format`` (``wyoming.text_format``) and ``default_start``
+        (``wyoming.text_start``) when the event names none."""
         data = event.data
         stream = SynthesizeStart.is_type(event.type)
         text = data.get("text", "")
@@ -250,14 +256,18 @@ class SynthesizeMessage:
         text_format = data.get("text_format") or default_format
         if not isinstance(text_format, str):
             raise ServiceError(ErrorCode.BAD_REQUEST, "'text_format' must be a string")
-        return cls(
-            VoiceChoice.from_dict(data.get("voice")), "" if stream else text, stream, text_format
-        )
+        text_start = data.get("text_start") or default_start
+        if not isinstance(text_start, str):
+            raise ServiceError(ErrorCode.BAD_REQUEST, "'text_start' must be a string")
+        voice = VoiceChoice.from_dict(data.get("voice"))
+        return cls(voice, "" if stream else text, stream, text_format, text_start)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"voice": self.voice.to_dict(), "text_format": self.text_format}
         if not self.text_stream:
             d["text"] = self.text
+        else:
+            d["text_start"] = self.text_start
         return d
 
     def speech(self, service: Service) -> SpeechRequest:
@@ -280,6 +290,7 @@ class SynthesizeMessage:
             text=self.text,
             text_stream=self.text_stream,
             text_format=self.text_format,
+            text_start=self.text_start,
             voice=voice.name,
             speaker=speaker,
         )
@@ -774,8 +785,8 @@ class _Connection:
 
     def _job(self, event: Event) -> _Job:
         try:
-            default = self.cfg.wyoming.text_format
-            return _Job(message=SynthesizeMessage.from_event(event, default))
+            w = self.cfg.wyoming
+            return _Job(message=SynthesizeMessage.from_event(event, w.text_format, w.text_start))
         except ServiceError as exc:
             self.service.record_error(exc.code)
             return _Job(error=exc, dead=True)

@@ -72,6 +72,10 @@ class V1Config:
     """Extra gids allowed to connect (members of the socket's group always are)."""
     text_format: Literal["text", "markdown"] = "text"
     """How a request that names no ``text_format`` is read (docs/markdown.md)."""
+    text_start: Literal["eager", "sentence"] = "sentence"
+    """How a text stream that names no ``text_start`` starts a sentence: ``eager`` from its
+    first words while it is being written, ``sentence`` once it is complete
+    (docs/textstream.md)."""
 
 
 @dataclass(frozen=True)
@@ -329,6 +333,10 @@ class WyomingConfig:
     text_format: Literal["text", "markdown"] = "markdown"
     """How a ``synthesize`` that names no ``text_format`` is read: Home Assistant's
     conversation agents send what a language model wrote (docs/markdown.md)."""
+    text_start: Literal["eager", "sentence"] = "sentence"
+    """How streaming synthesis (``synthesize-start``) starts a sentence: ``eager`` from its
+    first words while it is being written, ``sentence`` once it is complete
+    (docs/textstream.md)."""
     zeroconf: bool = False
     """Advertise ``_wyoming._tcp.local.`` (tcp only; needs the ``zeroconf`` package)."""
     zeroconf_name: str | None = None

@@ -451,3 +451,37 @@ def test_a_first_piece_over_the_limit_ends_at_once_on_every_door(
     assert streamed.error is not None and streamed.error.code == "text_too_long", streamed.types
     done = asyncio.run(request(uri, Event("synthesize", {"text": "Still served."})))
     assert done.error is None and done.types[-1] == "audio-stop", done.types
+
+
+@pytest.mark.parametrize(
+    ("pending", "markdown", "drafted"),
+    [
+        ("The train", False, True),  # a word to say, a word ahead
+        ("The", False, False),
+        ("  The  ", False, False),
+        ("word " * 100, False, False),  # longer than a segment may be
+        ("Sure, here is **the plan", True, True),
+        ("| Day | Rain", True, False),  # a table row is released whole
+        ("```python\nprint", True, False),
+        ("1. Pasta with\ntomatoes", True, False),  # a second line: not a paragraph's first
+    ],
+)
+def test_what_an_eager_stream_drafts(pending: str, markdown: bool, drafted: bool) -> None:
+    assert textstream.draftable(pending, RULE, markdown) is drafted
+
+
+@pytest.mark.parametrize(
+    ("pending", "markdown", "cut"),
+    [
+        ("Well, the train to Boston leaves", False, len("Well, the train to Boston")),
+        ("Well", False, 0),
+        ("See [the docs for", True, 0),  # inside a link
+        ("See the **docs** for", True, len("See the **docs**")),
+    ],
+)
+def test_an_eager_stream_idles_to_its_last_word_boundary(
+    pending: str, markdown: bool, cut: int
+) -> None:
+    """Its words up to the last one may have been said: the idle rule releases them all (a
+    clause mark before them would have the job say them twice)."""
+    assert textstream.word_cut(pending, markdown) == cut

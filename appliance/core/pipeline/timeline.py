@@ -74,6 +74,13 @@ class Timeline:
         """With word timings: words placed in the audio but not yet sent, in order."""
         self.pending: PendingWords | None = None
         """The clause's words still to find and place, with its next chunk decoded."""
+        self.dry_s = 0.0
+        """Time the listener waited for text with nothing to play (an eager start's
+        waits): its player resumed with the next chunk, so later chunks are due that
+        much later."""
+        self._text_wait = False
+        self.sent_at = 0.0
+        """When the last chunk went out (monotonic)."""
 
     @property
     def words(self) -> bool:
@@ -91,28 +98,39 @@ class Timeline:
         that much shorter."""
         return self._frame_ms / self._output.factor
 
+    def _origin(self) -> float | None:
+        """When a real-time listener started playing, shifted by its waits for text."""
+        t_first = self._stats.t_first
+        return None if t_first is None else t_first + self.dry_s
+
+    def waiting_for_text(self) -> None:
+        """The audio waits for text: the next chunk, if it comes after the listener ran
+        dry, ends a text wait (counted in ``text_waits``), not a stall."""
+        self._text_wait = True
+
     # -- deadlines
 
     def due(self, ahead_s: float = 0.0) -> float:
         """When the client will need audio beyond what it has (+ ``ahead_s`` more)."""
-        now = time.monotonic()
-        t_first = self._stats.t_first
-        if t_first is None:
-            return now
-        return t_first + self.audio_out_s + ahead_s - self._watermark_s
+        origin = self._origin()
+        if origin is None:
+            return time.monotonic()
+        return origin + self.audio_out_s + ahead_s - self._watermark_s
 
     def slack_until(self, ahead_s: float = 0.0) -> float | None:
         """The latest start for work a listener playing since its first chunk still gets in
         time (None before the first chunk: nothing is playing, nothing can wait)."""
-        if self._stats.t_first is None:
+        origin = self._origin()
+        if origin is None:
             return None
-        return self._stats.t_first + self.audio_out_s + ahead_s + NEWCOMER_GRACE_S
+        return origin + self.audio_out_s + ahead_s + NEWCOMER_GRACE_S
 
     def buffer_s(self) -> float:
         """Audio the client holds but has not played yet (if it plays in real time)."""
-        if self._stats.t_first is None:
+        origin = self._origin()
+        if origin is None:
             return 0.0
-        return max(0.0, self._stats.t_first + self.audio_out_s - time.monotonic())
+        return max(0.0, origin + self.audio_out_s - time.monotonic())
 
     # -- marks
 
@@ -212,8 +230,17 @@ class Timeline:
         stats = self._stats
         self.last_span = span
         now = time.monotonic()
-        run_dry = (stats.t_first or now) + self.audio_out_s + STALL_JITTER_S
-        if stats.t_first is not None and now > run_dry:
+        origin = self._origin()
+        if self._text_wait and origin is not None:
+            self._text_wait = False
+            dry = now - (origin + self.audio_out_s)
+            if dry > 0:  # the listener waited for the writer: it resumes with this chunk
+                self.dry_s += dry
+                origin += dry
+                stats.text_waits += 1
+                stats.text_wait_ms += dry * 1000
+        run_dry = (origin or now) + self.audio_out_s + STALL_JITTER_S
+        if origin is not None and now > run_dry:
             # A player with a minimal jitter buffer ran out of audio before this chunk.
             stats.stalls += 1
         dur_s = len(audio) / self._rate
@@ -230,7 +257,7 @@ class Timeline:
             marks=self._take_marks(end_ms, everything=final),
             words=self._take_words(end_ms, everything=final),
         )
-        t_w = time.monotonic()
+        t_w = self.sent_at = time.monotonic()
         await emit(chunk)
         if self.seq == 0:
             stats.t_first = t_w

@@ -88,6 +88,12 @@ class JobSettings:
     stretch_speed: float | None = None
     """A speed past what the voice does well (``appliance.model.stretch``): the voice renders
     at ``scales`` (its limit) and each clause is time-stretched so the whole is this fast."""
+    eager: bool = False
+    """Text that streams in: a sentence is spoken from its draft while it is still being
+    written (``text_start: eager``, :mod:`.eager`)."""
+    keepalive_ms: float = 0.0
+    """Text that streams in: while the audio waits for text, a short silent chunk after
+    this long without one (0: never)."""
     deterministic: bool = False
     """The same audio for the same text: seeded noise (``scales.seed``) and the same
     computation every time — no quick start (its choice depends on timing), the same
@@ -114,6 +120,17 @@ class JobStats:
     windows: int = 0
     quick_start: bool = False
     parts: dict[str, float] = field(default_factory=dict)
+    text_stream: bool = False
+    """Its text streams in: the text-wait figures below are reported."""
+    text_waits: int = 0
+    """Times the listener ran dry waiting for text (an eager start waits at a word gap)."""
+    text_wait_ms: float = 0.0
+    keepalives: int = 0
+    """Silent chunks sent while waiting for text (``keepalive_ms``)."""
+    eager_sentences: int = 0
+    """Sentences started from a draft (``text_start: eager``) ..."""
+    eager_encodes: int = 0
+    """... and the drafts encoded for them (the whole clauses' encodings not counted)."""
 
     def to_dict(self) -> dict[str, Any]:
         ttfp = (self.t_first - self.t_request) * 1000 if self.t_first is not None else None
@@ -126,7 +143,7 @@ class JobStats:
         }
         if self.first_words_ms is not None:
             parts["words"] = round(self.first_words_ms, 3)
-        return {
+        out: dict[str, Any] = {
             "ttfp_ms": round(ttfp, 2) if ttfp is not None else None,
             "audio_ms": round(self.audio_s * 1000, 1),
             "compute_ms": round(self.compute_s * 1000, 2),
@@ -137,6 +154,15 @@ class JobStats:
             "quick_start": self.quick_start,
             "ttfp_parts_ms": parts,
         }
+        if self.text_stream:
+            out.update(
+                text_waits=self.text_waits,
+                text_wait_ms=round(self.text_wait_ms, 1),
+                keepalives=self.keepalives,
+                eager_sentences=self.eager_sentences,
+                eager_encodes=self.eager_encodes,
+            )
+        return out
 
 
 @dataclass(frozen=True)

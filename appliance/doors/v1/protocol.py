@@ -18,10 +18,12 @@ from appliance.doors.pace import PACE_MS, PacedFrame
 from appliance.doors.pcm import PCM_FORMATS, default_rate
 from appliance.errors import ErrorCode, ServiceError
 from appliance.speech import (
+    KEEPALIVE_MS,
     MAX_SPEED,
     MODES,
     PRIORITIES,
     TEXT_FORMATS,
+    TEXT_STARTS,
     Chunk,
     Mark,
     SpeechRequest,
@@ -144,6 +146,11 @@ class SynthesizeRequest:
     priority: str = "message"
     op: str = "synthesize"
     word_timings: bool = False
+    text_start: str | None = None
+    """``text_stream``: ``eager`` or ``sentence``; None: the door's default (``v1.text_start``)."""
+    keepalive_ms: int | None = None
+    """``text_stream``: a short silent chunk after this long without audio while text is
+    awaited (None: never)."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], op: str = "synthesize") -> SynthesizeRequest:
@@ -184,6 +191,8 @@ class SynthesizeRequest:
             else "message",
             op=op,
             word_timings=bool(_opt_bool(d, "word_timings")),
+            text_start=_opt_choice(d, "text_start", TEXT_STARTS),
+            keepalive_ms=_opt_int(d, "keepalive_ms", *KEEPALIVE_MS),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -210,15 +219,20 @@ class SynthesizeRequest:
             d["pace_ms"] = self.pace_ms
         if self.deterministic is not None:
             d["deterministic"] = self.deterministic
+        for key in ("text_start", "keepalive_ms"):
+            if getattr(self, key) is not None:
+                d[key] = getattr(self, key)
         return d
 
     def out_rate(self, voice_rate: int) -> int:
         """The rate audio is sent at: ``sample_rate``, else 8000 Hz for G.711, else the voice's."""
         return self.sample_rate or default_rate(self.format, voice_rate)
 
-    def speech(self, default_format: str = "text") -> SpeechRequest:
+    def speech(
+        self, default_format: str = "text", default_start: str = "sentence"
+    ) -> SpeechRequest:
         """The neutral request the service core takes (``default_format`` when the request
-        names no ``text_format``)."""
+        names no ``text_format``, ``default_start`` no ``text_start``)."""
         return SpeechRequest(
             text=self.text,
             text_stream=self.text_stream,
@@ -234,6 +248,8 @@ class SynthesizeRequest:
             priority=self.priority,
             word_timings=self.word_timings,
             deterministic=self.deterministic,
+            text_start=self.text_start or default_start,
+            keepalive_ms=self.keepalive_ms,
         )
 
 

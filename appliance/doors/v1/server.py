@@ -736,9 +736,10 @@ class Connection:
 
     async def _synthesize(self, req: SynthesizeRequest, state: RequestState) -> None:
         speak = req.op == "speak"
+        v1 = self.service.runtime.config.v1
         try:
             stream = await self.service.open_stream(
-                req.speech(self.service.runtime.config.v1.text_format),
+                req.speech(v1.text_format, v1.text_start),
                 door="protocol-v1",
                 label={"connection": self.number, "id": req.id},
                 speak_key=self.client_key if speak else None,

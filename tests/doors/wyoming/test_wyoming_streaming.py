@@ -97,3 +97,28 @@ async def test_empty_stream_is_an_error_and_the_connection_goes_on(wy_uri: str) 
         await c.write_event(Synthesize(text="Still here.").event())
         r = await read_response(c)
         assert r.error is None and r.types[-1] == "audio-stop"
+
+
+async def test_an_eager_stream_speaks_before_the_sentence_ends(wy_uri: str) -> None:
+    """``text_start: eager`` in ``synthesize-start`` (ttsd's extension; ``wyoming.text_start``
+    sets it for every stream): the first words sound while the first sentence is still being
+    written, a word at a time at ~12 words a second."""
+    from wyoming.event import Event
+
+    sentence = (
+        "The maintenance crew will replace the broken escalator on the north side of the "
+        "station before the morning rush begins tomorrow."
+    )
+    words = [" " + w if k else w for k, w in enumerate(sentence.split(" "))]
+    async with client_for(wy_uri) as c:
+        await c.write_event(Event("synthesize-start", {"voice": {}, "text_start": "eager"}))
+        reading = asyncio.create_task(read_response(c, streaming=True))
+        for word in words:
+            await c.write_event(SynthesizeChunk(text=word).event())
+            await asyncio.sleep(0.08)
+        last_word_at = time.perf_counter()
+        await c.write_event(SynthesizeStop().event())
+        r = await reading
+    assert r.error is None, r.error
+    # read_response's t0 is 0: first_chunk_s is the clock's reading when it came.
+    assert r.first_chunk_s is not None and r.first_chunk_s < last_word_at, "audio came last"

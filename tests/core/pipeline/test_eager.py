@@ -1,0 +1,103 @@
+"""The eager start as functions: a draft's encoding on the bundled voice (where it may be
+played to, where another may join it), and its loop half through a host made of the real
+timeline and output, handing over to the whole sentence sample for sample."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+
+from appliance.core.pipeline import eager, encode
+from appliance.core.pipeline.clauses import ClauseQueue, Draft
+from appliance.core.pipeline.shape import joined
+from appliance.core.pipeline.types import Emit, VoiceRuntime
+from appliance.speech import Chunk
+from tests.core.pipeline.stages import BARE, COMMITTEE, clause_of, context
+from tests.core.pipeline.test_start import Host
+
+
+def test_a_draft_is_played_up_to_the_gap_before_its_last_word(voice: VoiceRuntime) -> None:
+    """ "… leaves at 3:" may be said up to "at" (its last word may still be growing); its
+    first chunk is decoded with it, on the same work item."""
+    ctx = context(voice)
+    text = "The train to Boston leaves at 3:"
+    take = eager.take_draft(ctx, Draft(1, clause_of(text)), opening=True)
+    assert take is not None and not take.final
+    played = take.keys[: take.playable]
+    assert played[-1] == text.index(" 3:")  # the end of "at"
+    assert all(text[k] == " " for k in played)  # each key ends a written word
+    assert take.first is not None and take.first_to >= 0
+    assert len(take.first) == take.frames[take.first_to] * voice.hop
+
+
+def test_no_gap_inside_a_written_word_is_a_join(voice: VoiceRuntime) -> None:
+    """A number read as several words ("3:30" → "three thirty") and words espeak runs
+    together ("on a") have no join inside them: a join has the same written words before it
+    in every encoding."""
+    ctx = context(voice)
+    text = "The train leaves at 3:30 pm from platform 9."
+    whole = eager.take_whole(ctx, clause_of(text))
+    assert whole.final and whole.playable == len(whole.seams)
+    assert text.index("3:30") + 2 not in whole.keys  # between "three" and "thirty"
+    assert list(whole.keys) == sorted(set(whole.keys))
+    committee = eager.take_whole(ctx, clause_of(COMMITTEE))
+    draft = eager.take_draft(ctx, Draft(1, clause_of(COMMITTEE[:60])), opening=False)
+    assert draft is not None
+    assert set(draft.keys[: draft.playable]) <= set(committee.keys) | {COMMITTEE.index(" on")}
+
+
+class EagerHost(Host):
+    """The start strategies' host with what the eager start also asks: the clause queue,
+    a listener that always holds 0.2 s (so provisional audio goes out up to its limit),
+    and a signal when the audio waits for text."""
+
+    def __init__(self, ctx: encode.EncodeContext, queue: ClauseQueue) -> None:
+        super().__init__(ctx)
+        self.clauses = queue
+        self.joins_in = False
+        self.stuck = asyncio.Event()
+
+    def buffer_s(self) -> float:
+        return 0.2
+
+    def waiting_for_text(self) -> None:
+        self.stuck.set()
+
+    async def idle(self, timeout: float | None, emit: Emit) -> None:
+        await self.clauses.changed(timeout)
+
+
+def test_the_whole_sentence_takes_over_a_draft_at_its_word_gap(voice: VoiceRuntime) -> None:
+    """A draft of BARE's first words is said up to the gap before its last one and waits
+    there; when the sentence's clause comes, the rest is the whole sentence's audio from
+    that gap, crossfaded at the join."""
+    ctx = context(voice)
+    words = BARE.split(" ")
+    head = " ".join(words[:7])  # "… broken escalator on": says up to "escalator"
+    queue = ClauseQueue(closed=False)
+    queue.put_draft(clause_of(head))
+    host = EagerHost(ctx, queue)
+    sent: list[Chunk] = []
+
+    async def emit(chunk: Chunk) -> None:
+        sent.append(chunk)
+
+    async def run() -> Any:
+        assert queue.draft is not None
+        playing = asyncio.create_task(eager.EagerStart().play(host, queue.draft, emit))
+        await asyncio.wait_for(host.stuck.wait(), 60)
+        queue.put([clause_of(BARE)])
+        return await asyncio.wait_for(playing, 60)
+
+    clause, voiced = asyncio.run(run())
+    assert clause.text == BARE and host.stats.eager_encodes >= 1
+    assert sent and max(c.text_span[1] for c in sent) == head.rindex(" on")
+    enc = voiced.encoded.enc
+    assert enc is not None and voiced.seam > 0 and voiced.lead is not None
+    a, b = voiced.chunks[0]
+    after = joined(voiced.lead, encode.decode(ctx, enc, a - 1, b, None)[0], voice.hop)
+    whole = voice.model.fused(encode.clause_ids(ctx, clause), ctx.settings.scales, None)
+    n = len(voiced.lead)
+    np.testing.assert_allclose(after[n:], whole[a * voice.hop : b * voice.hop], atol=1e-4)
