@@ -256,6 +256,30 @@ def test_flow_in_two_steps_equals_the_whole_encoder(
     np.testing.assert_allclose(full.z, reference.z, rtol=1e-4, atol=1e-4)
 
 
+def test_a_long_clause_s_flow_runs_in_bounded_windows_that_equal_the_whole(
+    flow_split: tuple[Voice, OnnxVoiceModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the first chunk's frames, each flow call computes at most MAX_FLOW_FRAMES
+    (an 8 000-symbol clause in one call held buffers its whole size), and the windows
+    together are the clause's whole flow."""
+    from appliance.model.engine import windows
+
+    _voice, model = flow_split
+    monkeypatch.setattr(windows, "MAX_FLOW_FRAMES", 80)
+    ids = Phonemizer(_voice.info).ids(LONG)
+    enc = model.encode_prior(ids, Scales(0.0, 1.0, 0.0), None)
+    assert enc.z_p is not None and enc.frames > 4 * 80
+    full = model.flow(enc.z_p, None)
+    ensure_latent(model, enc, 20)
+    steps = []
+    while enc.ready < enc.frames:
+        before = enc.ready
+        ensure_latent(model, enc, enc.ready + 1)
+        steps.append(enc.ready - before)
+    assert len(steps) >= 4 and max(steps) < 80 + 2 * model.flow_context, steps
+    np.testing.assert_allclose(enc.z, full, atol=1e-4)
+
+
 def test_flow_context_makes_windows_exact_and_less_does_not(
     flow_split: tuple[Voice, OnnxVoiceModel],
 ) -> None:

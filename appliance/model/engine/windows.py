@@ -14,13 +14,21 @@ import numpy as np
 from appliance.model.engine.base import Encoded, VoiceModel
 from appliance.speech import FloatArray
 
+MAX_FLOW_FRAMES = 1024
+"""Most frames one later flow call computes (~12 s of audio).  The rest of a clause in one
+call made a long clause's run (an 8 000-symbol ``<phoneme>``, 2 000 characters without a
+stop) hold buffers the size of the whole clause, and ONNX Runtime's arena kept them; in
+windows of this size each call's buffers are bounded, and the overlap costs
+2 ``flow_context`` frames per 1 024."""
+
 
 def ensure_latent(model: VoiceModel, enc: Encoded, upto: int, ahead: bool = True) -> None:
     """Run the flow so that ``z`` is valid on frames [0, ``upto``).
 
     The first call computes just those frames, which is all the first chunk
-    waits for; a later call computes the rest of the clause in one go (each call
-    pays ``flow_context`` frames of overlap on each side, so few large calls).
+    waits for; a later call computes the rest of the clause, at most
+    :data:`MAX_FLOW_FRAMES` at once (each call pays ``flow_context`` frames of
+    overlap on each side, so few large calls).
     Without ``ahead`` (other work waits for the cores) a later call computes what
     is asked, at least twice the overlap: the rest comes when the cores are free.
     """
@@ -32,7 +40,9 @@ def ensure_latent(model: VoiceModel, enc: Encoded, upto: int, ahead: bool = True
     if lo == 0:
         hi = min(total, upto)
     elif ahead:
-        hi = total
+        hi = min(total, max(upto, lo + MAX_FLOW_FRAMES))
+        if total - hi < 2 * c:
+            hi = total
     else:
         hi = min(total, max(upto, lo + 2 * c))
         if total - hi < 2 * c:
