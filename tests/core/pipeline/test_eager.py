@@ -75,7 +75,7 @@ def test_the_whole_sentence_takes_over_a_draft_at_its_word_gap(voice: VoiceRunti
     that gap, crossfaded at the join."""
     ctx = context(voice)
     words = BARE.split(" ")
-    head = " ".join(words[:7])  # "… broken escalator on": says up to "escalator"
+    head = " ".join(words[:9])  # "… broken escalator on": says up to "escalator"
     queue = ClauseQueue(closed=False)
     queue.put_draft(clause_of(head))
     host = EagerHost(ctx, queue)
