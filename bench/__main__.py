@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=None,
         help="core http normalizer ssml markdown concurrency speed prosody playback textstream "
-        "speechd wyoming scaleout wordtimes pacing speeds",
+        "speechd wyoming scaleout wordtimes pacing speeds device",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             "wordtimes",
             "pacing",
             "speeds",
+            "device",
         ]
     )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
@@ -229,9 +230,22 @@ def main(argv: list[str] | None = None) -> int:
 
         results["speeds"] = _optional("speeds", lambda: bench_speed_sweep(out, args.quick))
         results["voice_limit"] = _optional("voice_limit", lambda: bench_voice_limit(args.quick))
+    if "device" in want:  # issue 46: NVML watchdog and CUDA calls on the real driver
+        results["device"] = _optional("device", lambda: _bench_device(out))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
+
+
+def _bench_device(out: Path) -> dict[str, Any]:
+    from bench.device_check import failed, format_table, run_checks
+
+    rows = run_checks()
+    table = format_table(rows)
+    print("\n## Device check (NVML watchdog, CUDA seam)\n")
+    print(table)
+    (out / "device_check.md").write_text(table + "\n")
+    return {"rows": [vars(r) for r in rows], "failed": failed(rows)}
 
 
 def _bench_wordtimes(out: Path, runs: int) -> dict[str, Any]:
