@@ -19,8 +19,14 @@ if TYPE_CHECKING:
 
 
 def start_daemon(
-    out: Path, config: dict[str, Any] | None = None
+    out: Path,
+    config: dict[str, Any] | None = None,
+    *,
+    entry: tuple[str, ...] = ("-m", "appliance.main"),
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """``entry``: what runs ``serve`` (``bench.memprobe`` puts a candidate cut in front of
+    ``appliance.main``); ``env``: added to this process's environment."""
     import yaml
 
     tmp = Path(tempfile.mkdtemp(prefix="ttsd-bench-"))
@@ -28,9 +34,10 @@ def start_daemon(
     cfg = {"engine": {"backend": "onnx-cpu"}, "playback": {"enabled": False}, **(config or {})}
     (tmp / "config.yaml").write_text(yaml.safe_dump(cfg))
     log = (out / "daemon.log").open("ab")
-    cmd = [sys.executable, "-m", "appliance.main", "serve", "--socket", sock]
+    cmd = [sys.executable, *entry, "serve", "--socket", sock]
     cmd += ["--config", str(tmp / "config.yaml")]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    full_env = {**os.environ, **env} if env else None
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
