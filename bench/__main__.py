@@ -257,7 +257,7 @@ def _bench_memory(out: Path, quick: bool, soak: int | None) -> dict[str, Any]:
 
     if quick:
         growth = 300 if soak is None else soak
-        return bench_memory(out, 100, growth, [], ["daemon"], passes=1, seconds=["daemon"])
+        return bench_memory(out, 100, growth, [], ["daemon"], 1, ["daemon"], cut=False)
     return bench_memory(out, growth=3000 if soak is None else soak)
 
 

@@ -14,7 +14,8 @@ prints three tables:
   after them, peak, and the growth over ``growth`` requests from the first; one column
   per daemon candidate (``daemon``: as it is; a cut applied by ``bench.memprobe --serve``);
   then, per ``--second-voice`` candidate, what a second medium voice adds (the bundled
-  voice again under another name: the same size, sessions of its own);
+  voice again under another name: the same size, sessions of its own), and a first
+  start (an empty cache: the voice is cut and checked before the daemon listens);
 * **cuts**: each candidate (:data:`bench.memprobe.VARIANTS`, ``+mmapK`` for glibc's mmap
   threshold) probed against the probe of the daemon as it is, with its CPU per second of
   audio (noisy on a busy machine: ``python -m bench.memprobe --ab VARIANT`` times a
@@ -243,6 +244,32 @@ def second_voice(out: Path, candidate: str = "daemon") -> dict[str, Any]:
     return {"candidate": candidate, "one_mb": one, "two_mb": two, "extra_mb": round(two - one, 1)}
 
 
+def first_start(out: Path) -> dict[str, Any]:
+    """A daemon whose cache is empty: it cuts and checks the voice (the fused model
+    loaded beside the parts) before serving; RSS idle after warm-up and one request."""
+    from appliance.clients.client import Client
+
+    cache = Path(tempfile.mkdtemp(prefix="ttsd-bench-cache-"))
+    entry, env = _daemon_entry("daemon")
+    t0 = time.monotonic()
+    config = {"voices": {"cache_dir": str(cache)}}
+    proc, sock = start_daemon(out, config, entry=entry, env=env, timeout_s=1800.0)
+    try:
+        _wait_warm(sock)
+        ready_s = time.monotonic() - t0
+        with Client(sock) as client:
+            client.synthesize_all(TEXTS[0], realtime=False)
+        time.sleep(1.0)
+        return {
+            **_rollup_mb(proc.pid),
+            "peak_mb": round(peak_rss_mb(proc.pid), 1),
+            "ready_s": ready_s,
+        }
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 # --------------------------------------------------------------------------- inside
 
 
@@ -291,7 +318,11 @@ def format_inside(probe: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_outside(daemons: list[dict[str, Any]], seconds: list[dict[str, Any]]) -> str:
+def format_outside(
+    daemons: list[dict[str, Any]],
+    seconds: list[dict[str, Any]],
+    first: dict[str, Any] | None = None,
+) -> str:
     """One column per daemon (as it is, then each cut measured on it)."""
     head = " | ".join(d["candidate"] for d in daemons)
     lines = [f"| daemon, read from outside | {head} |", "|---" * (len(daemons) + 1) + "|"]
@@ -310,6 +341,12 @@ def format_outside(daemons: list[dict[str, Any]], seconds: list[dict[str, Any]])
         lambda d: f"{d['growth_mb']:+.1f} MB; {d['growth_after_tenth_mb']:+.1f} MB",
     )
     row("outcomes; wall", lambda d: f"{d['outcomes']}; {d['wall_s']:.0f} s")
+    if first is not None:
+        lines.append(
+            f"\nA first start (empty cache: the voice cut and checked, {first['ready_s']:.0f} s "
+            f"to ready): {first['rss_mb']:.1f} MB idle after one request, peak "
+            f"{first['peak_mb']:.1f} MB."
+        )
     for v in seconds:
         lines.append(
             f"\nA second medium voice, {v['candidate']}: {v['one_mb']:.1f} → {v['two_mb']:.1f} MB "
@@ -348,11 +385,13 @@ def bench_memory(
     daemon_candidates: list[str] | None = None,
     passes: int = 3,
     seconds: list[str] | None = None,
+    cut: bool = True,
 ) -> dict[str, Any]:
     """Every table.  ``candidates`` are probed (default :data:`PROBE_CANDIDATES`),
     ``daemon_candidates`` (``daemon``: as it is) run as the daemon under the same load and
     ``seconds`` with a second voice (defaults :data:`DAEMON_CANDIDATES`,
-    :data:`SECOND_VOICE_CANDIDATES`); an empty ``candidates`` or ``seconds`` skips them."""
+    :data:`SECOND_VOICE_CANDIDATES`); an empty ``candidates`` or ``seconds`` skips them.
+    ``cut``: also a first start, the voice cut on an empty cache (minutes)."""
     candidates = PROBE_CANDIDATES if candidates is None else candidates
     daemon_candidates = DAEMON_CANDIDATES if daemon_candidates is None else daemon_candidates
     seconds = SECOND_VOICE_CANDIDATES if seconds is None else seconds
@@ -361,9 +400,11 @@ def bench_memory(
     print(format_inside(base))
     daemons = [daemon_memory(out, requests, growth, c) for c in daemon_candidates or ["daemon"]]
     two = [second_voice(out, c) for c in seconds]
+    first = first_start(out) if cut else None
     print("\n## The daemon from outside (bundled voice, default doors)\n")
-    print(format_outside(daemons, two))
+    print(format_outside(daemons, two, first))
     result: dict[str, Any] = {"probe": base, "daemons": daemons, "second_voice": two}
+    result["first_start"] = first
     if candidates:
         cuts = [run_probe(c, passes) for c in candidates]
         print("\n## Candidate cuts (each in the probe, against the daemon as it is)\n")
@@ -382,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", nargs="*", default=PROBE_CANDIDATES)
     parser.add_argument("--daemon-candidates", nargs="*", default=DAEMON_CANDIDATES)
     parser.add_argument("--second-voice", nargs="*", default=SECOND_VOICE_CANDIDATES)
+    parser.add_argument("--no-first-start", action="store_true", help="skip the cut on start")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     bench_memory(
@@ -392,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         args.daemon_candidates,
         args.passes,
         args.second_voice,
+        not args.no_first_start,
     )
     return 0
 

@@ -31,6 +31,7 @@ Bounds: one voice, about half a minute; nothing is written.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -136,6 +137,32 @@ def _shared_arena() -> None:
     _session_options(lambda o: o.add_session_config_entry("session.use_env_allocators", "1"))
 
 
+def _arena_shrink() -> None:
+    """The arena kept, its free regions given back at the end of every run."""
+    import onnxruntime as ort
+
+    real = ort.InferenceSession
+
+    def make(*args: Any, **kw: Any) -> Any:
+        session = real(*args, **kw)
+        run = session.run
+
+        def shrinking(outputs: Any, feeds: Any, opts: Any = None) -> Any:
+            opts = opts if opts is not None else ort.RunOptions()
+            opts.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+            return run(outputs, feeds, opts)
+
+        session.run = shrinking
+        return session
+
+    ort.InferenceSession = make
+
+
+def _shared_arena_shrink() -> None:
+    _shared_arena()
+    _arena_shrink()
+
+
 def _no_2d_decoder() -> None:
     """Only the 1-D decoder (every window on it), as with one graph per part."""
     import dataclasses
@@ -147,6 +174,13 @@ def _no_2d_decoder() -> None:
     module.load_voice = lambda *a: dataclasses.replace(real(*a), lean_decoder_path=None)
 
 
+def _first_start() -> None:
+    """An empty cache: the voice is cut and checked (the fused model beside the parts)."""
+    import tempfile
+
+    CONFIG["voices"] = {"cache_dir": tempfile.mkdtemp(prefix="ttsd-memprobe-cache-")}
+
+
 def _one_thread() -> None:
     """``engine.intra_op_threads: 1``: the 1-D decoder is not loaded, one thread a session."""
     CONFIG["engine"]["intra_op_threads"] = 1
@@ -156,10 +190,13 @@ VARIANTS: dict[str, Callable[[], None]] = {
     "daemon": lambda: None,
     "arena_off": _arena_off,
     "shared_arena": _shared_arena,
+    "arena_shrink": _arena_shrink,
+    "shared_arena_shrink": _shared_arena_shrink,
     "no_prepacking": _config_entry("session.disable_prepacking", "1"),
     "initializers_direct": _config_entry("session.use_device_allocator_for_initializers", "1"),
     "no_2d_decoder": _no_2d_decoder,
     "one_thread": _one_thread,
+    "first_start": _first_start,
 }
 """Candidate cuts.  :mod:`bench.memory` adds glibc's ``MALLOC_MMAP_THRESHOLD_`` to any of
 them (``VARIANT+mmapK``), in the environment: glibc reads it at start."""
@@ -216,6 +253,8 @@ def run(variant: str, passes: int = 5) -> dict[str, Any]:
     probe.mark("warm-up (first runs: arenas) and workers")
     costs = sorted(rt.warm_voice(voice) or 0.0 for _ in range(passes))
     probe.mark(f"after {passes} more warm-up passes")
+    gc.collect()
+    probe.mark("gc.collect(): what only cycles held")
     _import(probe, OFF_DOORS)
     rt.scheduler.stop()
     return {

@@ -24,9 +24,11 @@ def start_daemon(
     *,
     entry: tuple[str, ...] = ("-m", "appliance.main"),
     env: dict[str, str] | None = None,
+    timeout_s: float = 300.0,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """``entry``: what runs ``serve`` (``bench.memprobe`` puts a candidate cut in front of
-    ``appliance.main``); ``env``: added to this process's environment."""
+    ``appliance.main``); ``env``: added to this process's environment; ``timeout_s``: for
+    the socket to accept (a first start cuts the voice before it listens)."""
     import yaml
 
     tmp = Path(tempfile.mkdtemp(prefix="ttsd-bench-"))
@@ -38,7 +40,7 @@ def start_daemon(
     cmd += ["--config", str(tmp / "config.yaml")]
     full_env = {**os.environ, **env} if env else None
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"daemon exited ({proc.returncode}); see {out / 'daemon.log'}")
