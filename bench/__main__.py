@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=None,
         help="core http normalizer ssml markdown concurrency speed prosody playback textstream "
-        "eager speechd wyoming scaleout wordtimes pacing speeds",
+        "eager speechd wyoming scaleout wordtimes pacing speeds device memory",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -173,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             "wordtimes",
             "pacing",
             "speeds",
+            "device",
+            "memory",
         ]
     )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
@@ -234,9 +236,34 @@ def main(argv: list[str] | None = None) -> int:
 
         results["speeds"] = _optional("speeds", lambda: bench_speed_sweep(out, args.quick))
         results["voice_limit"] = _optional("voice_limit", lambda: bench_voice_limit(args.quick))
+    if "device" in want:  # issue 46: NVML watchdog and CUDA calls on the real driver
+        results["device"] = _optional("device", lambda: _bench_device(out))
+    if "memory" in want:  # issue 46: where the resident memory goes, and its growth
+        results["memory"] = _optional("memory", lambda: _bench_memory(out, args.quick, args.soak))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
+
+
+def _bench_device(out: Path) -> dict[str, Any]:
+    from bench.device_check import failed, format_table, run_checks
+
+    rows = run_checks()
+    table = format_table(rows)
+    print("\n## Device check (NVML watchdog, CUDA seam)\n")
+    print(table)
+    (out / "device_check.md").write_text(table + "\n")
+    return {"rows": [vars(r) for r in rows], "failed": failed(rows)}
+
+
+def _bench_memory(out: Path, quick: bool, soak: int | None) -> dict[str, Any]:
+    """The memory tables (docs/speed.md); --quick: 100 requests, growth over 300, no cuts."""
+    from bench.memory import bench_memory
+
+    if quick:
+        growth = 300 if soak is None else soak
+        return bench_memory(out, 100, growth, [], ["daemon"], 1, ["daemon"], cut=False)
+    return bench_memory(out, growth=3000 if soak is None else soak)
 
 
 def _bench_wordtimes(out: Path, runs: int) -> dict[str, Any]:

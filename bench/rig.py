@@ -19,8 +19,16 @@ if TYPE_CHECKING:
 
 
 def start_daemon(
-    out: Path, config: dict[str, Any] | None = None
+    out: Path,
+    config: dict[str, Any] | None = None,
+    *,
+    entry: tuple[str, ...] = ("-m", "appliance.main"),
+    env: dict[str, str] | None = None,
+    timeout_s: float = 300.0,
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """``entry``: what runs ``serve`` (``bench.memprobe`` puts a candidate cut in front of
+    ``appliance.main``); ``env``: added to this process's environment; ``timeout_s``: for
+    the socket to accept (a first start cuts the voice before it listens)."""
     import yaml
 
     tmp = Path(tempfile.mkdtemp(prefix="ttsd-bench-"))
@@ -28,10 +36,11 @@ def start_daemon(
     cfg = {"engine": {"backend": "onnx-cpu"}, "playback": {"enabled": False}, **(config or {})}
     (tmp / "config.yaml").write_text(yaml.safe_dump(cfg))
     log = (out / "daemon.log").open("ab")
-    cmd = [sys.executable, "-m", "appliance.main", "serve", "--socket", sock]
+    cmd = [sys.executable, *entry, "serve", "--socket", sock]
     cmd += ["--config", str(tmp / "config.yaml")]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
+    full_env = {**os.environ, **env} if env else None
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"daemon exited ({proc.returncode}); see {out / 'daemon.log'}")

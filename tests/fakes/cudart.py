@@ -14,7 +14,9 @@ stream or allocating from the capturing thread invalidates the capture, and
 ending a capture that was never begun is an error.  ``capture_error`` makes the
 next ``cudaStreamEndCapture`` fail with that code (an operation the driver
 could not capture).  ``allocs``, ``host_allocs``, ``graphs`` and ``graph_execs``
-hold what is live, so a test can tell that everything was freed.
+hold what is live, so a test can tell that everything was freed.  ``cudaMemsetAsync``
+(the device check's workload) writes into device memory, or records the write while
+capturing.
 """
 
 from __future__ import annotations
@@ -270,6 +272,9 @@ class FakeCudart:
             self.check(dst, count)
         elif kind == cudaMemcpyKind.cudaMemcpyDeviceToHost:
             self.check(src, count)
+        elif kind == cudaMemcpyKind.cudaMemcpyDeviceToDevice:
+            self.check_inside(dst, count)
+            self.check_inside(src, count)
 
     def cudaMemcpyAsync(
         self, dst: int, src: int, count: int, kind: cudaMemcpyKind, stream: Any
@@ -287,6 +292,28 @@ class FakeCudart:
             return (OK,)
         ctypes.memmove(dst, src, count)
         return (OK,)
+
+    def cudaMemsetAsync(self, dst: int, value: int, count: int, stream: Any) -> tuple[cudaError_t]:
+        if self.lost:
+            return (LOST,)
+        self.check_inside(dst, count)
+        if self.capturing(stream):
+
+            def replay() -> None:
+                self.check_inside(dst, count)
+                ctypes.memset(dst, value, count)
+
+            self.record(stream, replay)
+            return (OK,)
+        ctypes.memset(dst, value, count)
+        return (OK,)
+
+    def check_inside(self, ptr: int, nbytes: int) -> None:
+        """``ptr`` may point into an allocation (CUDA pointer arithmetic), not only at it."""
+        for base, buf in self.allocs.items():
+            if base <= ptr and ptr + nbytes <= base + buf.nbytes:
+                return
+        raise AssertionError(f"{ptr:#x}+{nbytes} is outside every device allocation")
 
     def device_array(self, ptr: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any]:
         """A numpy view of device memory (for the fake TensorRT)."""

@@ -36,6 +36,19 @@ def load() -> TrtRuntime | None:
     except ImportError as exc:
         log.debug("TensorRT unavailable: %s", exc)
         return None
+    cudart = load_cudart()
+    if cudart is None:
+        return None
+    major = int(str(tensorrt.__version__).split(".", 1)[0])
+    if major < 10:
+        log.warning("TensorRT %s is too old (need 10 or newer)", tensorrt.__version__)
+        return None
+    return TrtRuntime(trt=tensorrt, cudart=cudart)
+
+
+def load_cudart() -> Any | None:
+    """Import the CUDA runtime bindings alone (the device check needs no TensorRT);
+    None when cuda-python is missing."""
     try:
         from cuda.bindings import runtime as cudart
     except ImportError:
@@ -44,8 +57,4 @@ def load() -> TrtRuntime | None:
         except ImportError as exc:
             log.debug("cuda-python unavailable: %s", exc)
             return None
-    major = int(str(tensorrt.__version__).split(".", 1)[0])
-    if major < 10:
-        log.warning("TensorRT %s is too old (need 10 or newer)", tensorrt.__version__)
-        return None
-    return TrtRuntime(trt=tensorrt, cudart=cudart)
+    return cudart

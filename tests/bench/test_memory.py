@@ -1,0 +1,65 @@
+"""bench/memory and bench/memprobe: the memory bench's measures give the rows they promise,
+with plausible figures, on the real daemon and the real voice (a handful of requests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import memory
+from bench.memprobe import IMPORT_GROUPS, OFF_DOORS
+
+SESSIONS = ("decoder2d.onnx", "decoder_margins.onnx", "prior.onnx", "flow.onnx")
+
+
+def test_the_daemon_from_outside_over_a_handful_of_mixed_requests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memory, "DROP_EVERY", 5)  # two of the ten drop their connection
+    d = memory.daemon_memory(tmp_path, requests=10, growth=10)
+    assert d["outcomes"] == {"end": 8, "dropped": 2}  # every kind of MIX was served
+    idle = d["rows"][0][1]
+    assert 100 < idle["rss_mb"] < 1000 and 0 < idle["anon_mb"] < idle["rss_mb"]
+    assert [k for k, _ in d["samples"]] == [1, *range(2, 11)]
+    assert all(100 < rss < 1000 for _, rss in d["samples"])
+    assert d["after_requests_mb"] == d["samples"][-1][1]
+    assert d["growth_mb"] == round(d["samples"][-1][1] - d["samples"][0][1], 1)
+    assert d["peak_mb"] >= max(rss for _, rss in d["samples"])
+    table = memory.format_outside([d], [])
+    for row in ("idle after warm-up", "after 10 mixed requests", "growth over 10 requests"):
+        assert f"| {row}" in table
+
+
+def test_the_probe_charges_each_step_in_the_daemons_order() -> None:
+    probe = memory.run_probe("daemon", passes=1)
+    stages = [s["stage"] for s in probe["stages"]]
+    imports = [label for label, _ in IMPORT_GROUPS]
+    assert stages[0] == "interpreter (python -m)"
+    assert stages[1 : 1 + len(imports)] == imports
+    assert [s.split()[2] for s in stages if s.startswith("ONNX session")] == list(SESSIONS)
+    assert stages[-len(OFF_DOORS) :] == [label for label, _ in OFF_DOORS]
+    rss = [s["rss_mb"] for s in probe["stages"]]
+    assert 5 < rss[0] < 40
+    added = {stage: rss[i + 1] - rss[i] for i, stage in enumerate(stages[1:])}
+    assert added["onnxruntime"] > 5 and added["ONNX session prior.onnx (2 threads)"] > 20
+    assert 150 < memory.warm_rss(probe) < 600 and probe["peak_mb"] >= memory.warm_rss(probe)
+    assert probe["cpu_per_audio_s"] > 0
+    table = memory.format_inside(probe)
+    assert table.count("\n| ") == len(stages) and "| onnxruntime |" in table
+
+
+def test_a_candidate_cut_changes_what_the_probe_loads() -> None:
+    cut = memory.run_probe("no_2d_decoder", passes=1)
+    sessions = [s["stage"].split()[2] for s in cut["stages"] if s["stage"].startswith("ONNX")]
+    assert sessions == ["decoder_margins.onnx", "prior.onnx", "flow.onnx"]
+    assert cut["variant"] == "no_2d_decoder"
+    assert "| no_2d_decoder |" in memory.format_cuts(cut, [cut])
+
+
+def test_candidates_are_a_variant_and_glibcs_mmap_threshold() -> None:
+    assert memory._spec("arena_off") == ("arena_off", {})
+    assert memory._spec("daemon+mmap64") == ("daemon", {"MALLOC_MMAP_THRESHOLD_": "65536"})
+    for bad in ("no_such_cut", "arena_off+mmap", "arena_off+huge"):
+        with pytest.raises(ValueError):
+            memory._spec(bad)
