@@ -35,37 +35,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
 import signal
 import socket
-import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from appliance.ops import memory
 from appliance.ops.activation import ActivationError, activated_unix_listener, listen_fds
-from appliance.ops.config import Config, ConfigError, Flags, flatten, live_keys, load_config
-from appliance.ops.logsetup import set_level
+from appliance.ops.config import Config, Flags
 from appliance.ops.notify import Notifier, settle_owed, watchdog_interval_s, watchdog_loop
-from appliance.text.lexicon import LexiconError, load_checked
+from appliance.ops.offloop import FileReads, in_thread
+from appliance.reload import Reloader, Reloads, read_lexicon
+from appliance.text.lexicon import LexiconError
 
 if TYPE_CHECKING:
     from appliance.core.runtime import Runtime
     from appliance.core.service import Door, Service
     from appliance.playback import Player
-    from appliance.text.lexicon import Lexicon
 
 log = logging.getLogger("ttsd")
 _T = TypeVar("_T")
-
-CONFIG_READ_TIMEOUT_S = 30.0
-"""A reload's read of the config file past this is given up (a hung file system)."""
 
 INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 0}
 """Exit status of a start-up stopped by a signal: Ctrl-C's 130 (128 + SIGINT, what a
@@ -201,15 +196,17 @@ class Daemon:
     async def _load_lexicon(self) -> bool:
         if not self.cfg.voices.lexicon:
             return True
+        runtime = self.runtime
+        assert runtime is not None
         try:
-            lexicon = await self._until_stopped(asyncio.ensure_future(self._read_lexicon(self.cfg)))
+            reading = read_lexicon(self.file_reads, runtime, self.cfg)
+            lexicon = await self._until_stopped(asyncio.ensure_future(reading))
         except LexiconError as exc:
             log.error("lexicon: %s", exc)
             return False
         if self._stop.is_set():
             return False
-        assert self.runtime is not None
-        self.runtime.lexicon = lexicon
+        runtime.lexicon = lexicon
         return True
 
     def _doors(self, activated: socket.socket | None) -> list[Door]:
@@ -443,7 +440,7 @@ class Daemon:
     # ------------------------------------------------------------ reload
 
     def reload(self) -> None:
-        """SIGHUP (see the module)."""
+        """SIGHUP (see the module and :mod:`appliance.reload`)."""
         task = self.reloads.request(self._reload_once)
         if task is None:
             log.info("reload: already reloading; the file is read again after this one")
@@ -451,85 +448,16 @@ class Daemon:
         self._keep(task)
 
     async def _reload_once(self) -> None:
+        assert self.runtime is not None
         self.notifier.reloading()
         try:
-            await self._reload_files()
+            await Reloader(self.runtime, self.config_path, self.flags, self.file_reads).reload()
         except Exception as exc:  # a bug: one line, and the next SIGHUP still works
             log.error("reload failed, keeping the old settings: %s", exc)
             log.debug("reload failure", exc_info=True)
         finally:
-            if self.runtime is not None:
-                self.notifier.ready(status=status_line(self.runtime))
-                self._settle_notices()
-
-    async def _reload_files(self) -> None:
-        try:
-            new = await self.file_reads.run(
-                functools.partial(load_config, self.config_path, self.flags),
-                str(self.config_path),
-                CONFIG_READ_TIMEOUT_S,
-                ConfigError,
-            )
-        except ConfigError as exc:
-            log.error("reload refused: %s", exc)
-            return
-        self._apply_config(new)
-        await self._reload_lexicon()
-        await self._reload_voices()
-
-    async def _reload_voices(self) -> None:
-        """``voices_dir`` read again: new voices loaded and warmed in a worker, then swapped
-        in (:mod:`appliance.core.voiceset`)."""
-        from appliance.core import voiceset
-
-        runtime = self.runtime
-        assert runtime is not None
-        loop = asyncio.get_running_loop()
-        changes = await loop.run_in_executor(None, voiceset.scan, runtime)
-        voiceset.apply(runtime, changes)
-
-    def _apply_config(self, new: Config) -> None:
-        assert self.runtime is not None
-        old = self.runtime.config
-        old_flat, new_flat = flatten(old), flatten(new)
-        changed = [k for k in new_flat if new_flat[k] != old_flat.get(k)]
-        live_ones = live_keys()
-        for k in changed:
-            if k not in live_ones:
-                log.warning("config %s changed: needs a restart to take effect", k)
-        live = {k for k in changed if k in live_ones}
-        if not live:
-            log.info("reload: nothing to change live")
-            return
-        merged = merge_live(old, new, live)
-        self.runtime.config = merged
-        set_level(merged.logging.level)
-        log.info("reloaded: %s", ", ".join(sorted(live)))
-
-    async def _reload_lexicon(self) -> None:
-        """The lexicon file is read again even when its path did not change (that is the
-        point of a reload); new requests use it once it is in, requests in flight keep the
-        one they started with."""
-        assert self.runtime is not None
-        try:
-            new = await self._read_lexicon(self.runtime.config)
-        except LexiconError as exc:
-            log.error("lexicon reload refused, keeping the old one: %s", exc)
-            return
-        self.runtime.lexicon = new
-        log.info("lexicon: %s", f"{len(new)} entries from {new.source}" if new else "none")
-
-    async def _read_lexicon(self, cfg: Config) -> Lexicon | None:
-        runtime = self.runtime
-        assert runtime is not None
-        if not cfg.voices.lexicon:
-            return None
-        infos = [v.phonemizer.info for v in runtime.voices.values()]
-        return await self.file_reads.run(
-            functools.partial(load_checked, cfg.voices.lexicon, infos),
-            cfg.voices.lexicon,
-            cfg.voices.lexicon_timeout_s,
-        )
+            self.notifier.ready(status=status_line(self.runtime))
+            self._settle_notices()
 
 
 def wyoming_warnings(cfg: Config) -> list[str]:
@@ -586,114 +514,3 @@ def _load_warm(cfg: Config, notifier: Notifier) -> Runtime | str:
     # Cutting a voice on first start leaves ~200 MB of freed heap behind: give it back.
     memory.trim()
     return runtime
-
-
-def in_thread(
-    fn: Callable[[], _T], name: str, done: Callable[[], None] | None = None
-) -> asyncio.Future[_T]:
-    """``fn()`` in a daemon thread of its own; its result or exception in the future, and
-    ``done()`` called on the loop when it returns (even if the future was cancelled).
-    Not the loop's executor: ``asyncio.run`` joins that at exit, so a start-up step still
-    running (a voice's first cut) kept a Ctrl-C waiting seconds for it."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[_T] = loop.create_future()
-    threading.Thread(
-        target=_settle_from_thread, args=(loop, fut, fn, done), name=name, daemon=True
-    ).start()
-    return fut
-
-
-def merge_live(old: Config, new: Config, live: set[str]) -> Config:
-    """``old`` with the ``live`` keys (``section.key``) taken from ``new``."""
-    sections = {}
-    for f in dataclasses.fields(old):
-        sec_old, sec_new = getattr(old, f.name), getattr(new, f.name)
-        changes = {
-            k.split(".", 1)[1]: getattr(sec_new, k.split(".", 1)[1])
-            for k in live
-            if k.startswith(f.name + ".")
-        }
-        sections[f.name] = dataclasses.replace(sec_old, **changes) if changes else sec_old
-    return dataclasses.replace(old, **sections)
-
-
-class Reloads:
-    """At most one reload running; requests during it fold into one more run after it."""
-
-    def __init__(self) -> None:
-        self.task: asyncio.Task[None] | None = None
-        self.again = False
-
-    def request(self, reload_once: Callable[[], Awaitable[None]]) -> asyncio.Task[None] | None:
-        """The task started for this request; None when it joined the running one."""
-        if self.task is not None:
-            self.again = True
-            return None
-        self.task = asyncio.get_running_loop().create_task(self._run(reload_once))
-        return self.task
-
-    async def _run(self, reload_once: Callable[[], Awaitable[None]]) -> None:
-        try:
-            while True:
-                self.again = False
-                await reload_once()
-                if not self.again:
-                    return
-        finally:
-            self.task = None
-
-
-class FileReads:
-    """Blocking file reads (config, lexicon) in threads of their own, with a deadline.
-
-    Not the loop's executor: a read stuck in the kernel (a hung network file system) can
-    neither be cancelled nor joined, and the executor's threads are joined at exit, so one
-    stuck read kept SIGTERM from stopping the daemon.  A read past its deadline is left
-    behind in a daemon thread; while it is stuck, another read of the same file is refused
-    rather than started beside it."""
-
-    def __init__(self) -> None:
-        self._stuck: set[str] = set()
-
-    async def run(
-        self,
-        fn: Callable[[], _T],
-        name: str,
-        timeout_s: float,
-        error: Callable[[str], Exception] = LexiconError,
-    ) -> _T:
-        """``fn()``'s result; ``error`` of a one-line message on a timeout or while an
-        earlier read of ``name`` is stuck."""
-        if name in self._stuck:
-            raise error(f"{name}: an earlier read has not returned; not reading it again yet")
-        self._stuck.add(name)
-        fut = in_thread(fn, "ttsd-read", functools.partial(self._stuck.discard, name))
-        try:
-            return await asyncio.wait_for(fut, timeout_s)  # cancels fut: the late result is dropped
-        except TimeoutError:
-            raise error(f"{name}: not read within {timeout_s:g} s") from None
-
-
-def _settle_from_thread(
-    loop: asyncio.AbstractEventLoop,
-    fut: asyncio.Future[_T],
-    fn: Callable[[], _T],
-    done: Callable[[], None] | None,
-) -> None:
-    def settle(result: _T | None, exc: BaseException | None) -> None:
-        if done is not None:
-            done()
-        if not fut.done():
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(result)  # type: ignore[arg-type]
-
-    try:
-        result, exc = fn(), None
-    except Exception as error:  # handed to the awaiting task, which reports it
-        result, exc = None, error
-    try:
-        loop.call_soon_threadsafe(settle, result, exc)
-    except RuntimeError:
-        pass  # the loop is closed: the daemon stopped while this thread ran

@@ -282,7 +282,7 @@ def ab(variant: str, runs: int = 20) -> dict[str, Any]:
 
     import onnxruntime as ort
 
-    from appliance.core.runtime import WARM_UP_LATER
+    from appliance.core.warmup import WARM_UP_LATER
     from appliance.model.engine.base import Scales
     from appliance.model.engine.select import load_voice_model
     from appliance.model.engine.windows import decode_windows

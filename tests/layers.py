@@ -31,7 +31,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("core", ("appliance.core",), "scheduler, admission, streaming, the runtime, the service"),
     ("doors", ("appliance.doors",), "protocol v1, Wyoming, HTTP on one connection policy"),
     ("clients", ("appliance.clients", "appliance.client"), "the v1 library, ttsctl, sd_ttsd"),
-    ("daemon", ("appliance.daemon", "appliance.main"), "the daemon's phases and the ttsd CLI"),
+    (
+        "daemon",
+        ("appliance.daemon", "appliance.main", "appliance.reload"),
+        "the daemon's phases and the ttsd CLI",
+    ),
 )
 
 
