@@ -26,6 +26,7 @@ from appliance.core.warmup import (
     costliest,
     warm_first_packet,
 )
+from appliance.errors import ErrorCode, ServiceError
 from appliance.model.engine.base import Scales
 from appliance.model.engine.gpu_select import gpu_health
 from appliance.model.engine.select import load_voice_model
@@ -191,6 +192,38 @@ class Runtime:
     def backend_state(self) -> dict[str, Any]:
         """Start-up status merged with the live failover state of the default voice."""
         return gpu_health(self.voices[self.default_voice].model, self.backend_status)
+
+    def resolve_voice(
+        self, name: str | None, speaker: str | int | None, language: str | None = None
+    ) -> tuple[VoiceRuntime, int | None]:
+        """The voice a request names (by name, else the first of ``language``, else the
+        default) and its speaker id: ServiceError ``unknown_voice`` / ``bad_request``."""
+        rt = self
+        if name is None and language:
+            name = next(
+                (
+                    v.name
+                    for v in rt.voices.values()
+                    if v.language.lower().replace("-", "_") == language.lower().replace("-", "_")
+                    or v.language.split("_")[0].lower() == language.lower()
+                ),
+                None,
+            )
+            if name is None:
+                raise ServiceError(
+                    ErrorCode.UNKNOWN_VOICE, f"no voice for language {language[:32]!r}"
+                )
+        name = name or rt.default_voice
+        voice = rt.voices.get(name)
+        if voice is None:
+            raise ServiceError(ErrorCode.UNKNOWN_VOICE, f"no voice named {name[:64]!r}")
+        try:
+            sid = rt.voice_meta[name].info.speaker_id(speaker)
+        except KeyError:
+            raise ServiceError(
+                ErrorCode.BAD_REQUEST, f"voice {name} has no speaker {str(speaker)[:64]!r}"
+            ) from None
+        return voice, sid
 
     def frontend_limits(self) -> FrontendLimits:
         c = self.config

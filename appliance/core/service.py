@@ -26,21 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from appliance.core.admission import RTF_PRIOR, Admission, CpuShare, Decision, StreamLoad
-from appliance.core.headfirst import prepare_head, prepare_tail
-from appliance.core.markdownstream import markdown_release_point
 from appliance.core.runtime import Runtime
-from appliance.core.streaming import ClauseQueue, JobSettings, JobStats, SynthesisJob, VoiceRuntime
-from appliance.core.textstream import SegmentRule, TextFeed, release_point
+from appliance.core.streaming import JobSettings, JobStats, SynthesisJob, VoiceRuntime
+from appliance.core.textprep import TextPrep
+from appliance.core.textstream import TextFeed
 from appliance.errors import ErrorCode, ServiceError
 from appliance.model import stretch
 from appliance.model.engine.base import Scales
@@ -48,8 +45,7 @@ from appliance.ops.metrics import LiveNumbers
 from appliance.playback import NoAudioDevice, Utterance
 from appliance.playback.speak import Speech
 from appliance.speech import Chunk, SpeechRequest
-from appliance.text.frontend import Clause, FrontendLimits, prepare
-from appliance.text.markdown import MarkdownOptions
+from appliance.text.frontend import FrontendLimits
 
 log = logging.getLogger(__name__)
 reqlog = logging.getLogger("ttsd.request")
@@ -60,10 +56,6 @@ DETERMINISTIC_SEED = 0x74747364
 """The seed of every deterministic request ("ttsd"): each encoder call mixes in its own
 phoneme ids, scales and speaker (appliance.model.noise.call_seed), so a phrase sounds the
 same in any request, and different phrases differ."""
-
-_FRONTEND_THREADS = 2
-"""Text normalisation is a few ms of pure Python per request: two threads keep one long
-text from holding up everyone else's, without competing with the inference workers."""
 
 
 class Door(Protocol):
@@ -417,9 +409,7 @@ class Service:
             cpu_share=CpuShare(lambda: sched.busy_s),
         )
         self._numbers = itertools.count(1)
-        self._frontend_pool = ThreadPoolExecutor(_FRONTEND_THREADS, "frontend")
-        self.frontend: Callable[..., list[Clause]] = prepare
-        """The text frontend (a test's daemon may put another in: appliance.daemon.Seams)."""
+        self.text = TextPrep(self.runtime)
         self._idle = asyncio.Event()
         self._idle.set()
         self._warmup: asyncio.Future[Any] | None = None
@@ -467,7 +457,8 @@ class Service:
         stream.service_key = speak_key
         self._register(stream)
         try:
-            queue = await self._clauses(stream, req)
+            prepared = await self.text.clauses(req, voice, stream.fail, stream.audio_left_s)
+            stream.feed, stream.tail = prepared.feed, prepared.tail
             # Closed on failure too: a text's rest may be being prepared (headfirst).
             settings = self._settings(req, voice, sid, speak)
         except BaseException as exc:
@@ -476,7 +467,7 @@ class Service:
                 self.record_error(exc.code)
             raise
         jstats = JobStats(t_request=t0, frontend_ms=(time.monotonic() - t0) * 1000)
-        stream.job = SynthesisJob(voice, queue, settings, self.runtime.scheduler, jstats)
+        stream.job = SynthesisJob(voice, prepared.queue, settings, self.runtime.scheduler, jstats)
         return stream
 
     def _admit(self, req: SpeechRequest, speak: bool) -> tuple[VoiceRuntime, int | None]:
@@ -553,126 +544,6 @@ class Service:
             keepalive_ms=float(req.keepalive_ms or 0) if req.text_stream else 0.0,
         )
 
-    async def _clauses(self, stream: Stream, req: SpeechRequest) -> ClauseQueue:
-        limits = self.frontend_limits()
-        language = stream.voice.language
-        if not req.text_stream:
-            return await self._head_first(stream, limits)
-        queue = ClauseQueue(closed=False)
-        later = FrontendLimits(limits.max_chars, limits.sentence_chars)
-
-        paused_ms = 0  # Markdown's pauses so far: the request's add up to a cap, not each segment's
-
-        async def prepare_segment(text: str, first: bool) -> list[Clause]:
-            nonlocal paused_ms
-            clauses = await self.prepare_text(
-                text, language, limits if first else later, req.text_format, paused_ms
-            )
-            paused_ms += sum(clause.pause_after_ms for clause in clauses)
-            return clauses
-
-        s = self.runtime.config.streaming
-        stream.feed = TextFeed(
-            queue,
-            prepare_segment,
-            SegmentRule(
-                s.text_first_chars,
-                s.text_max_chars,
-                s.text_idle_ms,
-                s.text_low_water_ms,
-            ),
-            limits.max_chars,
-            s.text_timeout_s,
-            stream.fail,
-            audio_left=stream.audio_left_s,
-            release=markdown_release_point if req.text_format == "markdown" else release_point,
-            eager=req.text_start == "eager",
-            markdown=req.text_format == "markdown",
-        )
-        if req.text:
-            stream.feed.append(req.text)
-        return queue
-
-    async def _head_first(self, stream: Stream, limits: FrontendLimits) -> ClauseQueue:
-        """A one-shot text's clauses: its head's now, the rest appended once prepared (in
-        the frontend executor, while the head is spoken: appliance.core.headfirst)."""
-        req, language = stream.request, stream.voice.language
-        options = self._frontend_options(req.text_format)
-        head, cut = await asyncio.get_running_loop().run_in_executor(
-            self._frontend_pool,
-            functools.partial(prepare_head, self.frontend, req.text, language, limits, **options),
-        )
-        _check_ipa(stream, head)  # before any audio
-        if cut >= len(req.text):
-            return ClauseQueue(head, closed=True)
-        queue = ClauseQueue(head, closed=False)
-        stream.tail = asyncio.create_task(self._tail(stream, queue, cut, limits, options))
-        return queue
-
-    async def _tail(
-        self,
-        stream: Stream,
-        queue: ClauseQueue,
-        cut: int,
-        limits: FrontendLimits,
-        options: dict[str, Any],
-    ) -> None:
-        """The rest of a one-shot text: its clauses appended and the queue closed; a failure
-        ends the request with its one error, as a text stream's segment does."""
-        work = functools.partial(
-            prepare_tail,
-            self.frontend,
-            stream.request.text,
-            cut,
-            stream.voice.language,
-            limits,
-            **options,
-        )
-        try:
-            clauses = await asyncio.get_running_loop().run_in_executor(self._frontend_pool, work)
-            _check_ipa(stream, clauses)
-        except ServiceError as exc:
-            queue.close()
-            stream.fail(exc)
-            return
-        except Exception as exc:  # a bug in the frontend: this request ends, not silently
-            log.exception("stream %d: the frontend failed on the rest of its text", stream.number)
-            queue.close()
-            stream.fail(ServiceError(ErrorCode.INTERNAL, type(exc).__name__))
-            return
-        queue.put(clauses)
-        queue.close()
-
-    def _frontend_options(self, text_format: str, paused_ms: int = 0) -> dict[str, Any]:
-        """The frontend's keyword options for a request's text (``paused_ms``: Markdown
-        pauses its earlier text was given)."""
-        return {
-            "text_format": text_format,
-            "lexicon": self.runtime.lexicon,
-            "markdown_options": self.markdown_options(paused_ms),
-        }
-
-    async def prepare_text(
-        self,
-        text: str,
-        language: str,
-        limits: FrontendLimits,
-        text_format: str = "text",
-        paused_ms: int = 0,
-    ) -> list[Clause]:
-        loop = asyncio.get_running_loop()
-        work: Callable[[], list[Clause]] = functools.partial(
-            self.frontend, text, language, limits, **self._frontend_options(text_format, paused_ms)
-        )
-        return await loop.run_in_executor(self._frontend_pool, work)
-
-    def markdown_options(self, paused_ms: int = 0) -> MarkdownOptions:
-        """How ``text_format: markdown`` is read, from the config's ``markdown:``."""
-        m = self.runtime.config.markdown
-        return MarkdownOptions(
-            m.code_blocks, m.code_phrase, m.heading_pause_ms, m.rule_pause_ms, paused_ms=paused_ms
-        )
-
     async def phonemes(
         self, text: str, voice_name: str | None, text_format: str = "text"
     ) -> dict[str, Any]:
@@ -681,12 +552,12 @@ class Service:
 
         try:
             voice, _ = self.resolve_voice(voice_name, None)
-            clauses = await self.prepare_text(
+            clauses = await self.text.prepare_text(
                 text, voice.language, self.frontend_limits(), text_format
             )
             loop = asyncio.get_running_loop()
             report = await loop.run_in_executor(
-                self._frontend_pool, phoneme_report, clauses, voice.phonemizer
+                self.text.pool, phoneme_report, clauses, voice.phonemizer
             )
         except ServiceError as exc:
             self.record_error(exc.code)
@@ -696,32 +567,8 @@ class Service:
     def resolve_voice(
         self, name: str | None, speaker: str | int | None, language: str | None = None
     ) -> tuple[VoiceRuntime, int | None]:
-        rt = self.runtime
-        if name is None and language:
-            name = next(
-                (
-                    v.name
-                    for v in rt.voices.values()
-                    if v.language.lower().replace("-", "_") == language.lower().replace("-", "_")
-                    or v.language.split("_")[0].lower() == language.lower()
-                ),
-                None,
-            )
-            if name is None:
-                raise ServiceError(
-                    ErrorCode.UNKNOWN_VOICE, f"no voice for language {language[:32]!r}"
-                )
-        name = name or rt.default_voice
-        voice = rt.voices.get(name)
-        if voice is None:
-            raise ServiceError(ErrorCode.UNKNOWN_VOICE, f"no voice named {name[:64]!r}")
-        try:
-            sid = rt.voice_meta[name].info.speaker_id(speaker)
-        except KeyError:
-            raise ServiceError(
-                ErrorCode.BAD_REQUEST, f"voice {name} has no speaker {str(speaker)[:64]!r}"
-            ) from None
-        return voice, sid
+        """See :meth:`Runtime.resolve_voice`."""
+        return self.runtime.resolve_voice(name, speaker, language)
 
     def frontend_limits(self) -> FrontendLimits:
         return self.runtime.frontend_limits()
@@ -882,12 +729,4 @@ class Service:
                     await self._idle.wait()
 
     def close(self) -> None:
-        self._frontend_pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _check_ipa(stream: Stream, clauses: list[Clause]) -> None:
-    """<phoneme> and lexicon IPA against the stream's voice's symbols (ServiceError)."""
-    ph = stream.voice.phonemizer
-    for c in clauses:
-        for o in c.phonemes:
-            ph.ipa(o.ipa)
+        self.text.close()

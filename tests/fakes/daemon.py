@@ -53,14 +53,14 @@ def stall_first_item(seconds: float) -> Callable[[Runtime], None]:
 
 def frontend_fault(marker: str) -> Callable[[Service], None]:
     def seam(service: Service) -> None:
-        real = service.frontend
+        real = service.text.frontend
 
         def frontend(text: str, *args: Any, **kwargs: Any) -> list[Clause]:
             if marker in text:
                 raise RuntimeError(f"test seam: text contains {marker!r}")
             return real(text, *args, **kwargs)
 
-        service.frontend = frontend
+        service.text.frontend = frontend
 
     return seam
 
