@@ -92,6 +92,9 @@ class StreamResult:
     reason: str = "end"
     heard: tuple[int, int] | None = None
     """``speak`` with word timings: the span of the text fully played."""
+    sent_text_span: tuple[int, int] | None = None
+    """A cancelled request: how far in the text the audio handed to the door reaches
+    (:meth:`Stream.sent_text_span`); None when it was not cancelled or sent nothing."""
 
 
 @dataclass
@@ -133,6 +136,8 @@ class Stream:
         self._job_task: asyncio.Task[None] | None = None
         self.utterance: Utterance | None = None
         self._done = False
+        self._sent: tuple[int, int] | None = None
+        """The text the chunks handed to the door so far speak (see sent_text_span)."""
 
     # -- what the door reads
 
@@ -230,11 +235,14 @@ class Stream:
         door_exc: list[BaseException] = []
 
         async def guarded(chunk: Chunk) -> None:
+            if self.cancel_reason is not None:
+                return  # barge-in: nothing made after the cancel arrived goes out
             try:
                 await emit(chunk)
             except BaseException as exc:
                 door_exc.append(exc)
                 raise
+            self._note_sent(chunk)
 
         outcome = "error"
         stats: dict[str, Any] = {}
@@ -258,7 +266,8 @@ class Stream:
             cancelled = self.cancel_reason is not None
             outcome = "cancelled" if cancelled else "end"
             self.service.runtime.metrics.request_done(stats, cancelled, self.door)
-            return StreamResult(stats, cancelled, reason=outcome)
+            sent = self.sent_text_span() if cancelled else None
+            return StreamResult(stats, cancelled, reason=outcome, sent_text_span=sent)
         except ServiceError as exc:
             outcome = exc.code
             raise
@@ -274,6 +283,30 @@ class Stream:
             raise ServiceError(ErrorCode.INTERNAL, type(exc).__name__) from exc
         finally:
             self._end(outcome, stats)
+
+    def _note_sent(self, chunk: Chunk) -> None:
+        """A chunk is with the door: with word timings, its words' spans (a word counts once
+        its sound has started in audio sent); without, the chunk's clause span."""
+        if chunk.words is not None:
+            spans = [w.text_span for w in chunk.words]
+            if not spans:
+                return
+            lo, hi = spans[0][0], spans[-1][1]
+        elif chunk.samples.size:
+            lo, hi = chunk.text_span
+        else:
+            return  # a keep-alive or a pause says nothing
+        if self._sent is None:
+            self._sent = (lo, hi)
+        else:
+            self._sent = (min(self._sent[0], lo), max(self._sent[1], hi))
+
+    def sent_text_span(self) -> tuple[int, int] | None:
+        """[start, end) of the text the audio handed to the door speaks: to the end of the
+        last word whose sound has started in it (with ``word_timings``), else of the last
+        clause a chunk of it was sent from (a clause's audio may be cut in its middle).
+        An agent truncates its context to this after a barge-in."""
+        return self._sent
 
     def _raise_if_ended(self) -> None:
         if self._failure is not None:

@@ -506,6 +506,8 @@ class EndEvent:
     interrupted: bool | None = None
     heard: tuple[int, int] | None = None
     """``speak`` with ``word_timings``: the span of the text fully played."""
+    sent_text_span: tuple[int, int] | None = None
+    """A cancelled ``synthesize``: how far in the text the audio sent reaches."""
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -518,6 +520,8 @@ class EndEvent:
             d["interrupted"] = self.interrupted
         if self.heard is not None:
             d["heard"] = list(self.heard)
+        if self.sent_text_span is not None:
+            d["sent_text_span"] = list(self.sent_text_span)
         return d
 
 

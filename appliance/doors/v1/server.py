@@ -786,7 +786,12 @@ class Connection:
         if state.cancel_reason != "disconnect":
             self._write(
                 EndEvent(
-                    req.id, result.cancelled, result.stats, result.interrupted, result.heard
+                    req.id,
+                    result.cancelled,
+                    result.stats,
+                    result.interrupted,
+                    result.heard,
+                    result.sent_text_span,
                 ).to_dict()
             )
 
