@@ -16,7 +16,8 @@
 - **reload** — SIGHUP: the config and the lexicon are read again in threads of their own
   (a hung file must neither stall the loop nor keep SIGTERM waiting), the live keys
   applied, ``voices_dir`` scanned for voices added or removed (:mod:`appliance.core.voiceset`);
-  one reload at a time, a SIGHUP during one asks for one more after it.
+  one reload at a time, a SIGHUP during one asks for one more after it; one during
+  start-up (whose default action would end the process) runs once the daemon serves.
 - **stop** — SIGTERM first gives notice when a balancer can read it (the HTTP door or
   the agent is on): for ``limits.drain_notice_s`` the box still serves but says ``drain``
   (agent) and 503 (``/healthz``, ``/readyz``), so new work goes elsewhere (a second
@@ -109,6 +110,8 @@ class Daemon:
         self.interrupted: signal.Signals | None = None
         """The signal that stopped the start-up; start-up threads may still run."""
         self._last_status = 0.0
+        self._hup_pending = False
+        """A SIGHUP came before the daemon served: a reload runs once it does."""
         self._last_trim = time.monotonic()
 
     @property
@@ -162,6 +165,9 @@ class Daemon:
         if not await self._start_doors():
             return False
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload)
+        if self._hup_pending:
+            log.info("reload: the SIGHUP that came during start-up")
+            self.reload()
         self._start_watchdog()
         self.service.on_request_done.append(self._on_request_done)
         return True
@@ -246,6 +252,12 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_stop_signal, sig)
+        # SIGHUP's default action ends the process: one during start-up (a `systemctl
+        # reload` while the voices load) is kept, and run once the daemon serves.
+        loop.add_signal_handler(signal.SIGHUP, self._hup_during_start)
+
+    def _hup_during_start(self) -> None:
+        self._hup_pending = True
 
     def _on_stop_signal(self, sig: signal.Signals) -> None:
         if self.ready:

@@ -51,10 +51,14 @@ def cmd_serve(args: argparse.Namespace, seams: Seams | None = None) -> int:
     :func:`_interrupted_early` does it; after, the daemon (see :func:`_leave_start_up`)."""
     # First: reading the config and importing take a while.
     before = signal.signal(signal.SIGINT, _interrupted_early)
+    # SIGHUP's default action ends the process; until the daemon's loop takes it over
+    # (and runs a reload once serving), one is ignored: the config is being read now.
+    hup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         return _serve(args, seams)
     finally:
         signal.signal(signal.SIGINT, before)
+        signal.signal(signal.SIGHUP, hup)
 
 
 def _interrupted_early(signum: int, _frame: Any) -> None:

@@ -204,6 +204,24 @@ def test_sigterm_during_start_up_stops_at_once(tmp_path: Path, cut: Path) -> Non
     assert "stopped (SIGTERM) while starting" in start.log().splitlines()[-1]
 
 
+def test_a_sighup_during_start_up_is_a_reload_once_serving(tmp_path: Path, cut: Path) -> None:
+    """``systemctl reload`` while the voices load: SIGHUP's default action ended the
+    process; now the reload runs once the daemon serves (one while the config is being
+    read is ignored; before ``ttsd`` runs at all, Python's own start-up, it still ends it)."""
+    start = Start(tmp_path, cut)
+    try:
+        start.wait_until(lambda: start.log().strip() != "")  # the config is read: logging
+        start.proc.send_signal(signal.SIGHUP)
+        start.wait_until(lambda: f"voice {MULTI} loaded" in start.log())
+        start.proc.send_signal(signal.SIGHUP)
+        _serves(start)
+        start.wait_until(lambda: "reload: the SIGHUP that came during start-up" in start.log())
+        assert start.proc.poll() is None
+    finally:
+        start.proc.send_signal(signal.SIGTERM)
+        start.proc.wait(timeout=60)
+
+
 # ------------------------------------------------------------------ warm
 
 
