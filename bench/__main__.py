@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=None,
         help="core http normalizer ssml markdown concurrency speed prosody playback textstream "
-        "eager speechd wyoming scaleout wordtimes pacing speeds device memory",
+        "eager agents speechd wyoming scaleout wordtimes pacing speeds device memory",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             "playback",
             "textstream",
             "eager",
+            "agents",
             "speechd",
             "wyoming",
             "scaleout",
@@ -210,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.eager import bench_eager
 
         results["eager"] = _optional("eager", lambda: bench_eager(out, args.quick))
+    if "agents" in want:  # issue 45: first audio over ElevenLabs' WebSocket, beside v1
+        from bench.agents import bench_agents
+
+        results["agents"] = _optional("agents", lambda: bench_agents(out, args.quick))
     if "speechd" in want:
         results["speechd"] = _optional("speechd", lambda: _bench_speechd(out, max(runs, 20)))
     if "wyoming" in want:

@@ -21,6 +21,7 @@ most ``elevenlabs.max_connections`` sockets at once (beyond: HTTP 503
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -101,8 +102,9 @@ class Connection:
         limits = self._config().limits
         ws = self.ws = web.WebSocketResponse(max_msg_size=limits.max_message_bytes + 1024)
         await ws.prepare(request)
-        assert request.transport is not None
-        self.outbox = Outbox(request.transport, lambda: self._config().limits)
+        transport = request.transport
+        assert transport is not None
+        self.outbox = Outbox(transport, lambda: self._config().limits)
         try:
             await self._session(request)
         except (ConnectionError, OSError):
@@ -110,7 +112,7 @@ class Connection:
         finally:
             if self.session is not None:
                 await self.session.close()
-        if not request.transport.is_closing():
+        if not transport.is_closing():
             closing = self.session.closing if self.session is not None else None
             await self._close(*(closing or (1000, "")))
         return ws
@@ -128,6 +130,7 @@ class Connection:
                 query,
                 self.multi,
                 self.send,
+                self._finished,
                 lambda: self._config().elevenlabs,
                 lambda: self._config().limits,
             )
@@ -145,7 +148,7 @@ class Connection:
         while session.closing is None and not session.done:
             wait = session.query.inactivity_s
             try:
-                msg = await self.ws.receive(timeout=wait if not session.busy() else None)
+                msg = await self.ws.receive(timeout=wait)
             except TimeoutError:
                 if session.busy():
                     continue
@@ -170,7 +173,7 @@ class Connection:
         audio and isFinal), then the socket closes.  After a refusal: cancelled."""
         if session.closing is not None:
             await session.close()
-        for ctx in list(session.contexts.values()):
+        for ctx in list(session.running):
             if ctx.task is not None:
                 await ctx.task
 
@@ -192,7 +195,13 @@ class Connection:
     def _grace(self) -> float:
         if self.session is None:
             return 0.0
-        return max((c.stream.buffer_s() for c in self.session.contexts.values()), default=0.0)
+        return max((c.stream.buffer_s() for c in self.session.running), default=0.0)
+
+    async def _finished(self) -> None:
+        """Every context ended after close_socket / end of stream: close now (the reader,
+        waiting for a message, then sees the close)."""
+        with contextlib.suppress(ConnectionError, OSError):
+            await self._close(1000, "")
 
     async def _close(self, code: int, reason: str) -> None:
         if self.ws is not None and not self.ws.closed:

@@ -23,7 +23,8 @@ Every context that was opened gets exactly one ``isFinal``, after its last audio
 it ended, was cancelled or failed (its error message comes first, with its
 ``contextId``).  A refused message (bad JSON, an unknown field, too many contexts, a
 flood) is answered with an error message and the socket closes (code 1008), as
-ElevenLabs does.  Bounds: ``elevenlabs.max_contexts`` open at once,
+ElevenLabs does.  Bounds: ``elevenlabs.max_contexts`` open at once (and five times as
+many running, counting those closed and still ending),
 ``elevenlabs.max_messages_per_s`` (a burst of twice that), ``limits.max_message_bytes`` a
 message, ``limits.max_text_chars`` a context's text (the core's).
 """
@@ -65,6 +66,8 @@ DEFAULT_CONTEXT = ""
 """A ``/multi-stream-input`` message without ``context_id``: the connection's default
 context (its replies carry ``"contextId": ""``)."""
 
+CLOSING_PER_OPEN = 5
+"""Contexts running (open, or closed and still ending) per one ``max_contexts`` allows."""
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 _numbers = itertools.count(1)
 
@@ -92,13 +95,19 @@ class Session:
         query: Query,
         multi: bool,
         send: Send,
+        finished: Callable[[], Awaitable[None]],
         cfg: Callable[[], ElevenLabsConfig],
         limits: Callable[[], LimitsConfig],
     ) -> None:
         self.service, self.query, self.multi, self._send = service, query, multi, send
+        self._finished = finished
+        """Called once the session is :attr:`done` (its last context's ``isFinal`` sent)."""
         self._cfg, self._limits = cfg, limits
         self.number = next(_numbers)
         self.contexts: dict[str, _Context] = {}
+        """Open contexts, by id (a closed one leaves at once: its id may be opened again)."""
+        self.running: set[_Context] = set()
+        """Every context whose stream runs: the open ones and the closed ones still ending."""
         self.closing: tuple[int, str] | None = None
         """Set once the socket is to close: (close code, reason)."""
         self.ending = False
@@ -133,17 +142,17 @@ class Session:
     @property
     def done(self) -> bool:
         """Ending and every context has sent its ``isFinal``."""
-        return self.ending and not self.contexts
+        return self.ending and not self.running
 
     def busy(self) -> bool:
         """A context is open (its audio may still be coming): not inactive."""
-        return bool(self.contexts)
+        return bool(self.running)
 
     async def close(self) -> None:
         """The connection is gone: cancel every context and wait for its task."""
-        for ctx in list(self.contexts.values()):
+        for ctx in list(self.running):
             ctx.stream.cancel("disconnect")
-        tasks = [c.task for c in self.contexts.values() if c.task is not None]
+        tasks = [c.task for c in self.running if c.task is not None]
         for task in tasks:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
@@ -182,9 +191,11 @@ class Session:
         await self._text(ctx, msg)
 
     async def _open(self, cid: str, msg: ClientMessage) -> _Context | None:
-        if len(self.contexts) >= self._cfg().max_contexts:
+        cap = self._cfg().max_contexts
+        if len(self.contexts) >= cap or len(self.running) >= CLOSING_PER_OPEN * cap:
             raise BadMessage(
-                f"at most {self._cfg().max_contexts} contexts may be open on a connection",
+                f"at most {cap} contexts may be open on a connection"
+                f" ({CLOSING_PER_OPEN * cap} with those closed and still ending)",
                 ErrorCode.TOO_MANY_REQUESTS,
             )
         req = SpeechRequest(
@@ -205,6 +216,7 @@ class Session:
             await self._send(final_message(self._cid(cid)))
             return None
         ctx = self.contexts[cid] = _Context(cid, stream, self.query)
+        self.running.add(ctx)
         ctx.task = asyncio.create_task(self._run(ctx))
         return ctx
 
@@ -227,6 +239,7 @@ class Session:
             ctx.flushed = False
 
     def _close_context(self, ctx: _Context) -> None:
+        del self.contexts[ctx.id]
         if ctx.flushed and ctx.stream.takes_text:
             ctx.stream.finish()  # what was written is spoken, then isFinal
         else:
@@ -256,7 +269,11 @@ class Session:
         except Exception as exc:  # the connection failed (gone, too slow): it says so
             log.debug("elevenlabs: context %s ended by its connection: %r", ctx.id[:32], exc)
         finally:
-            self.contexts.pop(ctx.id, None)
+            if self.contexts.get(ctx.id) is ctx:
+                del self.contexts[ctx.id]
+            self.running.discard(ctx)
+        if self.done:
+            await self._finished()
 
     async def _emit(self, ctx: _Context, chunk: Chunk) -> None:
         data = ctx.encoder(chunk.samples, False)

@@ -117,18 +117,22 @@ class Client:
         query = Query.parse(VOICE, {"output_format": fmt}, 180.0)
         el = ElevenLabsConfig(**cfg)
         self.session = Session(
-            service, query, multi, self._send, lambda: el, lambda: LimitsConfig()
+            service, query, multi, self._send, self._finished, lambda: el, LimitsConfig
         )
+        self.finished = False
 
     async def _send(self, msg: dict[str, Any]) -> None:
         self.sent.append(msg)
+
+    async def _finished(self) -> None:
+        self.finished = True
 
     async def say(self, **msg: Any) -> None:
         await self.session.receive(json.dumps(msg))
 
     async def settle(self, timeout: float = 60.0) -> None:
         async with asyncio.timeout(timeout):
-            while self.session.contexts:
+            while self.session.running:
                 await asyncio.sleep(0.01)
 
     def audio(self, ctx: str | None = None) -> bytes:
@@ -160,7 +164,7 @@ def test_one_stream_speaks_its_text_with_alignment_then_one_final(runtime: Runti
         return c
 
     c = asyncio.run(scenario())
-    assert c.session.done
+    assert c.session.done and c.finished
     assert c.finals() == 1 and c.sent[-1] == {"isFinal": True}
     assert "contextId" not in c.sent[0]
     pcm = c.audio()
@@ -236,9 +240,10 @@ def test_an_unknown_voice_is_an_error_not_the_default(runtime: Runtime) -> None:
         async def send(msg: dict[str, Any]) -> None:
             pass
 
-        session = Session(
-            service, query, True, send, lambda: ElevenLabsConfig(), lambda: LimitsConfig()
-        )
+        async def send_nothing() -> None:
+            pass
+
+        session = Session(service, query, True, send, send_nothing, ElevenLabsConfig, LimitsConfig)
         with pytest.raises(ServiceError) as err:
             session.check_voice()
         assert err.value.code == ErrorCode.UNKNOWN_VOICE
