@@ -216,3 +216,28 @@ async def test_a_client_that_never_reads_is_cut_off_and_others_are_served(d: Htt
         gone = err == errno.ECONNRESET or state == TCP_CLOSE
     sock.close()
     assert gone, "the never-reading client was not cut off"
+
+
+async def test_sockets_beyond_the_cap_are_refused_before_the_upgrade(d: HttpDaemon) -> None:
+    async with aiohttp.ClientSession() as http:
+        held = [await http.ws_connect(url(d), headers=HEADERS) for _ in range(4)]
+        with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+            await http.ws_connect(url(d), headers=HEADERS)
+        assert err.value.status == 503
+        await held.pop().close()
+        await asyncio.sleep(0.2)
+        assert await served(d) > 16000  # a slot came back
+        for ws in held:
+            await ws.close()
+
+
+async def test_an_idle_socket_closes_after_its_inactivity_timeout(d: HttpDaemon) -> None:
+    async with aiohttp.ClientSession() as http:
+        t0 = time.monotonic()
+        async with http.ws_connect(
+            url(d, query="pcm_16000&inactivity_timeout=1"), headers=HEADERS
+        ) as ws:
+            msg = await ws.receive_json(timeout=10)
+            assert msg["error"] == "text_timeout" and msg["code"] == 1008
+            assert (await ws.receive(timeout=10)).type == aiohttp.WSMsgType.CLOSE
+        assert 0.9 < time.monotonic() - t0 < 5
