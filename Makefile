@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: venv run test system-packages lint typecheck pytest bench clean
+.PHONY: venv run test system-packages lint typecheck pytest bench clean agents-venv
 
 venv: $(STAMP)
 
@@ -28,7 +28,13 @@ $(STAMP_RUN): pyproject.toml
 run: $(STAMP_RUN)
 	$(BIN)/python -m appliance.clients.demo || [ $$? -eq 130 ]
 
-test: system-packages venv lint typecheck pytest
+test: system-packages venv agents-venv lint typecheck pytest
+
+# The voice-agent clients the tests run against the daemon (pipecat-ai), in a venv of their
+# own so that their pins never move ttsd's: made once, remade when tests/agents_venv.py's
+# requirements change (.venv-agents/.installed names them).
+agents-venv: venv
+	$(BIN)/python -m tests.agents_venv
 
 # The Debian packages the tests need (PulseAudio, PortAudio, shellcheck, systemd-analyze, ...):
 # installed when missing, as root or with sudo -n; a no-op when all are there.
@@ -58,4 +64,4 @@ bench: venv
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-agents build *.egg-info .mypy_cache .ruff_cache .pytest_cache

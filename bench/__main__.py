@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=None,
         help="core http normalizer ssml markdown concurrency speed prosody playback textstream "
-        "eager bargein speechd wyoming scaleout wordtimes pacing speeds device memory",
+        "eager bargein agents speechd wyoming scaleout wordtimes pacing speeds device memory",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             "textstream",
             "eager",
             "bargein",
+            "agents",
             "speechd",
             "wyoming",
             "scaleout",
@@ -217,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         results["bargein"] = _optional(
             "bargein", lambda: bench_bargein(out, 5 if args.quick else 10)
         )
+    if "agents" in want:  # issue 45: first audio over ElevenLabs' WebSocket, beside v1
+        from bench.agents import bench_agents
+
+        results["agents"] = _optional("agents", lambda: bench_agents(out, args.quick))
     if "speechd" in want:
         results["speechd"] = _optional("speechd", lambda: _bench_speechd(out, max(runs, 20)))
     if "wyoming" in want:

@@ -13,6 +13,9 @@ HTTP server that streams responses; no HTTP parsing here).  Endpoints:
   (admission would say ``busy``), starting or draining: a balancer's HTTP check
   (:mod:`appliance.core.capacity`, docs/scale-out.md).  Like ``/healthz``, no key.
 - ``GET /metrics`` — the daemon's Prometheus registry (:mod:`appliance.ops.metrics`).
+- ``GET /v1/text-to-speech/{voice}/stream-input`` and ``.../multi-stream-input`` —
+  ElevenLabs' input-streaming WebSocket (:mod:`appliance.doors.elevenlabs`; its key may
+  come as ``xi-api-key``).
 
 Limits as protocol v1's: a key is required off loopback (constant-time compare), the
 body is capped (413), the body must arrive within ``limits.frame_timeout_s``, and a client
@@ -52,6 +55,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from appliance.core.capacity import Capacity, capacity_of
 from appliance.core.service import Service, Stream, StreamResult
 from appliance.doors import captions, whole
+from appliance.doors.elevenlabs.handler import PREFIX as WS_PREFIX
+from appliance.doors.elevenlabs.handler import ElevenLabsRoutes
 from appliance.doors.formats import (
     FORMATS,
     RAW_FORMATS,
@@ -380,6 +385,10 @@ class HttpDoor:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
+        self.websockets = ElevenLabsRoutes(
+            self.service, lambda: self.draining, lambda: self.service.runtime.config
+        )
+        self.websockets.add_to(app)  # ElevenLabs' input-streaming WebSocket (docs/agents.md)
         srv = self.service.runtime.config.limits
         handler_args: dict[str, Any] = {
             "access_log": None,
@@ -483,6 +492,8 @@ class HttpDoor:
         assert self.api_key is not None
         auth = request.headers.get("Authorization", "")
         scheme, _, token = auth.partition(" ")
+        if request.path.startswith(WS_PREFIX) and "xi-api-key" in request.headers:
+            scheme, token = "bearer", request.headers["xi-api-key"]  # ElevenLabs' header
         try:
             raw = token.strip().encode("utf-8", "surrogateescape")
         except UnicodeError:

@@ -325,6 +325,25 @@ class HttpConfig:
 
 
 @dataclass(frozen=True)
+class ElevenLabsConfig:
+    """ElevenLabs' input-streaming WebSocket on the HTTP listener (docs/agents.md): voice
+    agents (Pipecat, LiveKit Agents) stream a language model's tokens in."""
+
+    text_start: Literal["eager", "sentence"] = "sentence"
+    """How a context starts a sentence: ``eager`` from its first words while it is being
+    written, ``sentence`` once it is complete (docs/textstream.md)."""
+    max_connections: int = field(default=32, metadata=_rng(1, 100_000))
+    """WebSockets at once (each also holds one of ``http.max_connections``): speech over
+    plain HTTP keeps room however many agents are connected."""
+    max_contexts: int = field(default=8, metadata=_rng(1, 1000, live=True))
+    """Contexts open at once on one connection (ElevenLabs allows 5)."""
+    max_messages_per_s: float = field(default=200.0, metadata=_rng(1, 100_000, live=True))
+    """Messages a connection may send a second, averaged over a burst of twice as many."""
+    max_inactivity_timeout_s: float = field(default=180.0, metadata=_rng(1, 86_400, live=True))
+    """The cap on a client's ``inactivity_timeout`` (ElevenLabs' own cap: 180 s)."""
+
+
+@dataclass(frozen=True)
 class WyomingConfig:
     """The Wyoming door (Home Assistant): see docs/wyoming.md."""
 
@@ -440,6 +459,7 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     wyoming: WyomingConfig = field(default_factory=WyomingConfig)
+    elevenlabs: ElevenLabsConfig = field(default_factory=ElevenLabsConfig)
     markdown: MarkdownConfig = field(default_factory=MarkdownConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
 

@@ -1,0 +1,1 @@
+"""ElevenLabs' input-streaming WebSocket on the HTTP listener (docs/agents.md)."""
