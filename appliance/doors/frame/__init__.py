@@ -14,9 +14,9 @@ events); the frame does the rest, the same on every door::
        output: Session.send (Outbox: the bound, the one too-slow rule)
        end: EOF → half-close (answers still go out) or gone → requests cancelled, close
 
-- :mod:`~appliance.doors.frame.door`: the :class:`Door` the daemon runs, and
-  :class:`DoorBase`, where every door reads its settings (the daemon's one config, read
-  on every use: a SIGHUP reaches connections already open).
+- :mod:`~appliance.doors.frame.door`: :class:`DoorBase`, where every door reads its
+  settings (the daemon's one config, read on every use: a SIGHUP reaches connections
+  already open).
 - :mod:`~appliance.doors.frame.ending`: :func:`settle`, the one place that decides how a
   request ends, and :class:`Report`, the doors' throttled log of failures.
 - :mod:`~appliance.doors.frame.requests`: a connection's requests, each with its stream,
@@ -27,8 +27,9 @@ events); the frame does the rest, the same on every door::
   socket with the gate in front of its sessions.
 
 Wyoming (:mod:`appliance.doors.wyoming`) and the agent (:mod:`appliance.doors.agent`)
-stand on it.  Protocol v1 (:mod:`appliance.doors.v1.server`) and the HTTP door (aiohttp's connections; its gate is :mod:`appliance.doors.httpguard`) still
-run their own copies of this life cycle.  A WebSocket door on the HTTP listener is a
-:class:`Session` over a channel that wraps the WebSocket, with a protocol whose ``read``
-is ``ws.receive()``: the read loop, requests, output bound and ending are the frame's.
+stand on it.  Protocol v1 (:mod:`appliance.doors.v1.server`) and the HTTP door (aiohttp's
+connections; its gate is :mod:`appliance.doors.httpguard`) still run their own copies of
+this life cycle.  A WebSocket door on the HTTP listener is a :class:`Session` over a
+channel that wraps the WebSocket, with a protocol whose ``read`` is ``ws.receive()``:
+the read loop, requests, output bound and ending are the frame's.
 """

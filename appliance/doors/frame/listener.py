@@ -203,18 +203,25 @@ class StreamDoor(DoorBase, abc.ABC):
         if refused is not None:
             await self.refuse(session, refused)
             return
+        held = [session]
+
+        def release() -> None:
+            """Not counted, its slot back: once the client is gone, not once its work has
+            wound down (a client that reconnects at once finds its slot)."""
+            if held:
+                held.clear()
+                self.sessions.discard(session)
+                self.give_back_slot(admitted)
+
         try:
             stop = self.shutting_down()
             if stop is not None:  # holding its slot while it lingers: a flood stays bounded
                 await session.refuse(stop)
                 return
             self.sessions.add(session)
-            try:
-                await session.serve()
-            finally:
-                self.sessions.discard(session)
+            await session.serve(release)
         finally:
-            self.give_back_slot(admitted)
+            release()
 
     def take_slot(self, admitted: Admitted) -> ServiceError | None:
         """A slot for the connection (``limits.max_connections``, less those kept for root

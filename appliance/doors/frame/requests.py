@@ -125,7 +125,7 @@ class Request:
         if self.refused is not None:
             return False
         if self.stream is None:
-            return self.early is not None
+            return self.early is not None and not self.early.finished
         return self.stream.takes_text
 
     def add_text(self, text: str, flush: bool = False) -> None:

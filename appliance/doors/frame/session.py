@@ -200,14 +200,17 @@ class Session:
 
     # ------------------------------------------------------------ the life
 
-    async def serve(self) -> None:
-        """Read and dispatch until the connection ends; then release it."""
+    async def serve(self, released: Callable[[], None] = lambda: None) -> None:
+        """Read and dispatch until the connection ends; then release it: ``released`` as
+        soon as the client is gone (its slot is free then), the close once its work has
+        wound down."""
         self.protocol.opened()
         try:
             if await self._read_loop():
                 await self._half_closed()
         finally:
             self.leave()
+            released()
             pending = self.protocol.pending()
             if pending:
                 await asyncio.wait(pending, timeout=_CLOSE_WAIT_S)
