@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("model", ("appliance.model",), "voices cut and checked; graph rewrites; the engines"),
     ("playback", ("appliance.playback",), "the speaker: one output stream, priorities, fades"),
     ("core", ("appliance.core",), "scheduler, admission, streaming, the runtime, the service"),
-    ("doors", ("appliance.doors",), "protocol v1, Wyoming, HTTP on one connection policy"),
+    ("doors", ("appliance.doors",), "the door frame; protocol v1, Wyoming, HTTP, agent"),
     ("clients", ("appliance.clients", "appliance.client"), "the v1 library, ttsctl, sd_ttsd"),
     (
         "daemon",

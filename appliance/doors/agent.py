@@ -17,10 +17,13 @@ default); others are closed unanswered.  The agent protocol cannot carry a key, 
 HTTP door's rule (a key off loopback) becomes: listening off loopback needs an
 allow-list that names more than loopback, else the door refuses to start.
 
-Lifecycle: ``start`` binds; ``close_listener`` (the daemon's drain) keeps answering —
-``up drain`` from then on — so the balancer reads the drain rather than a refused
-connection, which it would not count as one; ``close`` shuts the listener and its
-connections.
+What it adds to the door frame (:class:`~appliance.doors.frame.listener.StreamDoor`:
+the listener, the gate, the connection's life and close): its answer, its own room
+(``agent.max_connections``, no slots kept for anyone), refusals without a word (a
+balancer reads no error), and its stop: ``close_listener`` (the daemon's drain) keeps
+answering — ``up drain`` from then on — so the balancer reads the drain rather than a
+refused connection, which it would not count as one; ``close`` shuts the listener and
+its connections.
 """
 
 from __future__ import annotations
@@ -28,41 +31,39 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+from collections.abc import Hashable
+from typing import Any
 
 from appliance.core.capacity import Capacity, capacity_of
 from appliance.core.service import Service
+from appliance.doors.frame.listener import Admitted, StreamDoor
+from appliance.doors.frame.session import Session, StreamChannel, WireProtocol
 from appliance.doors.net import (
-    drop_connection,
     fds_short,
     is_loopback,
     is_loopback_network,
     parse_listen,
     peer_ip,
-    quiet_accept_errors,
     read_to_eof,
     refuse,
 )
+from appliance.errors import ErrorCode, ServiceError
 from appliance.ops.config import AgentConfig
-from appliance.ops.logsetup import Throttle
 
 log = logging.getLogger(__name__)
 
 DOOR = "agent"
 _READ_LIMIT = 1024
 """The reader's buffer: what a balancer's ``agent-send`` may leave before it is dropped."""
-_THROTTLE = Throttle()
 
 
-class AgentDoor:
+class AgentDoor(StreamDoor):
     name = DOOR
 
     def __init__(self, service: Service, cfg: AgentConfig) -> None:
-        self.service = service
+        super().__init__(service, log)
         self.cfg = cfg
         self.port: int | None = None
-        self.draining = False
-        self._server: asyncio.Server | None = None
-        self._open: set[asyncio.Task[None]] = set()
         self._networks = [ipaddress.ip_network(n, strict=False) for n in cfg.allowed_networks]
 
     async def start(self) -> None:
@@ -75,65 +76,78 @@ class AgentDoor:
                 " name the balancers' addresses in agent.allowed_networks (the agent"
                 " protocol carries no key), or listen on 127.0.0.1"
             )
-        loop = asyncio.get_running_loop()
-        quiet_accept_errors(loop)
-        self._server = await asyncio.start_server(
-            self._accept, host, port, limit=_READ_LIMIT, reuse_address=True
-        )
-        self.port = int(self._server.sockets[0].getsockname()[1])
-        self.service.add_door(DOOR, lambda: len(self._open))
+        self.port = await self.listen_tcp(host, port)
         log.info("agent: answering HAProxy agent checks on %s:%d", host, self.port)
 
-    async def wait_idle(self, deadline: float) -> None:
-        """Nothing outlives the core's streams here: a connection's output is its own."""
+    # ------------------------------------------------------------ the frame's hooks
 
-    def close_listener(self) -> None:
-        self.draining = True  # keep answering: "up drain" while the core drains
+    def protocol(self, session: Session) -> WireProtocol[Any]:
+        return _Check(session, self)
 
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._open):
-            task.cancel()
-        if self._open:
-            await asyncio.wait(list(self._open), timeout=2.0)
+    def reader(self) -> asyncio.StreamReader:
+        return asyncio.StreamReader(limit=_READ_LIMIT)
 
-    # ------------------------------------------------------------ one check
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        if not self._admit(writer):
-            drop_connection(writer.transport)
-            return
-        self._open.add(task)
-        closed = asyncio.ensure_future(read_to_eof(reader))
-        try:
-            async with asyncio.timeout(self.cfg.timeout_s):
-                line = self.answer().encode("ascii")
-                await refuse(writer.transport, line, closed, linger_s=self.cfg.timeout_s)
-        except (TimeoutError, ConnectionError, OSError):
-            drop_connection(writer.transport)
-        except Exception as exc:  # a bug: this check goes unanswered, the door goes on
-            _THROTTLE.log(log, logging.ERROR, "agent", "agent: check failed: %s", exc, exc_info=exc)
-            drop_connection(writer.transport)
-        finally:
-            closed.cancel()
-            self._open.discard(task)
-
-    def _admit(self, writer: asyncio.StreamWriter) -> bool:
-        """Room, a descriptor to spare, and a peer in ``allowed_networks``."""
-        if len(self._open) >= self.cfg.max_connections:
-            return False
-        limits = self.service.runtime.config.limits
-        if fds_short(writer.get_extra_info("socket"), limits.reserved_fds):
-            return False
+    async def admit(self, writer: asyncio.StreamWriter) -> Admitted | ServiceError:
+        """A descriptor to spare, and a peer in ``allowed_networks``."""
+        if fds_short(writer.get_extra_info("socket"), self.limits.reserved_fds):
+            return ServiceError(ErrorCode.TOO_MANY_CONNECTIONS, "file descriptors are short")
         ip = peer_ip(writer.get_extra_info("peername"))
-        return ip is not None and any(ip in net for net in self._networks)
+        if ip is None or not any(ip in net for net in self._networks):
+            return ServiceError(ErrorCode.UNAUTHORIZED, f"{ip} is not in agent.allowed_networks")
+        return Admitted(("host", str(ip)))
+
+    def take_slot(self, admitted: Admitted) -> ServiceError | None:
+        if len(self.sessions) >= self.cfg.max_connections:
+            return ServiceError(ErrorCode.TOO_MANY_CONNECTIONS, "agent.max_connections")
+        return None
+
+    def give_back_slot(self, admitted: Admitted) -> None:
+        """No slots are held: the room is the sessions open."""
+
+    async def refuse(self, session: Session, exc: ServiceError) -> None:
+        """Closed unanswered: a balancer reads no errors, only a line or nothing."""
+        session.outbox.drop()
+
+    def shutting_down(self) -> ServiceError | None:
+        """Never: while the daemon stops, a check is answered ``up drain``."""
+        return None
 
     def answer(self) -> str:
         """This box's line now; ``up drain`` once the daemon drains, whatever the load."""
         cap = capacity_of(self.service)
-        if self.draining and cap.state == "ready":
+        if self.stopping and cap.state == "ready":
             cap = Capacity("drain", reason="stopping")
         return cap.agent_line()
+
+
+class _Check(WireProtocol[bytes]):
+    """One check: the line, the writing side shut, and what the balancer sends dropped
+    until it closes, all within ``agent.timeout_s`` (then the connection is dropped).
+    Nothing read is a message: the one read is the whole exchange."""
+
+    def __init__(self, session: Session, door: AgentDoor) -> None:
+        super().__init__(session)
+        self.door = door
+
+    async def read(self) -> bytes | None:
+        channel = self.session.channel
+        assert isinstance(channel, StreamChannel)
+        if channel.is_closing():
+            return None
+        line = self.door.answer().encode("ascii")
+        timeout_s = self.door.cfg.timeout_s
+        await refuse(channel.transport, line, read_to_eof(channel.reader), linger_s=timeout_s)
+        return None
+
+    @property
+    def partial(self) -> bool:
+        return False
+
+    async def dispatch(self, msg: bytes) -> None:
+        """Never called: the read answers None."""
+
+    def error_bytes(self, key: Hashable, exc: ServiceError) -> bytes:
+        return b""  # the agent protocol has no errors: a failed check closes unanswered
+
+    def eof_is_disconnect(self) -> bool:
+        return True
