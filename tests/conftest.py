@@ -148,21 +148,37 @@ Tests of admission itself give the keys they test (test_sched_overload: the defa
 def voice_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the session's daemons and in-process loads keep the voices' cuts (so each
     voice is cut once a session), tests/fakes/voice.py's ``real_voice`` too: set up for
-    every test, before any of them can call that."""
+    every test, before any of them can call that.  One directory for every xdist worker
+    of the session: each worker cutting the bundled voice for itself took minutes on a
+    loaded box, and the first daemons waiting behind it failed to listen in time."""
     from tests.fixtures import share_voice_cache
 
-    cache = tmp_path_factory.mktemp("voice-cache")
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    cache = shared / "voice-cache"
+    cache.mkdir(exist_ok=True)
     share_voice_cache(cache)
     return cache
+
+
+def cut_bundled_once(cache: Path) -> None:
+    """The bundled voice cut into ``cache`` by one process of the session (the others wait
+    on a lock beside it, then find the cut): before a daemon starts, so its start-up
+    timeout is not spent on the cut."""
+    import fcntl
+
+    from appliance.model.voices import bundled_voice_path, load_voice
+
+    with (cache.parent / f"{cache.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        load_voice(bundled_voice_path().name.removesuffix(".onnx"), bundled_voice_path(), cache)
 
 
 @pytest.fixture(scope="session")
 def bundled_cut(voice_cache: Path) -> Path:
     """The session's voice cache with the bundled voice cut in it (15-30 s, once a
     session), for a test that times a daemon's start-up or interrupts it."""
-    from appliance.model.voices import bundled_voice_path, load_voice
-
-    load_voice(bundled_voice_path().name.removesuffix(".onnx"), bundled_voice_path(), voice_cache)
+    cut_bundled_once(voice_cache)
     return voice_cache
 
 
@@ -171,6 +187,7 @@ def daemon_factory(
     tmp_path_factory: pytest.TempPathFactory, voice_cache: Path
 ) -> Iterator[DaemonFactory]:
     started: list[Daemon] = []
+    cut = [False]
 
     def start(
         config: dict[str, Any] | None = None,
@@ -184,6 +201,9 @@ def daemon_factory(
         """``nofile``: the daemon's limit on open files (soft and hard), as a unit's
         ``LimitNOFILE`` sets it.  ``seams``: the options of tests/fakes/daemon.py (a
         stalled worker, a frontend that raises); the daemon is then run through it."""
+        if not cut[0]:
+            cut_bundled_once(voice_cache)  # every daemon loads the bundled voice
+            cut[0] = True
         d = tmp_path_factory.mktemp("daemon")
         cfg: dict[str, Any] = {"voices": {"cache_dir": str(voice_cache)}, "logging": {}}
         for key, value in (config or {}).items():
