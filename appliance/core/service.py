@@ -97,6 +97,30 @@ class StreamResult:
     (:meth:`Stream.sent_text_span`); None when it was not cancelled or sent nothing."""
 
 
+class SentText:
+    """[start, end) of the text the chunks handed to a door speak, for barge-in: to the end
+    of the last word whose sound has started in them (with ``word_timings``), else of the
+    last clause a chunk of them came from (a clause's audio may be cut in its middle).  An
+    agent truncates its context to this after a cancel.  Keep-alives and pauses say
+    nothing."""
+
+    def __init__(self) -> None:
+        self.span: tuple[int, int] | None = None
+
+    def note(self, chunk: Chunk) -> None:
+        if chunk.words is not None:
+            if not chunk.words:
+                return
+            lo, hi = chunk.words[0].text_span[0], chunk.words[-1].text_span[1]
+        elif chunk.samples.size:
+            lo, hi = chunk.text_span
+        else:
+            return
+        if self.span is not None:
+            lo, hi = min(self.span[0], lo), max(self.span[1], hi)
+        self.span = (lo, hi)
+
+
 @dataclass
 class _DoorStats:
     name: str
@@ -136,8 +160,7 @@ class Stream:
         self._job_task: asyncio.Task[None] | None = None
         self.utterance: Utterance | None = None
         self._done = False
-        self._sent: tuple[int, int] | None = None
-        """The text the chunks handed to the door so far speak (see sent_text_span)."""
+        self._sent = SentText()
 
     # -- what the door reads
 
@@ -242,7 +265,7 @@ class Stream:
             except BaseException as exc:
                 door_exc.append(exc)
                 raise
-            self._note_sent(chunk)
+            self._sent.note(chunk)
 
         outcome = "error"
         stats: dict[str, Any] = {}
@@ -284,29 +307,9 @@ class Stream:
         finally:
             self._end(outcome, stats)
 
-    def _note_sent(self, chunk: Chunk) -> None:
-        """A chunk is with the door: with word timings, its words' spans (a word counts once
-        its sound has started in audio sent); without, the chunk's clause span."""
-        if chunk.words is not None:
-            spans = [w.text_span for w in chunk.words]
-            if not spans:
-                return
-            lo, hi = spans[0][0], spans[-1][1]
-        elif chunk.samples.size:
-            lo, hi = chunk.text_span
-        else:
-            return  # a keep-alive or a pause says nothing
-        if self._sent is None:
-            self._sent = (lo, hi)
-        else:
-            self._sent = (min(self._sent[0], lo), max(self._sent[1], hi))
-
     def sent_text_span(self) -> tuple[int, int] | None:
-        """[start, end) of the text the audio handed to the door speaks: to the end of the
-        last word whose sound has started in it (with ``word_timings``), else of the last
-        clause a chunk of it was sent from (a clause's audio may be cut in its middle).
-        An agent truncates its context to this after a barge-in."""
-        return self._sent
+        """How far in the text the audio handed to the door reaches (:class:`SentText`)."""
+        return self._sent.span
 
     def _raise_if_ended(self) -> None:
         if self._failure is not None:
