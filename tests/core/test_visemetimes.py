@@ -194,5 +194,7 @@ def test_visemes_alone_are_the_same_and_cost_no_word_work(runtime: Runtime) -> N
     both, with_words = _stream(runtime, dataclasses.replace(base, word_timings=True))
     assert stats["quick_start"] and all(c.words is None for c in alone)
     assert "words" not in stats["ttfp_parts_ms"]  # type: ignore[operator]
+    # What the first packet waited for, counted (a generous bound: the goal is 0.5 ms).
+    assert 0 < stats["ttfp_parts_ms"]["visemes"] < 20  # type: ignore[index]
     assert "words" in with_words["ttfp_parts_ms"]  # type: ignore[operator]
     assert [c.visemes for c in alone] == [c.visemes for c in both]
