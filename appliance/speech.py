@@ -54,6 +54,8 @@ class SpeechRequest:
     """For speech on the device only (speech-dispatcher's meanings)."""
     word_timings: bool = False
     """Chunks carry :class:`Word` timings (``Chunk.words``); off: chunks are as before."""
+    visemes: bool = False
+    """Chunks carry :class:`Viseme` timings (``Chunk.visemes``); off: chunks are as before."""
     deterministic: bool | None = None
     """Seed the sampling noise from the text and settings (None: ``voices.deterministic``)."""
     text_start: str = "sentence"
@@ -113,6 +115,18 @@ class Word:
 
 
 @dataclass(frozen=True)
+class Viseme:
+    """A mouth shape and where it lies in the request's audio (``visemes``): from the
+    model's own phoneme durations, as word timings are.  A chunk's visemes tile it."""
+
+    viseme: int
+    """Its number in the OVR set (``appliance.text.visemes.VISEMES``: 0 is ``sil``)."""
+    offset_ms: float
+    """From the start of the request's audio."""
+    duration_ms: float
+
+
+@dataclass(frozen=True)
 class Chunk:
     seq: int
     samples: FloatArray
@@ -130,3 +144,6 @@ class Chunk:
     marks: tuple[Mark, ...] = ()
     words: tuple[Word, ...] | None = None
     """With ``word_timings``: the words whose sound starts in this chunk; None: not asked."""
+    visemes: tuple[Viseme, ...] | None = None
+    """With ``visemes``: the chunk's mouth shapes in order, tiling exactly its
+    ``[offset_ms, offset_ms + duration_ms)`` (equal neighbours merged); None: not asked."""

@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=None,
         help="core http normalizer ssml markdown concurrency speed prosody playback textstream "
-        "eager bargein agents speechd wyoming scaleout wordtimes pacing speeds device memory",
+        "eager bargein agents speechd wyoming scaleout wordtimes visemes pacing speeds device "
+        "memory",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -173,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             "wyoming",
             "scaleout",
             "wordtimes",
+            "visemes",
             "pacing",
             "speeds",
             "device",
@@ -239,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         pairs = runs if args.quick else max(runs, 300)
         results["wordtimes"] = _optional("wordtimes", lambda: _bench_wordtimes(out, pairs))
 
+    if "visemes" in want:  # issue 45: what visemes cost the first packet (as wordtimes)
+        pairs = runs if args.quick else max(runs, 300)
+        results["visemes"] = _optional("visemes", lambda: _bench_visemes(out, pairs))
+
     if "pacing" in want:  # issue 30: paced G.711 frames, jitter from outside
         from bench.telephony import bench_pacing
 
@@ -283,6 +289,14 @@ def _bench_wordtimes(out: Path, runs: int) -> dict[str, Any]:
 
     r = bench_wordtimes(out, runs, {"short": SHORT, "long": LONG})
     print_wordtimes(r)
+    return r
+
+
+def _bench_visemes(out: Path, runs: int) -> dict[str, Any]:
+    from bench.visemes import bench_visemes, print_visemes
+
+    r = bench_visemes(out, runs, {"short": SHORT, "long": LONG})
+    print_visemes(r)
     return r
 
 

@@ -48,13 +48,16 @@ _SETTLE_S = 0.1
 """After a cancelled request: its work item still running ends before the next request."""
 
 
-def _first_packet(client: Any, text: str, timed: bool) -> _First:
+def _first_packet(
+    client: Any, text: str, timed: bool, field: str = "word_timings", part: str = "words"
+) -> _First:
     """Ask for ``text`` and cancel it at its first chunk: only the first packet is measured,
-    so a long sentence's pair costs its first packets, not its 16 s of audio."""
+    so a long sentence's pair costs its first packets, not its 16 s of audio (``timed``:
+    with ``field`` on; ``part``: its ``ttfp_parts_ms`` entry)."""
     rid = client.next_id()
     req: dict[str, Any] = {"op": "synthesize", "id": rid, "text": text}
     if timed:
-        req["word_timings"] = True
+        req[field] = True
     t0 = time.perf_counter()
     client.send(req)
     first: float | None = None
@@ -69,7 +72,7 @@ def _first_packet(client: Any, text: str, timed: bool) -> _First:
             stats = ev.get("stats") or {}
             if ev["event"] == "error" or first is None or stats.get("ttfp_ms") is None:
                 raise RuntimeError(str(ev))
-            words = stats["ttfp_parts_ms"].get("words")
+            words = stats["ttfp_parts_ms"].get(part)
             time.sleep(_SETTLE_S)
             return _First(first, stats["ttfp_ms"], bool(stats.get("quick_start")), words)
 
@@ -79,9 +82,12 @@ def _p(values: list[float], q: float) -> float:
     return ordered[int(q * (len(ordered) - 1))] if ordered else float("nan")
 
 
-def socket_cost(path: str, texts: dict[str, str], runs: int) -> dict[str, dict[str, float]]:
-    """Per text, ``runs`` pairs of requests without and with word timings (which goes first
-    alternates, so both see the same machine), and what the daemon says the words cost."""
+def socket_cost(
+    path: str, texts: dict[str, str], runs: int, field: str = "word_timings", part: str = "words"
+) -> dict[str, dict[str, float]]:
+    """Per text, ``runs`` pairs of requests without and with word timings (or another
+    ``field``: visemes; which goes first alternates, so both see the same machine), and
+    what the daemon says the words (its ``part``) cost."""
     from appliance.clients.client import Client
 
     client = Client(path)
@@ -94,7 +100,7 @@ def socket_cost(path: str, texts: dict[str, str], runs: int) -> dict[str, dict[s
         words: list[float] = []
         for i in range(runs + 2):
             order = (False, True) if i % 2 else (True, False)
-            got = {timed: _first_packet(client, text, timed) for timed in order}
+            got = {timed: _first_packet(client, text, timed, field, part) for timed in order}
             if i < 2:  # warm-up
                 continue
             plain, timed = got[False], got[True]

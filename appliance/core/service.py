@@ -46,6 +46,7 @@ from appliance.playback import NoAudioDevice, Utterance
 from appliance.playback.speak import Speech
 from appliance.speech import Chunk, SpeechRequest
 from appliance.text.frontend import FrontendLimits
+from appliance.text.visemes import VISEMES
 
 log = logging.getLogger(__name__)
 reqlog = logging.getLogger("ttsd.request")
@@ -576,6 +577,7 @@ class Service:
             quick_start=cfg.streaming.quick_start,
             max_phonemes=cfg.engine.max_phonemes,
             word_timings=req.word_timings,
+            visemes=req.visemes,
             eager=req.text_stream and req.text_start == "eager",
             keepalive_ms=float(req.keepalive_ms or 0) if req.text_stream else 0.0,
         )
@@ -664,7 +666,8 @@ class Service:
     # ------------------------------------------------------------ views
 
     def info(self) -> dict[str, Any]:
-        return {**self.runtime.info(), "warm": self.warm}
+        # The viseme set, by number (``visemes: true`` on a request: chunks carry them).
+        return {**self.runtime.info(), "warm": self.warm, "visemes": list(VISEMES)}
 
     def stats(self) -> dict[str, Any]:
         rt = self.runtime

@@ -49,6 +49,7 @@ from appliance.core.pipeline.types import (
     Voiced,
     VoiceRuntime,
 )
+from appliance.core.visemetimes import VisemeTrack
 from appliance.speech import FloatArray
 
 if TYPE_CHECKING:
@@ -102,6 +103,9 @@ class SynthesisJob:
             settings.watermark_s,
             settings.word_timings,
             voice.phonemizer.is_space,
+            VisemeTrack(voice.phonemizer.visemes, voice.phonemizer.kinds)
+            if settings.visemes
+            else None,
         )
         self._target = self.ctx.plan.first_target
         """The next chunk's size in frames (chunks grow through the request)."""
@@ -294,6 +298,8 @@ class SynthesisJob:
             self.output.set_factor(stretch_factor(self.settings, encoded.enc, clause.speed))
         if voiced.seam == 0:  # a start strategy placed its own
             tl.place_clause_marks(voiced)
+            if tl.visemes:
+                tl.place_visemes(encoded.ids, tl.id_time(voiced))
             if tl.words:
                 tl.place_clause_words(voiced)
         hop, rate = self.voice.hop, self.voice.sample_rate

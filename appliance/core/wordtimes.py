@@ -34,7 +34,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +54,12 @@ def spoken_words(ids: Ids, kinds: IdKinds) -> list[tuple[int, int]]:
     first sounding id is ~55 ms late on average, its pad ~32 ms (tests/doors/v1)."""
     kinds_string, sizes = _spoken(ids, kinds)
     return _SpokenWords(kinds_string, len(sizes)).all()
+
+
+def spoken_spans(kinds: bytes) -> Iterator[tuple[int, int]]:
+    """:func:`spoken_words` of a clause's kinds (:meth:`IdKinds.string`), each found as it
+    is asked for (visemes run only as far as the chunk being sent)."""
+    return (m.span() for m in _SPOKEN.finditer(kinds))
 
 
 _SPOKEN = re.compile(b"%s?%s(?:[^%s]*%s)?" % (ID_PAD, ID_SOUND, ID_SPACE, ID_SOUND))

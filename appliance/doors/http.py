@@ -82,7 +82,7 @@ from appliance.model.stretch import VOICE_SPEED_LIMIT
 from appliance.model.stretch import available as stretch_available
 from appliance.ops.config import HttpConfig, LimitsConfig
 from appliance.ops.logsetup import Throttle
-from appliance.speech import TEXT_FORMATS, Chunk, SpeechRequest, Word
+from appliance.speech import TEXT_FORMATS, Chunk, SpeechRequest, Viseme, Word
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +187,9 @@ class SpeechBody:
     (Kokoro-FastAPI's ``/dev/captioned_speech``: one JSON object, not NDJSON lines)."""
     word_timings: bool = False
     """ttsd extension: with ``stream_format: sse``, a ``ttsd.speech.word`` event per word."""
+    visemes: bool = False
+    """ttsd extension: with ``stream_format: sse`` a ``ttsd.speech.visemes`` event per
+    chunk; captioned speech: ``visemes`` with each line (the whole reply's with one)."""
     sample_rate: int | None = None
     pace_ms: int | None = None
     """ttsd extensions for the raw formats (pcm, wav, G.711): the rate (G.711: 8000 Hz
@@ -226,6 +229,7 @@ class SpeechBody:
             "text_format": self.text_format,
             "stream": self.stream,
             "word_timings": self.word_timings,
+            "visemes": self.visemes,
             "sample_rate": self.sample_rate,
             "pace_ms": self.pace_ms,
             "deterministic": self.deterministic,
@@ -286,7 +290,7 @@ def _extensions(d: dict[str, Any], fmt: str) -> dict[str, Any]:
     if text_format is not None and text_format not in TEXT_FORMATS:
         raise BadField("text_format", f"'text_format' must be one of {', '.join(TEXT_FORMATS)}")
     out["text_format"] = text_format
-    for key, default in (("stream", True), ("word_timings", False)):
+    for key, default in (("stream", True), ("word_timings", False), ("visemes", False)):
         flag = d.get(key, default)
         if not isinstance(flag, bool):
             raise BadField(key, f"'{key}' must be true or false")
@@ -300,6 +304,8 @@ def _extensions(d: dict[str, Any], fmt: str) -> dict[str, Any]:
         for key, streamed in (("pace_ms", None), ("stream_format", "audio")):
             if d.get(key, streamed) != streamed:
                 raise BadField(key, f"'{key}' streams: not with \"stream\": false")
+    if out["visemes"] and out["pace_ms"] is not None:
+        raise BadField("visemes", "'visemes' go with chunks: not with paced frames")
     out["deterministic"] = _bool(d, "deterministic")
     return out
 
@@ -633,10 +639,13 @@ class HttpDoor:
                 word_timings=captioned
                 or body.word_timings
                 or body.response_format in captions.CAPTION_FORMATS,
+                visemes=body.visemes,
                 deterministic=body.deterministic,
             )
             if captioned and body.response_format in captions.CAPTION_FORMATS:
                 raise BadField("response_format", "captioned speech is audio: not vtt or srt")
+            if body.visemes and not (captioned or body.stream_format == "sse"):
+                raise BadField("visemes", "'visemes' come as events: with sse or captioned speech")
         except BadField as exc:
             self.service.record_error(exc.code)
             return error_response(exc, exc.param or None)
@@ -698,6 +707,7 @@ class HttpDoor:
         fmt = body.response_format
         cues = captions.CueBuilder(body.input, text_format=stream.request.text_format)
         bound = whole.Bound(self.cfg.max_whole_audio_s, stream.sample_rate)
+        shapes: list[Viseme] = []  # bounded with the audio (max_whole_audio_s)
         buf = io.BytesIO()
         file = None
         if fmt not in captions.CAPTION_FORMATS:
@@ -708,6 +718,7 @@ class HttpDoor:
         async def emit(chunk: Chunk) -> None:
             bound.add(len(chunk.samples), buf.tell())  # (no encode runs now: tell is safe)
             cues.add(chunk.words or (), chunk.sentence_end)
+            shapes.extend(chunk.visemes or ())
             if file is not None:
                 await loop.run_in_executor(self._pool, file.write, chunk.samples)
 
@@ -726,7 +737,8 @@ class HttpDoor:
             return web.Response(text=text, content_type=mime, charset="utf-8")
         if captioned:
             stamps = captions.kokoro_timestamps(cues.words, body.input)
-            size, pieces = whole.captioned_json(buf, fmt, stamps)
+            visemes = captions.visemes_dict(shapes) if body.visemes else None
+            size, pieces = whole.captioned_json(buf, fmt, stamps, visemes)
             kind = "application/json"
         else:
             size, pieces = whole.file_pieces(buf)
@@ -875,6 +887,8 @@ class _AudioSink:
         self.ndjson = ndjson
         """Kokoro's streamed captioned speech: a JSON line per chunk, its words with it."""
         self._words: tuple[Word, ...] = ()
+        self._visemes: tuple[Viseme, ...] = ()
+        """The chunk's visemes (``visemes``), sent with its audio."""
         kind = "text/event-stream" if self.sse else encoder.content_type
         self.resp = web.StreamResponse(
             status=200,
@@ -915,6 +929,7 @@ class _AudioSink:
             await self.pacer.put(data, None, chunk.words)
             return
         self._words = chunk.words or ()
+        self._visemes += chunk.visemes or ()
         if self.first:
             self.first = False
             data = self.encoder.header() + data
@@ -924,15 +939,17 @@ class _AudioSink:
         await self.write(data)
 
     async def write(self, data: bytes) -> None:
-        if (not data and not self._words) or self.gone is not None:
+        if (not data and not self._words and not self._visemes) or self.gone is not None:
             return
         if self.ndjson:
-            line = {
+            line: dict[str, Any] = {
                 "audio": base64.b64encode(data).decode(),
                 "audio_format": self.body.response_format,
                 "timestamps": captions.kokoro_timestamps(self._words, self.body.input),
             }
-            self._words = ()
+            if self.body.visemes:
+                line["visemes"] = captions.visemes_dict(self._visemes)
+            self._words, self._visemes = (), ()
             data = (json.dumps(line) + "\n").encode()
         elif self.sse:
             events: list[dict[str, Any]] = []
@@ -943,7 +960,10 @@ class _AudioSink:
                 self.deltas += 1
             for stamp in captions.kokoro_timestamps(self._words, self.body.input):
                 events.append({"type": "ttsd.speech.word", **stamp})
-            self._words = ()
+            if self._visemes:
+                shapes = captions.visemes_dict(self._visemes)
+                events.append({"type": "ttsd.speech.visemes", **shapes})
+            self._words, self._visemes = (), ()
             data = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode()
         elif not data:
             return

@@ -69,14 +69,19 @@ def file_pieces(buf: io.BytesIO) -> tuple[int, Iterator[bytes]]:
 
 
 def captioned_json(
-    buf: io.BytesIO, fmt: str, timestamps: list[dict[str, Any]]
+    buf: io.BytesIO,
+    fmt: str,
+    timestamps: list[dict[str, Any]],
+    visemes: dict[str, Any] | None = None,
 ) -> tuple[int, Iterator[bytes]]:
     """Kokoro's captioned speech as one JSON object, ``{"audio": base64, "audio_format",
-    "timestamps"}``: its length, and its bytes with the base64 made a piece at a time."""
+    "timestamps"}`` (and ttsd's ``visemes`` when asked): its length, and its bytes with
+    the base64 made a piece at a time."""
     size = buf.getbuffer().nbytes
     head = b'{"audio": "'
+    more = f', "visemes": {json.dumps(visemes)}' if visemes is not None else ""
     tail = (
-        f'", "audio_format": {json.dumps(fmt)}, "timestamps": {json.dumps(timestamps)}}}'
+        f'", "audio_format": {json.dumps(fmt)}, "timestamps": {json.dumps(timestamps)}{more}}}'
     ).encode()
 
     def pieces() -> Iterator[bytes]:

@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from appliance.speech import IntArray
+from appliance.text.visemes import VisemeTable
 
 if TYPE_CHECKING:
     from appliance.voicetypes import VoiceInfo
@@ -227,6 +228,8 @@ class Phonemizer:
         size = 1 + max((i for ids in self._id_map.values() for i in ids), default=0)
         self.kinds = IdKinds.of(size, self._space_ids, self._silent_ids, self._pad_ids)
         """The id tests below as tables (every id the map gives is in range)."""
+        self.visemes = VisemeTable.of(self._id_map)
+        """Each id's viseme (:mod:`appliance.text.visemes`)."""
         self._word_sizes: dict[str, int] = {}
         """Sounding ids of words said alone (word timings' alignment); bounded."""
 

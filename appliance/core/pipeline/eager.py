@@ -443,7 +443,7 @@ class _Sentence:
         """The chunk's written words (those that start between its gaps), timed by its
         encoding's frames."""
         tl = self.host.timeline
-        if not tl.words:
+        if not tl.words and not tl.visemes:
             return
         ctx = self.host.ctx
         rate, hop = ctx.voice.sample_rate, ctx.voice.hop
@@ -458,6 +458,7 @@ class _Sentence:
         def keep(w: wordtimes.WrittenWord) -> bool:
             return pa - 1 <= w.start < pb - 1
 
+        tl.place_visemes(cur.ids, at, keep)
         end = tl.place_words(cur.written, at, keep)
         self.words_end = max(self.words_end, end)
 

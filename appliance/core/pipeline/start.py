@@ -223,8 +223,9 @@ async def play_provisional(
     marks = provisional_marks(clause, take, start_ms, frame_ms, ctx.voice.phonemizer.is_space)
     tl.place_marks(marks)
     words_end = 0.0
-    if tl.words:
+    if tl.words or tl.visemes:
         at = provisional_time(take, start_ms, frame_ms)
+        tl.place_visemes(encoded.ids, at, join.before)
         words_end = tl.place_words(encoded.written, at, join.before)
     before = silence_samples(clause.pause_before_ms, ctx.voice.sample_rate)
     span = chunk_span(clause, 0, take.seam, len(encoded.ids))
@@ -259,6 +260,8 @@ def take_over(
     speech_ms = tl.next_ms() + tail_ms - seam * fm
     voiced = dataclasses.replace(planned, speech_ms=speech_ms, seam=seam, lead=take.tail)
     tl.place_clause_marks(voiced, skip=heard.marks)
+    if tl.visemes:
+        tl.place_visemes(encoded.ids, join.after_time(tl.id_time(voiced), 0.0), join.after)
     if tl.words:
         at = join.after_time(tl.id_time(voiced), heard.words_end_ms)
         if encoded.words_left is not None:  # found with the first chunk after the join

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 from appliance.core import wordtimes
 from appliance.core.chunkplan import IdTest, pause_frames, position_frames
 from appliance.core.pipeline.types import Emit, JobStats, PendingWords, Voiced, WordKeep
-from appliance.speech import Chunk, FloatArray, Mark, Word
+from appliance.core.visemetimes import VisemeTrack
+from appliance.speech import Chunk, FloatArray, IntArray, Mark, Viseme, Word
 
 if TYPE_CHECKING:
     from appliance.core.pipeline.shape import Output
@@ -56,7 +57,9 @@ class Timeline:
         watermark_s: float,
         words: bool,
         is_space: IdTest,
+        visemes: VisemeTrack | None = None,
     ) -> None:
+        """``words``: chunks carry word timings; ``visemes``: chunks carry the track's."""
         self._rate = rate
         self._frame_ms = frame_ms
         self._stats = stats
@@ -72,6 +75,7 @@ class Timeline:
         """SSML marks placed in the audio but not yet sent with a chunk, in order."""
         self._words: collections.deque[Word] | None = collections.deque() if words else None
         """With word timings: words placed in the audio but not yet sent, in order."""
+        self._visemes = visemes
         self.pending: PendingWords | None = None
         """The clause's words still to find and place, with its next chunk decoded."""
         self.dry_s = 0.0
@@ -86,6 +90,11 @@ class Timeline:
     def words(self) -> bool:
         """Word timings were asked."""
         return self._words is not None
+
+    @property
+    def visemes(self) -> bool:
+        """Visemes were asked."""
+        return self._visemes is not None
 
     def next_ms(self) -> float:
         """Where the next speech starts in the output: after what was sent and what the
@@ -193,6 +202,14 @@ class Timeline:
             stats.first_words_ms += (time.perf_counter() - t0) * 1000
         return timed[-1].offset_ms + timed[-1].duration_ms if timed else 0.0
 
+    def place_visemes(
+        self, ids: IntArray, at: wordtimes.IdTime, keep: WordKeep | None = None
+    ) -> None:
+        """With visemes, the shapes of the clause's spoken words (``ids``: the clause's;
+        those ``keep`` takes) at their output times (``at``, as its words')."""
+        if self._visemes is not None:
+            self._visemes.place(ids, at, keep)
+
     def place_clause_words(self, voiced: Voiced) -> None:
         """Queue the clause's words; those a first clause found after its first chunk are
         placed when they are (:meth:`place_pending`)."""
@@ -245,6 +262,7 @@ class Timeline:
             stats.stalls += 1
         dur_s = len(audio) / self._rate
         end_ms = (self.audio_out_s + dur_s) * 1000
+        visemes = self._take_visemes(end_ms, final)
         chunk = Chunk(
             seq=self.seq,
             samples=audio,
@@ -256,6 +274,7 @@ class Timeline:
             final=final,
             marks=self._take_marks(end_ms, everything=final),
             words=self._take_words(end_ms, everything=final),
+            visemes=visemes,
         )
         t_w = self.sent_at = time.monotonic()
         await emit(chunk)
@@ -266,6 +285,16 @@ class Timeline:
         self.audio_out_s += dur_s
         stats.chunks = self.seq
         stats.audio_s = self.audio_out_s
+
+    def _take_visemes(self, end_ms: float, final: bool) -> tuple[Viseme, ...] | None:
+        """The chunk's visemes (None: not asked); the first chunk's work is counted."""
+        if self._visemes is None:
+            return None
+        t0 = time.perf_counter()
+        out = self._visemes.take(self.audio_out_s * 1000, end_ms, final)
+        if self.seq == 0:
+            self._stats.first_visemes_ms = (time.perf_counter() - t0) * 1000
+        return out
 
     def _take_marks(self, end_ms: float, everything: bool) -> tuple[Mark, ...]:
         """The marks that fall before ``end_ms`` (all of them for the request's last chunk)."""

@@ -85,6 +85,8 @@ class JobSettings:
     """Most ids of one encoder call (:mod:`appliance.model.engine.bounded`)."""
     word_timings: bool = False
     """Chunks carry their words' timings (:mod:`appliance.core.wordtimes`)."""
+    visemes: bool = False
+    """Chunks carry visemes (:mod:`appliance.core.visemetimes`)."""
     stretch_speed: float | None = None
     """A speed past what the voice does well (``appliance.model.stretch``): the voice renders
     at ``scales`` (its limit) and each clause is time-stretched so the whole is this fast."""
@@ -112,6 +114,9 @@ class JobStats:
     first_words_ms: float | None = None
     """With word timings: the word work the first packet waited for (on its work item and
     placing its words on the event loop), which ``encode`` then leaves out; None: not asked."""
+    first_visemes_ms: float | None = None
+    """With visemes: the first chunk's viseme work on the event loop (its spoken words'
+    shapes, made and cut to the chunk); None: not asked."""
     compute_s: float = 0.0
     queue_s: float = 0.0
     audio_s: float = 0.0
@@ -143,6 +148,8 @@ class JobStats:
         }
         if self.first_words_ms is not None:
             parts["words"] = round(self.first_words_ms, 3)
+        if self.first_visemes_ms is not None:
+            parts["visemes"] = round(self.first_visemes_ms, 3)
         out: dict[str, Any] = {
             "ttfp_ms": round(ttfp, 2) if ttfp is not None else None,
             "audio_ms": round(self.audio_s * 1000, 1),

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import msgpack
 
+from appliance.doors.captions import visemes_dict
 from appliance.doors.pace import PACE_MS, PacedFrame
 from appliance.doors.pcm import PCM_FORMATS, default_rate
 from appliance.errors import ErrorCode, ServiceError
@@ -27,6 +28,7 @@ from appliance.speech import (
     Chunk,
     Mark,
     SpeechRequest,
+    Viseme,
     Word,
 )
 
@@ -146,6 +148,8 @@ class SynthesizeRequest:
     priority: str = "message"
     op: str = "synthesize"
     word_timings: bool = False
+    visemes: bool = False
+    """Chunks carry ``visemes`` (:func:`~appliance.doors.captions.visemes_dict`)."""
     text_start: str | None = None
     """``text_stream``: ``eager`` or ``sentence``; None: the door's default (``v1.text_start``)."""
     keepalive_ms: int | None = None
@@ -166,7 +170,8 @@ class SynthesizeRequest:
             if isinstance(speaker, str) and len(speaker) > 256:
                 raise ProtocolError(ErrorCode.BAD_REQUEST, "'speaker' is too long")
         fmt = _opt_choice(d, "format", FORMATS) if op == "synthesize" else None
-        for key in ("format", "pace_ms"):
+        # speak plays on the device: no chunks to carry visemes (a client that asks is told).
+        for key in ("format", "pace_ms", "visemes"):
             if op == "speak" and key in d:
                 raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' is not a field of speak")
         return cls(
@@ -191,6 +196,7 @@ class SynthesizeRequest:
             else "message",
             op=op,
             word_timings=bool(_opt_bool(d, "word_timings")),
+            visemes=bool(_opt_bool(d, "visemes")),
             text_start=_opt_choice(d, "text_start", TEXT_STARTS),
             keepalive_ms=_opt_int(d, "keepalive_ms", *KEEPALIVE_MS),
         )
@@ -215,6 +221,8 @@ class SynthesizeRequest:
             d["text_format"] = self.text_format
         if self.word_timings:
             d["word_timings"] = True
+        if self.visemes:
+            d["visemes"] = True
         if self.pace_ms is not None:
             d["pace_ms"] = self.pace_ms
         if self.deterministic is not None:
@@ -247,6 +255,7 @@ class SynthesizeRequest:
             realtime=self.realtime,
             priority=self.priority,
             word_timings=self.word_timings,
+            visemes=self.visemes,
             deterministic=self.deterministic,
             text_start=self.text_start or default_start,
             keepalive_ms=self.keepalive_ms,
@@ -435,6 +444,29 @@ def word_dict(w: Word) -> dict[str, Any]:
     }
 
 
+def frame_visemes(frame: PacedFrame[Chunk]) -> tuple[Viseme, ...] | None:
+    """A paced frame's visemes (``pace_ms``): its chunks' cut to the frame's span, so
+    frames tile the audio as chunks do (a padded last frame ends in ``sil``); None: the
+    chunks carry none."""
+    shapes = [v for c in frame.pieces if c.visemes is not None for v in c.visemes]
+    if not frame.pieces or frame.pieces[0].visemes is None:
+        return None
+    start, end = frame.offset_ms, frame.offset_ms + frame.duration_ms
+    out: list[Viseme] = []
+    for v in shapes:
+        a, b = max(start, v.offset_ms), min(end, v.offset_ms + v.duration_ms)
+        if b <= a:
+            continue
+        if out and out[-1].viseme == v.viseme:
+            a = out.pop().offset_ms
+        out.append(Viseme(v.viseme, a, b - a))
+    reach = out[-1].offset_ms + out[-1].duration_ms if out else start
+    if reach < end:  # the silence padding the last frame
+        a = out.pop().offset_ms if out and out[-1].viseme == 0 else reach
+        out.append(Viseme(0, a, end - a))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class ChunkEvent:
     id: int
@@ -447,6 +479,7 @@ class ChunkEvent:
 
     marks: tuple[Mark, ...] = ()
     words: tuple[Word, ...] | None = None
+    visemes: tuple[Viseme, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -463,6 +496,8 @@ class ChunkEvent:
             d["marks"] = [{"name": m.name, "offset_ms": round(m.offset_ms, 3)} for m in self.marks]
         if self.words is not None:
             d["words"] = [word_dict(w) for w in self.words]
+        if self.visemes is not None:
+            d["visemes"] = visemes_dict(self.visemes)
         return d
 
     @classmethod
@@ -477,6 +512,7 @@ class ChunkEvent:
             sentence_end=chunk.sentence_end,
             marks=chunk.marks,
             words=chunk.words,
+            visemes=chunk.visemes,
         )
 
     @classmethod
@@ -495,6 +531,7 @@ class ChunkEvent:
             sentence_end=any(c.sentence_end for c in frame.ends),
             marks=tuple(m for c in frame.starts for m in c.marks),
             words=tuple(frame.words) if word_timings else None,
+            visemes=frame_visemes(frame),
         )
 
 
