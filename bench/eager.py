@@ -106,16 +106,20 @@ async def feed_v1(sock: str, toks: list[str], rate: float, start: str) -> Run:
 
         task = asyncio.create_task(feed())
         parts: list[np.ndarray] = []
-        async for ev in stream:
-            if ev["event"] == "chunk":
-                if run.t_first_audio is None:
-                    run.t_first_audio = time.perf_counter()
-                parts.append(np.frombuffer(ev["audio"], "<f4"))
-                if ev["sentence_end"]:
-                    run.sentences.append(np.concatenate(parts))
-                    parts = []
-            elif ev["event"] == "end":
-                run.stats = ev["stats"]
+        try:
+            async for ev in stream:
+                if ev["event"] == "chunk":
+                    if run.t_first_audio is None:
+                        run.t_first_audio = time.perf_counter()
+                    parts.append(np.frombuffer(ev["audio"], "<f4"))
+                    if ev["sentence_end"]:
+                        run.sentences.append(np.concatenate(parts))
+                        parts = []
+                elif ev["event"] == "end":
+                    run.stats = ev["stats"]
+        except BaseException:
+            task.cancel()  # refused (busy) or gone: the feed has no one to write to
+            raise
         await task
     return run
 
