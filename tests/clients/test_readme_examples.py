@@ -1,5 +1,7 @@
 """The README's examples run as pasted, against the real daemon (HTTP door on), and the
-outputs it shows are what the commands print."""
+outputs it shows are what the commands print.  (``py`` blocks are the lines that point
+another framework's own classes at ttsd, Pipecat's and LiveKit's: not programs of their
+own; tests/doors/elevenlabs/test_pipecat.py runs Pipecat's against the daemon.)"""
 
 from __future__ import annotations
 

@@ -18,7 +18,9 @@ import pytest
 from bench import scaleout
 from tests.conftest import Daemon, DaemonFactory
 
-pytestmark = pytest.mark.slow
+# Capacity is the measured cost: beside the other test process, the boxes judged themselves
+# full (DRAIN, DOWN) before the test began; alone, as the other solo tests run.
+pytestmark = [pytest.mark.slow, pytest.mark.solo]
 
 BOXES = [scaleout.Box("box1"), scaleout.Box("box2")]
 
