@@ -39,12 +39,8 @@ def ensure_latent(model: VoiceModel, enc: Encoded, upto: int, ahead: bool = True
     c = model.flow_context
     if lo == 0:
         hi = min(total, upto)
-    elif ahead:
-        hi = min(total, max(upto, lo + MAX_FLOW_FRAMES))
-        if total - hi < 2 * c:
-            hi = total
     else:
-        hi = min(total, max(upto, lo + 2 * c))
+        hi = min(total, max(upto, lo + (MAX_FLOW_FRAMES if ahead else 2 * c)))
         if total - hi < 2 * c:
             hi = total  # a tail this short would cost more in overlap than it holds
     a, b = max(0, lo - c), min(total, hi + c)
