@@ -5,7 +5,7 @@ keeps it running (silence when idle), so no device opening stands between a requ
 first sound.  Requests become :class:`Utterance` objects ordered by
 :class:`~appliance.playback.queue.SpeechQueue` (speech-dispatcher's priorities).
 
-The player is the front and the owner of the queue; its parts each run on one thread:
+The player is the front: it starts and closes the parts, each of which runs on one thread:
 
 * :class:`~appliance.playback.render.Renderer` is the PortAudio callback (the audio
   thread): it copies samples of the speaking utterance into the device buffer and reports
