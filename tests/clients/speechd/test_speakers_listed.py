@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from appliance.clients.speechd.module import SPEAKERS_LISTED, _listed_names, _voice_speaker
+from appliance.clients.speechd.options import SPEAKERS_LISTED
+from appliance.clients.speechd.options import listed_names as _listed_names
+from appliance.clients.speechd.options import voice_speaker as _voice_speaker
 
 
 def test_a_904_speaker_voice_lists_its_first_speakers_only() -> None:
