@@ -73,6 +73,23 @@ for 22 kHz mono speech.  Constant, not variable: a VBR stream needs its Xing hea
 rewritten at the end, and without it mpg123 stops early."""
 
 
+def set_ogg_page_latency(sound: soundfile.SoundFile, ms: float) -> bool:
+    """Ogg pages of ``ms`` instead of libsndfile's 1 s, so Opus audio leaves with each
+    chunk; False when this soundfile cannot.
+
+    The one use of soundfile's internals (``_ffi``, ``_snd``, ``SoundFile._file``):
+    soundfile wraps only a few of libsndfile's ``sf_command`` codes, and this one has no
+    public route.  tests/doors/test_formats.py fails if a release drops them, so the loss
+    of short pages is never silent."""
+    try:
+        ffi, snd = soundfile._ffi, soundfile._snd
+        value = ffi.new("double*", ms)
+        snd.sf_command(sound._file, _SFC_SET_OGG_PAGE_LATENCY_MS, value, ffi.sizeof("double"))
+    except (AttributeError, TypeError):  # a soundfile without these internals
+        return False
+    return True
+
+
 class Encoder(Protocol):
     content_type: str
     sample_rate: int
@@ -225,8 +242,8 @@ class SoundfileOut:
             subtype=subtype,
             **kwargs,
         )
-        if fmt == "opus":
-            self._short_pages()
+        if fmt == "opus" and not set_ogg_page_latency(self._file, _OGG_PAGE_LATENCY_MS):
+            log.warning("opus: cannot shorten Ogg pages: audio leaves about once a second")
 
     def _short_pages(self) -> None:
         """Ogg pages of ~50 ms instead of 1 s, so audio leaves with each chunk."""
