@@ -1,11 +1,11 @@
 """The voice-agent clients the tests run against the daemon, in a venv of their own.
 
-pipecat-ai pins its own numpy, websockets, protobuf …; installed beside ttsd it could move
-ttsd's pins.  So it lives in ``.venv-agents`` (``TTSD_AGENTS_VENV`` to put it elsewhere),
-made by ``make agents-venv`` (``make test`` runs it) or, failing that, by the first test
-that needs it: ``python -m tests.agents_venv``.  Idempotent: a stamp names the
-requirements it holds; the venv is remade only when they change.  Tests run the clients
-as subprocesses of its python.
+pipecat-ai and livekit-agents pin their own numpy, websockets, protobuf …; installed
+beside ttsd they could move ttsd's pins.  So they live in ``.venv-agents``
+(``TTSD_AGENTS_VENV`` to put it elsewhere), made by ``make agents-venv`` (``make test``
+runs it) or, failing that, by the first test that needs it: ``python -m
+tests.agents_venv``.  Idempotent: a stamp names the requirements it holds; the venv is
+remade only when they change.  Tests run the clients as subprocesses of its python.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-REQUIREMENTS = ("pipecat-ai[elevenlabs]==1.14.0",)
-"""pipecat-ai's ElevenLabsTTSService (it speaks ElevenLabs' multi-stream-input)."""
+REQUIREMENTS = ("pipecat-ai[elevenlabs]==1.14.0", "livekit-plugins-elevenlabs==1.8.9")
+"""pipecat-ai's ElevenLabsTTSService and LiveKit Agents' ElevenLabs TTS (both speak
+ElevenLabs' multi-stream-input)."""
 
 
 def venv_dir() -> Path:

@@ -177,13 +177,16 @@ class Connection:
             if ctx.task is not None:
                 await ctx.task
 
-    async def send(self, msg: dict[str, Any]) -> None:
-        """Write one message under the too-slow rule (a context's audio held is its grace)."""
+    async def send(self, msg: dict[str, Any], live: Callable[[], bool] | None = None) -> bool:
+        """Write one message under the too-slow rule (a context's audio held is its grace);
+        dropped when ``live`` no longer holds once its turn comes (barge-in)."""
         assert self.ws is not None and self.outbox is not None
         data = json.dumps(msg, separators=(",", ":"))
         async with self._lock:
             if self.ws.closed:
                 raise ConnectionResetError("closed")
+            if live is not None and not live():
+                return False
             try:
                 await self.outbox.guard(self.ws.send_str(data), self._grace())
             except ClientTooSlow:
@@ -191,6 +194,7 @@ class Connection:
                 _THROTTLE.log(log, logging.WARNING, "slow", "elevenlabs: client_too_slow: reset")
                 self.outbox.drop()  # its contexts end; the reader sees the socket go
                 raise ConnectionResetError("client_too_slow") from None
+        return True
 
     def _grace(self) -> float:
         if self.session is None:

@@ -90,6 +90,8 @@ class Query:
     auto_mode: bool | None = None
     model_id: str | None = None
     """Accepted and ignored: ttsd has one model per voice."""
+    visemes: bool = False
+    """ttsd's extension ``visemes=true``: each audio message carries its mouth shapes."""
 
     @property
     def sample_format(self) -> str:
@@ -129,6 +131,7 @@ class Query:
             bool(_flag(query.get("sync_alignment"), "sync_alignment")),
             _flag(query.get("auto_mode"), "auto_mode"),
             query.get("model_id"),
+            bool(_flag(query.get("visemes"), "visemes")),
         )
 
 
@@ -195,9 +198,13 @@ Alignment = dict[str, list[Any]]
 
 
 def audio_message(
-    audio_b64: str, alignment: Alignment | None, context_id: str | None
+    audio_b64: str,
+    alignment: Alignment | None,
+    context_id: str | None,
+    visemes: dict[str, list[Any]] | None = None,
 ) -> dict[str, Any]:
-    """ElevenLabs' audio message; ``contextId`` on multi-stream connections only."""
+    """ElevenLabs' audio message; ``contextId`` on multi-stream connections only;
+    ``visemes`` (ttsd's extension) only when the connection asked for them."""
     msg: dict[str, Any] = {
         "audio": audio_b64,
         "isFinal": None,
@@ -206,13 +213,26 @@ def audio_message(
     }
     if context_id is not None:
         msg["contextId"] = context_id
+    if visemes is not None:
+        msg["visemes"] = visemes
     return msg
 
 
-def final_message(context_id: str | None) -> dict[str, Any]:
+SENT_TEXT_SPAN = "sentTextSpan"
+"""ttsd's extension on the ``isFinal`` of an interrupted context (ElevenLabs' clients read
+the fields they know and pass over the rest): ``[start, end)`` of the context's text (all
+its ``text`` joined, as sent) that the audio sent reaches; ``[0, 0]`` when none was sent."""
+
+
+def final_message(
+    context_id: str | None, sent_text_span: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """``isFinal``; after an interruption with :data:`SENT_TEXT_SPAN`."""
     msg: dict[str, Any] = {"isFinal": True}
     if context_id is not None:
         msg["contextId"] = context_id
+    if sent_text_span is not None:
+        msg[SENT_TEXT_SPAN] = list(sent_text_span)
     return msg
 
 

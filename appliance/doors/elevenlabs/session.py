@@ -38,11 +38,12 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from appliance.core.service import Service, Stream
+from appliance.core.service import SentText, Service, Stream
+from appliance.doors.captions import visemes_dict
 from appliance.doors.elevenlabs.alignment import Aligner
 from appliance.doors.elevenlabs.messages import (
     BadMessage,
@@ -68,8 +69,18 @@ context (its replies carry ``"contextId": ""``)."""
 
 CLOSING_PER_OPEN = 5
 """Contexts running (open, or closed and still ending) per one ``max_contexts`` allows."""
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 _numbers = itertools.count(1)
+
+
+class Send(Protocol):
+    """The connection's writer: one message, under its too-slow rule.  With ``live``,
+    the message is dropped unless ``live()`` still holds once it is its turn to go out
+    (a cancelled context's audio that waited behind another message).  Returns whether
+    it was written."""
+
+    def __call__(
+        self, msg: dict[str, Any], live: Callable[[], bool] | None = None
+    ) -> Awaitable[bool]: ...
 
 
 class _Context:
@@ -80,6 +91,8 @@ class _Context:
         self.stream = stream
         self.encoder = PcmEncoder(stream.sample_rate, query.rate, query.sample_format)
         self.aligner = Aligner()
+        self.sent = SentText()
+        """How far in its text the audio sent reaches (for an interrupted context's isFinal)."""
         self.text = ""
         self.flushed = False
         """Flushed with nothing written since: a ``close_context`` ends it, not cancels it."""
@@ -205,6 +218,7 @@ class Session:
             speaker=self.query.speaker,
             speed=msg.speed,
             word_timings=True,
+            visemes=self.query.visemes,
             text_start=self._cfg().text_start,
         )
         label = {"connection": self.number, "context": cid[:32]}
@@ -258,14 +272,17 @@ class Session:
         """Run one context's stream; its error (if any), then exactly one ``isFinal``."""
         cid = self._cid(ctx.id)
         try:
+            sent: tuple[int, int] | None = None
             try:
-                await ctx.stream.run(lambda chunk: self._emit(ctx, chunk))
+                result = await ctx.stream.run(lambda chunk: self._emit(ctx, chunk))
                 if ctx.stream.cancel_reason is None:
                     tail = ctx.encoder(np.zeros(0, np.float32), True)
                     await self._audio(ctx, tail, ctx.aligner.block())
+                elif result.cancelled:
+                    sent = ctx.sent.span or (0, 0)
             except ServiceError as exc:
                 await self._send(error_message(exc, cid))
-            await self._send(final_message(cid))
+            await self._send(final_message(cid, sent))
         except Exception as exc:  # the connection failed (gone, too slow): it says so
             log.debug("elevenlabs: context %s ended by its connection: %r", ctx.id[:32], exc)
         finally:
@@ -281,11 +298,19 @@ class Session:
         alignment = ctx.aligner.block(chunk.offset_ms + chunk.duration_ms)
         if alignment is None and self.query.sync_alignment:
             alignment = {"chars": [], "charStartTimesMs": [], "charDurationsMs": []}
-        await self._audio(ctx, data, alignment)
+        visemes = visemes_dict(chunk.visemes) if chunk.visemes is not None else None
+        if await self._audio(ctx, data, alignment, visemes):
+            ctx.sent.note(chunk)
 
-    async def _audio(self, ctx: _Context, data: bytes, alignment: Any) -> None:
-        if not data and alignment is None:
-            return
+    async def _audio(self, ctx: _Context, data: bytes, alignment: Any, visemes: Any = None) -> bool:
+        """Send one audio message unless the context is cancelled by the time its turn
+        comes (barge-in: nothing more goes out once the cancel is read); whether it went."""
+        if not data and alignment is None and not visemes:
+            return False
         self.last_activity = time.monotonic()
         audio = base64.b64encode(data).decode("ascii")
-        await self._send(audio_message(audio, alignment, self._cid(ctx.id)))
+        stream = ctx.stream
+        return await self._send(
+            audio_message(audio, alignment, self._cid(ctx.id), visemes),
+            lambda: stream.cancel_reason is None,
+        )

@@ -3,7 +3,9 @@
 - ``describe`` → ``info`` (one TTS program, every loaded voice) and ``ping`` → ``pong``,
   answered by the connection's reader at once, whatever the inference workers are doing.
 - ``synthesize`` → one request: ``audio-start``, ``audio-chunk``\\* as the chunks are
-  made, ``audio-stop``.
+  made, ``audio-stop``.  A ``synthesize`` that comes while one is speaking interrupts it
+  (barge-in): its audio stops at once, and its ``audio-stop`` carries
+  ``sent_text_span``; the new one is answered next.
 - ``synthesize-start`` → ``synthesize-chunk``\\* → ``synthesize-stop``: one request with
   text that streams in (the core's ``text_stream``), so audio starts when the core's
   text-stream rule releases the first segment; ``synthesize-stopped`` after the last
@@ -45,7 +47,7 @@ from wyoming.tts import (
     SynthesizeStopped,
 )
 
-from appliance.core.service import Service, Stream
+from appliance.core.service import SentText, Service, Stream
 from appliance.doors.frame.requests import Request
 from appliance.doors.frame.session import Fatal, Session, StreamChannel, WireProtocol
 from appliance.doors.pcm import PcmEncoder
@@ -66,6 +68,13 @@ from appliance.ops.config import Config
 from appliance.speech import Chunk
 
 log = logging.getLogger("appliance.doors.wyoming")
+
+INTERRUPTED = "interrupted"
+"""The cancel reason of a request a newer ``synthesize`` cut short (its client is there)."""
+SENT_TEXT_SPAN = "sent_text_span"
+"""ttsd's extension on an interrupted request's ``audio-stop`` (Wyoming clients read the
+fields they know): ``[start, end)`` of its text that the audio sent reaches (protocol
+v1's ``end.sent_text_span``); ``[0, 0]`` when none was sent."""
 
 
 @dataclass
@@ -155,6 +164,7 @@ class WyomingProtocol(WireProtocol[Event]):
             )
         elif Synthesize.is_type(t):
             if self.text_job is None:  # else the compatibility copy of the streamed text
+                self._interrupt()
                 await self._enqueue(self._job(msg))
         elif SynthesizeStart.is_type(t):
             await self._start_text(msg)
@@ -172,6 +182,13 @@ class WyomingProtocol(WireProtocol[Event]):
                 req.finish()
         else:
             log.debug("wyoming %s: ignoring %r", self.session.whose, t[:64])
+
+    def _interrupt(self) -> None:
+        """A new ``synthesize`` while one speaks: barge-in, the one speaking stops now (no
+        audio made after this goes out; its ``audio-stop`` says how far it got)."""
+        job = self.current
+        if job is not None and job.req.stream is not None:
+            job.req.cancel(INTERRUPTED)
 
     async def _start_text(self, msg: Event) -> None:
         if self.text_job is not None:
@@ -274,6 +291,7 @@ class WyomingProtocol(WireProtocol[Event]):
         rate = stream.sample_rate
         encoder = PcmEncoder(rate, rate, "s16le")
         end_ms = 0.0
+        sent = SentText()
 
         async def emit(chunk: Chunk) -> None:
             nonlocal end_ms
@@ -282,13 +300,17 @@ class WyomingProtocol(WireProtocol[Event]):
             ts = round(chunk.offset_ms)
             event = AudioChunk(rate=rate, width=SAMPLE_WIDTH, channels=1, audio=audio, timestamp=ts)
             await self.session.send(event_bytes(event.event()), grace_s=stream.buffer_s())
+            sent.note(chunk)
 
         start = AudioStart(rate=rate, width=SAMPLE_WIDTH, channels=1, timestamp=0)
         await self.session.send(event_bytes(start.event()))
         result = await stream.run(emit)
-        if result.cancelled:
+        if result.cancelled and stream.cancel_reason != INTERRUPTED:
             return b""  # the client is gone: nothing to tell it
-        end = event_bytes(AudioStop(timestamp=round(end_ms)).event())
+        stop = AudioStop(timestamp=round(end_ms)).event()
+        if result.cancelled:
+            stop.data[SENT_TEXT_SPAN] = list(sent.span or (0, 0))
+        end = event_bytes(stop)
         if text_stream:
             end += event_bytes(SynthesizeStopped().event())
         return end

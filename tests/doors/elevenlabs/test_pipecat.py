@@ -10,22 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 from tests.agents_venv import agents_python
 from tests.asr import recognize, words
-from tests.conftest import DaemonFactory
-from tests.doors.http.conftest import HttpDaemon, start_http
+from tests.doors.http.conftest import HttpDaemon
 
 VOICE = "en_US-joe-medium"
 RATE = 16000
 CLIENT = Path(__file__).with_name("pipecat_client.py")
 RESAMPLER_MS = 30.0
-
-
-@pytest.fixture(scope="module")
-def ws_daemon(daemon_factory: DaemonFactory) -> HttpDaemon:
-    return start_http(daemon_factory)
 
 
 def run_pipecat(d: HttpDaemon, scenario: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

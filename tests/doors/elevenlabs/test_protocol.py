@@ -112,17 +112,37 @@ def test_alignment_spreads_each_word_over_its_characters_and_blocks_tile() -> No
 class Client:
     """A session and what it sent, decoded."""
 
-    def __init__(self, service: Service, multi: bool, fmt: str = "pcm_16000", **cfg: Any):
+    def __init__(
+        self,
+        service: Service,
+        multi: bool,
+        fmt: str = "pcm_16000",
+        params: dict[str, str] | None = None,
+        **cfg: Any,
+    ):
         self.sent: list[dict[str, Any]] = []
-        query = Query.parse(VOICE, {"output_format": fmt}, 180.0)
+        query = Query.parse(VOICE, {"output_format": fmt, **(params or {})}, 180.0)
         el = ElevenLabsConfig(**cfg)
         self.session = Session(
             service, query, multi, self._send, self._finished, lambda: el, LimitsConfig
         )
         self.finished = False
+        self.gate = asyncio.Event()
+        """Closed: the "socket" writes nothing (a message waits its turn, as behind a
+        slow write on the connection's one lock)."""
+        self.gate.set()
+        self.waiting = 0
+        self._lock = asyncio.Lock()
 
-    async def _send(self, msg: dict[str, Any]) -> None:
-        self.sent.append(msg)
+    async def _send(self, msg: dict[str, Any], live: Any = None) -> bool:
+        self.waiting += 1
+        async with self._lock:
+            await self.gate.wait()
+            self.waiting -= 1
+            if live is not None and not live():
+                return False
+            self.sent.append(msg)
+            return True
 
     async def _finished(self) -> None:
         self.finished = True
@@ -193,13 +213,78 @@ def test_close_context_mid_sentence_stops_its_audio_and_another_goes_on(
         return c
 
     c = asyncio.run(scenario())
-    assert c.finals("a") == 1 and c.finals("b") == 1
+    assert c.finals("a") == 1 and c.finals("b") == 1, [m for m in c.sent if not m.get("audio")]
     # "a" was cut: far less than its ~25 s of text; "b" was spoken whole (flushed, then closed).
     assert len(c.audio("a")) < 16000 * 2 * 15
     assert len(c.audio("b")) > 16000 * 2 * 0.5
     assert c.chars("b").strip() == "Hello again."
     last_a = max(i for i, m in enumerate(c.sent) if m.get("contextId") == "a")
-    assert c.sent[last_a] == {"isFinal": True, "contextId": "a"}
+    assert c.sent[last_a]["isFinal"] is True and "sentTextSpan" in c.sent[last_a]
+    # "b" ended as written (close_context after a flush): no interruption to report.
+    assert c.sent[-1] == {"isFinal": True, "contextId": "b"}
+
+
+def test_an_interrupted_context_sends_nothing_after_the_cancel_and_says_how_far_it_got(
+    runtime: Runtime,
+) -> None:
+    """Barge-in: audio that was waiting to go out when ``close_context`` was read is
+    dropped, and the ``isFinal`` says how far in the text the audio sent reaches."""
+    text = " " + "This sentence keeps going for quite a while so that there is audio to cut, " * 4
+
+    async def scenario() -> tuple[Client, int]:
+        c = Client(Service(runtime), multi=True)
+        await c.say(text=text, context_id="a", flush=True)
+        await c.say(text="and then", context_id="a")  # mid-sentence: a close interrupts
+        async with asyncio.timeout(30):
+            while not c.chars("a").strip():  # a word's sound has gone out
+                await asyncio.sleep(0.01)
+            c.gate.clear()  # the socket is busy: the next audio message waits
+            while not c.waiting:
+                await asyncio.sleep(0.005)
+        cancelled_at = len(c.sent)
+        await c.say(context_id="a", close_context=True)
+        c.gate.set()
+        await c.settle()
+        return c, cancelled_at
+
+    c, cancelled_at = asyncio.run(scenario())
+    after = c.sent[cancelled_at:]
+    assert after == [
+        {"isFinal": True, "contextId": "a", "sentTextSpan": after[0].get("sentTextSpan")}
+    ]
+    lo, hi = after[0]["sentTextSpan"]
+    # To the end of the last word whose sound started in the audio sent: the alignment sent
+    # reaches into that word (its first letter at least), and the span ends where it ends.
+    aligned = c.chars("a")
+    assert text.startswith(aligned) and lo <= len(aligned) <= hi < len(text)
+    assert text[hi - 1].isalpha() and not text[hi].isalpha(), (hi, text[hi - 5 : hi + 5])
+    assert " " not in text[len(aligned) : hi], (aligned, hi)
+
+
+def test_visemes_come_only_when_the_connection_asks_and_tile_the_audio(runtime: Runtime) -> None:
+    async def scenario(params: dict[str, str]) -> Client:
+        c = Client(Service(runtime), multi=False, params=params)
+        await c.say(text=" ")
+        await c.say(text="Hello there, how are you today? ")
+        await c.say(text="")
+        await c.settle()
+        return c
+
+    plain = asyncio.run(scenario({}))
+    asked = asyncio.run(scenario({"visemes": "true"}))
+    assert plain.audio() and not any("visemes" in m for m in plain.sent)
+    got = [m["visemes"] for m in asked.sent if "visemes" in m]
+    ids = [i for v in got for i in v["viseme"]]
+    offsets = [o for v in got for o in v["offset_ms"]]
+    durations = [d for v in got for d in v["duration_ms"]]
+    assert set(ids) <= set(range(15)) and len(set(ids)) > 5, ids
+    # From the context's audio start, end to end, as long as the audio (the 16 kHz
+    # resampler holds back a few ms of it until the end).
+    assert offsets[0] == 0.0
+    for a, d, b in zip(offsets, durations, offsets[1:], strict=False):
+        assert abs(a + d - b) < 0.01, (a, d, b)
+    audio_ms = len(asked.audio()) / 2 / 16000 * 1000
+    assert abs(offsets[-1] + durations[-1] - audio_ms) < 5.0, (offsets[-1], audio_ms)
 
 
 def test_refusals_close_the_socket_with_the_documented_error(runtime: Runtime) -> None:
