@@ -144,6 +144,14 @@ the workers for two concurrent streams and refused them against the product's 0.
 Tests of admission itself give the keys they test (test_sched_overload: the defaults)."""
 
 
+def roomy_scheduler() -> Any:
+    """:data:`ROOMY_ADMISSION` for a ``Runtime.load`` in the test process (a door's
+    protocol tests serving two streams at once): a ``SchedulerConfig``."""
+    from appliance.ops.config import SchedulerConfig  # conftest imports no appliance at load
+
+    return SchedulerConfig(**ROOMY_ADMISSION)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def voice_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the session's daemons and in-process loads keep the voices' cuts (so each
