@@ -57,7 +57,8 @@ from appliance.text.lexicon import LexiconError
 
 if TYPE_CHECKING:
     from appliance.core.runtime import Runtime
-    from appliance.core.service import Door, Service
+    from appliance.core.service import Service
+    from appliance.doors.frame.door import Door
     from appliance.playback import Player
 
 log = logging.getLogger("ttsd")
