@@ -31,7 +31,8 @@ Protocol v1 (:mod:`appliance.doors.v1`: its framing and messages in
 :mod:`~appliance.doors.v1.connection`, its door in :mod:`~appliance.doors.v1.server`),
 Wyoming (:mod:`appliance.doors.wyoming`) and the agent (:mod:`appliance.doors.agent`)
 stand on it.  The HTTP door (aiohttp's connections; its gate is
-:mod:`appliance.doors.httpguard`) still runs its own copy of this life cycle.  A WebSocket door on the HTTP listener is a :class:`Session` over a
-channel that wraps the WebSocket, with a protocol whose ``read`` is ``ws.receive()``:
+:mod:`appliance.doors.httpguard`) still runs its own copy of this life cycle.  A
+WebSocket door on the HTTP listener is a :class:`Session` over a channel that wraps the
+WebSocket, with a protocol whose ``read`` is ``ws.receive()``:
 the read loop, requests, output bound and ending are the frame's.
 """
