@@ -57,7 +57,8 @@ from appliance.text.lexicon import LexiconError
 
 if TYPE_CHECKING:
     from appliance.core.runtime import Runtime
-    from appliance.core.service import Door, Service
+    from appliance.core.service import Service
+    from appliance.doors.frame.door import Door
     from appliance.playback import Player
 
 log = logging.getLogger("ttsd")
@@ -217,10 +218,10 @@ class Daemon:
 
     def _doors(self, activated: socket.socket | None) -> list[Door]:
         """Protocol v1, then the doors the config turns on (each on the same core)."""
-        from appliance.doors.v1.server import Server
+        from appliance.doors.v1.server import V1Door
 
         assert self.service is not None
-        doors: list[Door] = [Server(self.service, self.socket_path, activated)]
+        doors: list[Door] = [V1Door(self.service, self.socket_path, activated)]
         if self.cfg.http.listen:
             from appliance.doors.http import HttpDoor
 

@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from appliance.core.admission import RTF_PRIOR, Admission, CpuShare, Decision, StreamLoad
 from appliance.core.runtime import Runtime
@@ -57,31 +57,6 @@ DETERMINISTIC_SEED = 0x74747364
 """The seed of every deterministic request ("ttsd"): each encoder call mixes in its own
 phoneme ids, scales and speaker (appliance.model.noise.call_seed), so a phrase sounds the
 same in any request, and different phrases differ."""
-
-
-class Door(Protocol):
-    """A door (protocol v1, Wyoming, HTTP …), run by the daemon (appliance.daemon).
-
-    Shutdown order: every door's ``close_listener``, then the core drains in-flight
-    streams (ending the rest with ``shutting_down``), then every door's ``wait_idle``
-    (what the core has made but the door has still to send, up to the same deadline; the
-    rest then ends with ``shutting_down``), then every door's ``close``."""
-
-    name: str
-
-    async def start(self) -> None:
-        """Bind and start serving (raise OSError / ValueError when it cannot)."""
-
-    def close_listener(self) -> None:
-        """Stop accepting connections; streams in flight go on."""
-
-    async def wait_idle(self, deadline: float) -> None:
-        """Return once the door sends nothing more of what the core made (paced output);
-        at ``deadline`` (the loop's clock) what it still sends ends with ``shutting_down``
-        (told within a second)."""
-
-    async def close(self) -> None:
-        """Close what is left (connections, the listener)."""
 
 
 @dataclass

@@ -14,7 +14,8 @@ events); the frame does the rest, the same on every door::
        output: Session.send (Outbox: the bound, the one too-slow rule)
        end: EOF → half-close (answers still go out) or gone → requests cancelled, close
 
-- :mod:`~appliance.doors.frame.door`: :class:`DoorBase`, where every door reads its
+- :mod:`~appliance.doors.frame.door`: :class:`Door`, what the daemon runs (start, the
+  stop in three steps, close), and :class:`DoorBase`, where every door reads its
   settings (the daemon's one config, read on every use: a SIGHUP reaches connections
   already open).
 - :mod:`~appliance.doors.frame.ending`: :func:`settle`, the one place that decides how a
@@ -26,10 +27,12 @@ events); the frame does the rest, the same on every door::
 - :mod:`~appliance.doors.frame.listener`: :class:`StreamDoor`, a listener on a Unix or TCP
   socket with the gate in front of its sessions.
 
+Protocol v1 (:mod:`appliance.doors.v1`: its framing and messages in
+:mod:`~appliance.doors.v1.connection`, its door in :mod:`~appliance.doors.v1.server`),
 Wyoming (:mod:`appliance.doors.wyoming`) and the agent (:mod:`appliance.doors.agent`)
-stand on it.  Protocol v1 (:mod:`appliance.doors.v1.server`) and the HTTP door (aiohttp's
-connections; its gate is :mod:`appliance.doors.httpguard`) still run their own copies of
-this life cycle.  A WebSocket door on the HTTP listener is a :class:`Session` over a
-channel that wraps the WebSocket, with a protocol whose ``read`` is ``ws.receive()``:
+stand on it.  The HTTP door (aiohttp's connections; its gate is
+:mod:`appliance.doors.httpguard`) still runs its own copy of this life cycle.  A
+WebSocket door on the HTTP listener is a :class:`Session` over a channel that wraps the
+WebSocket, with a protocol whose ``read`` is ``ws.receive()``:
 the read loop, requests, output bound and ending are the frame's.
 """

@@ -1,5 +1,5 @@
 """A door on a stream socket: the listener, the gate in front of each connection, and
-the door's side of the daemon's stop (protocol v1 and Wyoming stand on it).
+the door's side of the daemon's stop (protocol v1, Wyoming and the agent stand on it).
 
 - **Listen** on a Unix socket (made owner-only, then opened up to its mode; a stale one
   replaced, a live one never), on one systemd passed in, or on TCP.
@@ -26,7 +26,7 @@ import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from appliance.doors.frame.ending import Report
 from appliance.doors.frame.session import Session, StreamChannel, WireProtocol
 from appliance.doors.net import (
     ClientSlots,
+    Peer,
     authorize_peer,
     bind_unix_socket,
     fds_short,
@@ -66,11 +67,15 @@ class Admitted:
 
 
 async def admit_unix_peer(
-    writer: asyncio.StreamWriter, cfg: V1Config | WyomingConfig, socket_gid: int | None
+    writer: asyncio.StreamWriter,
+    cfg: V1Config | WyomingConfig,
+    socket_gid: int | None,
+    who: Callable[[socket.socket], Peer | None] = peer_of,
 ) -> Admitted | ServiceError:
-    """A Unix socket's peer, by its credentials (:func:`~appliance.doors.net.authorize_peer`)."""
+    """A Unix socket's peer, by its credentials (``who``: :func:`~appliance.doors.net.peer_of`,
+    and :func:`~appliance.doors.net.authorize_peer`)."""
     sock = writer.get_extra_info("socket")
-    peer = peer_of(sock) if sock is not None else None
+    peer = who(sock) if sock is not None else None
     reason = await authorize_peer(peer, cfg, socket_gid)
     if reason is not None or peer is None:
         return ServiceError(ErrorCode.UNAUTHORIZED, reason or "peer credentials unavailable")
@@ -199,6 +204,7 @@ class StreamDoor(DoorBase, abc.ABC):
             )  # fmt: skip
             await self.refuse(session, admitted)
             return
+        session.client = admitted.client
         refused = self.take_slot(admitted)
         if refused is not None:
             await self.refuse(session, refused)

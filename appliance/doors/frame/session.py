@@ -189,6 +189,9 @@ class Session:
         self.report = report
         self.limits = limits
         self.whose = f"connection {number}"
+        self.client: Hashable = ("connection", number)
+        """Who the client is once admitted (the gate's :attr:`Admitted.client`: a uid, a
+        host): what its slots are counted by, and whose speech v1's ``stop`` silences."""
         self.outbox = Outbox(channel.transport, limits)
         self.timer = ReadTimer(limits)
         self.requests = Requests(self._tell_end, report, self.whose, self.timer.activity)
