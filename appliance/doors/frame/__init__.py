@@ -28,7 +28,7 @@ events); the frame does the rest, the same on every door::
 
 Wyoming (:mod:`appliance.doors.wyoming`) and the agent (:mod:`appliance.doors.agent`)
 stand on it.  Protocol v1 (:mod:`appliance.doors.v1.server`) and the HTTP door (aiohttp's
-connections; its gate is :mod:`appliance.doors.httpguard`) still run their own copies of
+connections; its gate is :mod:`appliance.doors.http.guard`) still run their own copies of
 this life cycle.  A WebSocket door on the HTTP listener is a :class:`Session` over a
 channel that wraps the WebSocket, with a protocol whose ``read`` is ``ws.receive()``:
 the read loop, requests, output bound and ending are the frame's.
