@@ -8,7 +8,7 @@ daemon's one config, ``stopping``, ``shutting_down``):
   ElevenLabs' WebSocket), aiohttp's own bounds (body ``http.max_body_bytes``, no
   decompression, head line and field sizes under ``http.max_header_bytes``,
   :data:`MAX_HEADERS` fields, keep-alive ``limits.idle_timeout_s``), and a TCP listener
-  whose connections are :class:`~appliance.doors.http.guard.GuardedHandler`\\ s.
+  whose connections are :class:`~appliance.doors.http.guard.GuardedHandler`.
 - **Drain** (``close_listener``): the listener stays open so that load balancers read
   ``/healthz`` = 503 rather than a refused connection; new speech and WebSockets are
   answered ``shutting_down``.  ``wait_idle`` waits for speech replies still being sent.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from typing import Any
 
 from aiohttp import web
@@ -30,7 +29,7 @@ from appliance.doors.elevenlabs.handler import ElevenLabsRoutes
 from appliance.doors.frame.door import DoorBase
 from appliance.doors.frame.ending import Report
 from appliance.doors.http.gate import Gate, load_key
-from appliance.doors.http.guard import Guard, GuardedHandler
+from appliance.doors.http.guard import Guard, listen
 from appliance.doors.http.ops import OpsRoutes
 from appliance.doors.http.speech import DOOR, SpeechRoutes
 from appliance.doors.net import parse_listen, quiet_accept_errors
@@ -84,19 +83,9 @@ class HttpDoor(DoorBase):
         await self._runner.setup()
         server = self._runner.server
         assert server is not None
-        loop = asyncio.get_running_loop()
-        quiet_accept_errors(loop)
-        guard = self._guard = Guard(
-            lambda: self.config.http, lambda: self.limits.reserved_fds, self.report
-        )
-
-        def handler() -> GuardedHandler:
-            return GuardedHandler(server, guard, loop=loop, **handler_args)
-
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._server = await loop.create_server(
-            handler, host, port, family=family, reuse_address=True, backlog=128
-        )
+        quiet_accept_errors(asyncio.get_running_loop())
+        self._guard = Guard(lambda: self.config.http, lambda: self.limits.reserved_fds, self.report)
+        self._server = await listen(server, self._guard, host, port, **handler_args)
         self.port = self._server.sockets[0].getsockname()[1]
         self.service.add_door(DOOR, self._connections)
         log.info(

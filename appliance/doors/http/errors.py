@@ -76,6 +76,14 @@ def error_response(exc: ServiceError, param: str | None = None) -> web.Response:
     return web.json_response({"error": body}, status=status, headers=headers)
 
 
+def refusal(exc: ServiceError, param: str | None = None) -> web.Response:
+    """:func:`error_response`, closing the connection after it for a :class:`Closing`."""
+    resp = error_response(exc, param)
+    if isinstance(exc, Closing):
+        resp.force_close()
+    return resp
+
+
 def raw_response(status: int, code: str, message: str) -> bytes:
     """A whole HTTP/1.1 response, for a connection aiohttp is not (or no longer) parsing."""
     body = json.dumps({"error": error_dict(status, code, message)}).encode()

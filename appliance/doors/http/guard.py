@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -297,3 +298,19 @@ class GuardedHandler(web.RequestHandler):
 
         task = asyncio.ensure_future(refuse(transport, raw_response(status, code, msg)))
         task.add_done_callback(done)
+
+
+async def listen(
+    server: web.Server, guard: Guard, host: str, port: int, **handler_args: Any
+) -> asyncio.Server:
+    """A TCP listener on ``host:port``; each connection a :class:`GuardedHandler` of
+    aiohttp's ``server`` (``handler_args``: aiohttp's connection settings)."""
+    loop = asyncio.get_running_loop()
+
+    def handler() -> GuardedHandler:
+        return GuardedHandler(server, guard, loop=loop, **handler_args)
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return await loop.create_server(
+        handler, host, port, family=family, reuse_address=True, backlog=128
+    )

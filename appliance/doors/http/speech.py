@@ -43,7 +43,7 @@ from appliance.doors import captions, whole
 from appliance.doors.formats import RAW_FORMATS, Encoder, FileOut, make_encoder
 from appliance.doors.frame.door import DoorBase
 from appliance.doors.frame.ending import Done, Ending, Failed, Report, settle
-from appliance.doors.http.errors import Closing, error_response
+from appliance.doors.http.errors import error_response, refusal
 from appliance.doors.http.gate import read_body
 from appliance.doors.http.request import BadField, SpeechBody
 from appliance.doors.http.sink import AudioSink, audio_headers, release, write_raw
@@ -143,15 +143,9 @@ class SpeechRoutes:
             raw = await read_body(request, cfg.http.max_body_bytes, cfg.limits.frame_timeout_s)
             body = SpeechBody.parse(raw)
             return body, body.to_request(captioned, cfg.http, self.service.runtime.voices)
-        except BadField as exc:
+        except ServiceError as exc:  # BadField names its param; a Closing closes
             self.report.count(exc.code)
-            return error_response(exc, exc.param or None)
-        except ServiceError as exc:
-            self.report.count(exc.code)
-            resp = error_response(exc)
-            if isinstance(exc, Closing):
-                resp.force_close()
-            return resp
+            return refusal(exc, (exc.param or None) if isinstance(exc, BadField) else None)
 
     async def _ended(
         self,
