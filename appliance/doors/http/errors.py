@@ -1,5 +1,8 @@
 """The HTTP door's refusals in OpenAI's error shape, the one place that writes it.
 
+What it adds to the frame: the frame's refusals and endings carry a
+:class:`~appliance.errors.ServiceError`; here one becomes an HTTP status and body.
+
 ``{"error": {"message", "type", "code", "param"}}`` with the status the code maps to
 (:data:`STATUS`); a refusal that names a wait carries ``retry_after_ms`` and a
 ``Retry-After`` header (whole seconds, at least one).  The same body goes out whether

@@ -1,6 +1,10 @@
 """``POST /v1/audio/speech``'s JSON body → a :class:`~appliance.speech.SpeechRequest`,
 validated in one place.
 
+What it adds to the frame: the door's own part, the message → request mapping (as
+:mod:`appliance.doors.wyoming.messages` is Wyoming's), a pure function of the body, the
+``http`` settings and the voices' names, testable without a socket.
+
 OpenAI's fields (``input``, ``voice`` — a name or ``{"id": ...}`` —, ``response_format``,
 ``speed`` 0.25–4.0, ``stream_format``, ``model``), then ttsd's extensions (``noise_scale``
 and ``noise_w`` 0.0–2.0, ``text_format``, ``stream``, ``word_timings``, ``visemes``,
