@@ -30,9 +30,11 @@ events); the frame does the rest, the same on every door::
 Protocol v1 (:mod:`appliance.doors.v1`: its framing and messages in
 :mod:`~appliance.doors.v1.connection`, its door in :mod:`~appliance.doors.v1.server`),
 Wyoming (:mod:`appliance.doors.wyoming`) and the agent (:mod:`appliance.doors.agent`)
-stand on it.  The HTTP door (aiohttp's connections; its gate is
-:mod:`appliance.doors.httpguard`) still runs its own copy of this life cycle.  A
-WebSocket door on the HTTP listener is a :class:`Session` over a channel that wraps the
-WebSocket, with a protocol whose ``read`` is ``ws.receive()``:
-the read loop, requests, output bound and ending are the frame's.
+stand on it.  The HTTP door (:mod:`appliance.doors.http`) takes :class:`DoorBase`,
+:func:`settle` and :class:`Report` from it, with aiohttp's connections and its own gate
+(:mod:`appliance.doors.http.guard`).  The agents' WebSocket door
+(:mod:`appliance.doors.elevenlabs`) still runs its own read loop: it could be a
+:class:`Session` over a channel that wraps the WebSocket, with a protocol whose ``read``
+is ``ws.receive()``: then the read loop, requests, output bound and ending would be the
+frame's.
 """

@@ -89,9 +89,11 @@ class Report:
         self.count(ErrorCode.INTERNAL)
         return ServiceError(ErrorCode.INTERNAL, f"internal error ({where})")
 
-    def throttled(self, level: int, kind: str, msg: str, *args: object) -> None:
-        """One line of ``kind`` every 10 s at most."""
-        self._throttle.log(self.log, level, kind, msg, *args)
+    def throttled(
+        self, level: int, kind: str, msg: str, *args: object, exc_info: BaseException | None = None
+    ) -> None:
+        """One line of ``kind`` every 10 s at most (``exc_info``'s traceback the first time)."""
+        self._throttle.log(self.log, level, kind, msg, *args, exc_info=exc_info)
 
 
 async def settle(body: Awaitable[T], report: Report, where: str, whose: str = "") -> Ending[T]:

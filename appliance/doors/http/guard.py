@@ -1,5 +1,9 @@
 """The HTTP door's connections before aiohttp has a request: counted, timed and capped.
 
+What it adds to the frame: the frame's gate (:mod:`appliance.doors.frame.listener`) admits
+connections it reads itself; here aiohttp parses, so the same rules (a slot from accept,
+descriptors kept in reserve, the doors' one refusal) sit in aiohttp's connection handler.
+
 Anyone who can connect reaches this code before any key is checked, so nothing here may
 be held for long or cost much:
 
@@ -19,7 +23,8 @@ be held for long or cost much:
   (16 KiB): beyond, 431 and closed.  aiohttp's own per-line and header-count limits
   stay below that.
 - **Quiet.**  A malformed request is answered with the OpenAI-style JSON error and logged
-  in one line, at most one per kind every 10 s (:class:`appliance.ops.logsetup.Throttle`).
+  in one line, at most one per kind every 10 s (the door's
+  :class:`~appliance.doors.frame.ending.Report`).
 
 A refused connection is answered, its writing side shut, and whatever it still sends is
 read and dropped for up to a second (closing with its request unread would reset the
@@ -32,50 +37,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import StreamReader, web
 from aiohttp.web_request import BaseRequest
 
+from appliance.doors.frame.ending import Report
+from appliance.doors.http.errors import error_dict, raw_response
 from appliance.doors.net import REFUSING_FDS, fds_short, refuse
 from appliance.errors import ErrorCode
 from appliance.ops.config import HttpConfig
-from appliance.ops.logsetup import Throttle
-
-log = logging.getLogger("appliance.doors.http")
 
 MAX_REFUSING = REFUSING_FDS
 """Refused connections allowed to linger (≤ 1 s each) while their answer is read."""
-
-_THROTTLE = Throttle()
-
-_REASONS = {
-    400: "Bad Request",
-    408: "Request Timeout",
-    413: "Content Too Large",
-    431: "Request Header Fields Too Large",
-    503: "Service Unavailable",
-}
-
-
-def error_body(status: int, code: str, message: str) -> bytes:
-    """The OpenAI-style error body (as :func:`appliance.doors.http.error_response` writes it)."""
-    kind = "server_error" if status >= 500 else "invalid_request_error"
-    err = {"message": message, "type": kind, "code": code, "param": None}
-    return json.dumps({"error": err}).encode()
-
-
-def raw_response(status: int, code: str, message: str) -> bytes:
-    """A whole HTTP/1.1 response, for a connection aiohttp is not (or no longer) parsing."""
-    body = error_body(status, code, message)
-    head = (
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-        "Content-Type: application/json; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    )
-    return head.encode() + body
 
 
 def _peer(transport: asyncio.BaseTransport | None) -> str:
@@ -86,9 +62,12 @@ def _peer(transport: asyncio.BaseTransport | None) -> str:
 class Guard:
     """The door's connections: who holds a slot, who waits for a head, who is refused."""
 
-    def __init__(self, cfg: Callable[[], HttpConfig], reserved_fds: Callable[[], int]) -> None:
+    def __init__(
+        self, cfg: Callable[[], HttpConfig], reserved_fds: Callable[[], int], report: Report
+    ) -> None:
         self.cfg = cfg
         self.reserved_fds = reserved_fds
+        self.report = report
         self.held: set[GuardedHandler] = set()
         self.waiting: dict[GuardedHandler, None] = {}
         """Connections waiting for a head that never passed the key check, oldest first."""
@@ -105,8 +84,7 @@ class Guard:
             return True
         victim = next(iter(self.waiting), None) or next(iter(self.idle), None)
         if victim is None:
-            _THROTTLE.log(
-                log,
+            self.report.throttled(
                 logging.WARNING,
                 "full",
                 "http: %s: refusing a connection (%d open)",
@@ -114,8 +92,7 @@ class Guard:
                 len(self.held),
             )
             return False
-        _THROTTLE.log(
-            log,
+        self.report.throttled(
             logging.INFO,
             "evict",
             "http: door full: closing the connection that waited longest for a request",
@@ -219,8 +196,7 @@ class GuardedHandler(web.RequestHandler):
         documented JSON error, one log line (not a traceback at ERROR)."""
         code = ErrorCode.INTERNAL if status >= 500 else ErrorCode.BAD_REQUEST
         text = (message or (str(exc) if exc else "") or "malformed request").splitlines()[0]
-        _THROTTLE.log(
-            log,
+        self._guard.report.throttled(
             logging.ERROR if status >= 500 else logging.INFO,
             f"malformed:{status}",
             "http: %d from %s: %s",
@@ -231,9 +207,8 @@ class GuardedHandler(web.RequestHandler):
         )
         # A parser's message says what was wrong with the request; a bug's stays in the log.
         shown = "internal error" if status >= 500 else text[:200]
-        resp = web.Response(
-            status=status, body=error_body(status, code, shown), content_type="application/json"
-        )
+        body = json.dumps({"error": error_dict(status, code, shown)}).encode()
+        resp = web.Response(status=status, body=body, content_type="application/json")
         resp.force_close()
         return resp
 
@@ -282,7 +257,7 @@ class GuardedHandler(web.RequestHandler):
         if not self._head_open or self.transport is None:
             return
         if self._head_bytes == 0:
-            log.debug("http: closing a connection that sent no request")
+            self._guard.report.log.debug("http: closing a connection that sent no request")
             self.force_close()
             return
         self._refuse_head(408, "the request head did not arrive in time")
@@ -295,8 +270,7 @@ class GuardedHandler(web.RequestHandler):
     # -- refusing
 
     def _refuse_head(self, status: int, message: str) -> None:
-        _THROTTLE.log(
-            log,
+        self._guard.report.throttled(
             logging.INFO,
             f"head:{status}",
             "http: %d from %s: %s",
@@ -324,3 +298,19 @@ class GuardedHandler(web.RequestHandler):
 
         task = asyncio.ensure_future(refuse(transport, raw_response(status, code, msg)))
         task.add_done_callback(done)
+
+
+async def listen(
+    server: web.Server, guard: Guard, host: str, port: int, **handler_args: Any
+) -> asyncio.Server:
+    """A TCP listener on ``host:port``; each connection a :class:`GuardedHandler` of
+    aiohttp's ``server`` (``handler_args``: aiohttp's connection settings)."""
+    loop = asyncio.get_running_loop()
+
+    def handler() -> GuardedHandler:
+        return GuardedHandler(server, guard, loop=loop, **handler_args)
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return await loop.create_server(
+        handler, host, port, family=family, reuse_address=True, backlog=128
+    )
