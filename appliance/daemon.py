@@ -21,9 +21,10 @@
 - **stop** — SIGTERM first gives notice when a balancer can read it (the HTTP door or
   the agent is on): for ``limits.drain_notice_s`` the box still serves but says ``drain``
   (agent) and 503 (``/healthz``, ``/readyz``), so new work goes elsewhere (a second
-  SIGTERM cuts the notice short).  Then every door closes its listener, the core drains
-  what is in flight up to ``limits.shutdown_timeout_s`` and ends the rest with
-  ``shutting_down``: a request that got ``start`` gets its end or that error.
+  SIGTERM cuts the notice short).  Then every door closes its listener, the core lets
+  what is in flight finish up to ``limits.shutdown_timeout_s`` and ends the rest with
+  ``shutting_down``: a request that got ``start`` gets its end or that error.  ("Draining"
+  is the notice, the core's ``draining``; what follows it is the stop, ``stopping``.)
 - **close** — the doors (their connections, socket files), the core, the voices.
 
 The signals and the stop are :class:`appliance.stopper.Stopper`'s, the doors

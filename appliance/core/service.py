@@ -231,6 +231,7 @@ class Stream:
         )
 
     def snapshot(self) -> dict[str, Any]:
+        # "frontend": the door, in protocol v1's ``stats`` (a contract; see core/reports).
         d: dict[str, Any] = {"stream": self.number, "frontend": self.door}
         if self.label:
             d.update(self.label)
@@ -327,7 +328,7 @@ class Stream:
         if outcome not in ("end", "cancelled") and not outcome.startswith("door:"):
             self.service.record_error(outcome)
         self.service.registry.remove(self)
-        reqlog.info(
+        reqlog.info(  # frontend=: the door (the request log's field, read by tools)
             "stream=%d frontend=%s label=%s chars=%d result=%s ttfp_ms=%s audio_ms=%s rtf=%s",
             self.number,
             self.door,
