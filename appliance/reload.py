@@ -15,8 +15,8 @@ owner of that swap (``Service.swap_runtime``).
 Bounds: one reload at a time (:class:`Reloads`: a SIGHUP during one asks for exactly one
 more after it); each file read in a thread of its own with a deadline
 (:data:`CONFIG_READ_TIMEOUT_S`, ``voices.lexicon_timeout_s``), so a hung file neither
-stalls the loop nor keeps SIGTERM waiting.  Lifecycle: the daemon makes one
-:class:`Reloader` once its runtime is loaded and asks it on each SIGHUP.
+stalls the loop nor keeps SIGTERM waiting.  Lifecycle: once it serves, the daemon makes a
+:class:`Reloader` on its service for each reload.
 """
 
 from __future__ import annotations
