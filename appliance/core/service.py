@@ -17,9 +17,9 @@ scheduler; ``emit`` applies the door's back-pressure by taking its time.
 Text that streams in: ``SpeechRequest(text_stream=True)``, then
 ``stream.append(text)`` / ``stream.finish()`` while ``run`` is going.
 
-Every live stream, whatever door it came through, is in :attr:`Service.streams`:
-admission, ``stats``, ``health`` and graceful shutdown all read that one registry.
-Nothing here imports a wire format.
+Every live stream, whatever door it came through, is in :attr:`Service.streams`
+(appliance.core.registry): admission, ``stats``, ``health`` (appliance.core.reports) and
+graceful shutdown all read that one registry.  Nothing here imports a wire format.
 """
 
 from __future__ import annotations
