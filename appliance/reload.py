@@ -8,11 +8,15 @@ applied, ``voices_dir`` scanned for voices added or removed.
   reload); requests in flight keep the one they started with.
 - Voices: :mod:`appliance.core.voiceset` scans in a worker and swaps the changes in.
 
+Each step that changes something builds a new :class:`~appliance.core.runtime.Runtime`
+(it is frozen) and swaps it into the service whole: the :class:`Reloader` is the one
+owner of that swap (``Service.swap_runtime``).
+
 Bounds: one reload at a time (:class:`Reloads`: a SIGHUP during one asks for exactly one
 more after it); each file read in a thread of its own with a deadline
 (:data:`CONFIG_READ_TIMEOUT_S`, ``voices.lexicon_timeout_s``), so a hung file neither
-stalls the loop nor keeps SIGTERM waiting.  Lifecycle: the daemon makes one
-:class:`Reloader` once its runtime is loaded and asks it on each SIGHUP.
+stalls the loop nor keeps SIGTERM waiting.  Lifecycle: once it serves, the daemon makes a
+:class:`Reloader` on its service for each reload.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from appliance.text.lexicon import Lexicon, LexiconError, load_checked
 
 if TYPE_CHECKING:
     from appliance.core.runtime import Runtime
+    from appliance.core.service import Service
 
 log = logging.getLogger("ttsd")
 
@@ -39,12 +44,12 @@ CONFIG_READ_TIMEOUT_S = 30.0
 
 
 class Reloader:
-    """What one reload does, on the daemon's ``runtime`` (see the module)."""
+    """What one reload does to the runtime ``service`` serves from (see the module)."""
 
     def __init__(
-        self, runtime: Runtime, config_path: str | None, flags: Flags, file_reads: FileReads
+        self, service: Service, config_path: str | None, flags: Flags, file_reads: FileReads
     ) -> None:
-        self.runtime = runtime
+        self.service = service
         self.config_path = config_path
         self.flags = flags
         self.file_reads = file_reads
@@ -64,12 +69,17 @@ class Reloader:
         await self._reload_lexicon()
         await self._reload_voices()
 
+    @property
+    def runtime(self) -> Runtime:
+        """The runtime served from now (each step below swaps in a new one)."""
+        return self.service.runtime
+
     async def _reload_voices(self) -> None:
         from appliance.core import voiceset
 
         loop = asyncio.get_running_loop()
         changes = await loop.run_in_executor(None, voiceset.scan, self.runtime)
-        voiceset.apply(self.runtime, changes)
+        self.service.swap_runtime(voiceset.apply(self.runtime, changes))
 
     def _apply_config(self, new: Config) -> None:
         old = self.runtime.config
@@ -84,7 +94,7 @@ class Reloader:
             log.info("reload: nothing to change live")
             return
         merged = merge_live(old, new, live)
-        self.runtime.config = merged
+        self.service.swap_runtime(dataclasses.replace(self.runtime, config=merged))
         set_level(merged.logging.level)
         log.info("reloaded: %s", ", ".join(sorted(live)))
 
@@ -94,7 +104,7 @@ class Reloader:
         except LexiconError as exc:
             log.error("lexicon reload refused, keeping the old one: %s", exc)
             return
-        self.runtime.lexicon = new
+        self.service.swap_runtime(dataclasses.replace(self.runtime, lexicon=new))
         log.info("lexicon: %s", f"{len(new)} entries from {new.source}" if new else "none")
 
 

@@ -33,7 +33,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("clients", ("appliance.clients", "appliance.client"), "the v1 library, ttsctl, sd_ttsd"),
     (
         "daemon",
-        ("appliance.daemon", "appliance.main", "appliance.reload"),
+        (
+            "appliance.daemon",
+            "appliance.main",
+            "appliance.reload",
+            "appliance.stopper",
+            "appliance.upkeep",
+        ),
         "the daemon's phases and the ttsd CLI",
     ),
 )

@@ -19,6 +19,7 @@ scheduler's workers are those ``engine.workers`` says.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 import socket
@@ -111,7 +112,8 @@ class LocalDaemon:
             if self.cfg.voices.lexicon:
                 infos = [v.phonemizer.info for v in runtime.voices.values()]
                 read = functools.partial(load_checked, self.cfg.voices.lexicon, infos)
-                runtime.lexicon = await loop.run_in_executor(None, read)
+                lexicon = await loop.run_in_executor(None, read)
+                runtime = dataclasses.replace(runtime, lexicon=lexicon)  # it is frozen
         except LexiconError as exc:
             runtime.close()
             self._failure = f"lexicon: {exc}"

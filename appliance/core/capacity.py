@@ -8,7 +8,7 @@ registry and admission's projection (nothing is kept; O(streams) per call):
   measured cost (``admission_max_load × workers / rtf``, at most ``limits.max_streams``)
   less those producing.  ``max_streams`` is that capacity, whole streams, at least 1.
 - **drain** — no new work, in-flight streams stay: the daemon is starting (requests
-  would wait for the warm-up), stopping (SIGTERM's notice, then its drain), or admission
+  would wait for the warm-up), stopping (SIGTERM's drain notice, then the stop), or admission
   would refuse a newcomer (``busy``), or ``limits.max_streams`` is reached.
 - **down** — nothing can serve: the inference workers stopped beating (health
   ``failing``).

@@ -7,15 +7,25 @@ which measures what admission plans with) before the daemon takes requests, and 
 voice's later clause (:meth:`Runtime.warm_clause`: the long encoder, whole-sentence
 decodes, a sentence's prior per id) after, as batch work the scheduler stops for any
 newcomer.  A request sent during start-up waits for the first part only.
+
+A :class:`Runtime` is a value: frozen once :meth:`Runtime.load` returns (assigning to it,
+or into its ``voices``, raises).  A reload builds a new one with ``dataclasses.replace``
+and the service swaps it in whole (``Service.swap_runtime``, called by
+:class:`appliance.reload.Reloader` alone); a request in flight keeps the voice it
+resolved.  What changes in place belongs to an object with its own owner: the
+scheduler's queue, the metrics, and the warm-up's progress (:attr:`Runtime.warm`), which
+every runtime made from the first shares.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from appliance.core.scheduler import Scheduler
@@ -23,6 +33,7 @@ from appliance.core.streaming import VoiceRuntime
 from appliance.core.warmup import (
     WARM_UP_FIRST,
     ClauseWarmUp,
+    WarmState,
     costliest,
     warm_first_packet,
 )
@@ -58,8 +69,8 @@ def one_line(exc: BaseException) -> str:
 
 def load_one(
     name: str, path: Path, cache: Path, cfg: Config, pins: Pinning | None
-) -> tuple[VoiceRuntime, Voice, dict[str, Any]]:
-    """One voice, cut (or its cached cut) and on its backend."""
+) -> tuple[VoiceRuntime, dict[str, Any]]:
+    """One voice, cut (or its cached cut) and on its backend; the backend's status."""
     t0 = time.monotonic()
     voice = load_voice(name, path, cache)
     model, status = load_voice_model(voice, cfg, pins)
@@ -74,6 +85,7 @@ def load_one(
         can_stream=voice.split_ok,
         defaults=Scales(info.noise_scale, info.length_scale, info.noise_w),
         default_speaker=info.speaker_id(None),
+        source=voice,
         context=voice.context_frames
         if cfg.engine.context_frames is None
         else cfg.engine.context_frames,
@@ -87,10 +99,10 @@ def load_one(
         if voice.split_ok
         else f"whole-sentence: {voice.split_note}",
     )
-    return runtime, voice, dict(status)
+    return runtime, dict(status)
 
 
-def log_skipped(skipped: dict[str, str], known: dict[str, str] | None = None) -> None:
+def log_skipped(skipped: Mapping[str, str], known: Mapping[str, str] | None = None) -> None:
     """One line for each voice file left out, unless ``known`` has it for the same reason
     (a reload says only what is new; ``ttsctl voices`` lists them all)."""
     for path, why in skipped.items():
@@ -113,31 +125,50 @@ def _voice_extras(meta: Voice) -> dict[str, Any]:
     }
 
 
-@dataclass
+@dataclass(frozen=True)
 class Runtime:
+    """What requests are served from, frozen once :meth:`load` returns (see the module)."""
+
     config: Config
-    voices: dict[str, VoiceRuntime]
-    voice_meta: dict[str, Voice]
+    voices: Mapping[str, VoiceRuntime]
+    """One object per voice, by name (a read-only view: a reload makes a new runtime)."""
     default_voice: str
     scheduler: Scheduler
     metrics: Metrics
-    backend_status: dict[str, Any] = field(default_factory=dict)
+    backend_status: Mapping[str, Any] = field(default_factory=dict)
     player: Player | None = None
     """The speaker, when playback is enabled (``speak`` answers no_audio_device without it)."""
     lexicon: Lexicon | None = None
     """The user's lexicon (``voices.lexicon``), replaced whole on SIGHUP."""
-    stream_cost: float | None = None
-    """CPU seconds per second of audio a stream's later clauses took at start-up (the
-    costliest voice): admission's estimate until real streams have been measured."""
-    skipped: dict[str, str] = field(default_factory=dict)
+    skipped: Mapping[str, str] = field(default_factory=dict)
     """Voice files left out (path → why, one line): ``info`` lists them, SIGHUP retries."""
     pins: Pinning | None = None
     """The thread placement the voices' sessions were made with (voices added on SIGHUP)."""
     cache_dir: Path | None = None
-    first_packets_warm: bool = False
-    """:meth:`warm_first_packets` has run: a first packet now allocates nothing new."""
-    warm_up_done: bool = False
-    """The later clauses are warm too (the daemon runs them in the background)."""
+    warm: WarmState = field(default_factory=WarmState)
+    """How far the warm-up has got: changed in place by the warm-up alone, and shared by
+    the runtimes a reload makes from this one."""
+
+    def __post_init__(self) -> None:
+        # Read-only views of the caller's dictionaries (a frozen dataclass sets its own
+        # fields through object.__setattr__): ``rt.voices[name] = v`` raises too.
+        for name in ("voices", "backend_status", "skipped"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    @property
+    def stream_cost(self) -> float | None:
+        """:attr:`WarmState.stream_cost`: admission's estimate until streams are measured."""
+        return self.warm.stream_cost
+
+    @property
+    def first_packets_warm(self) -> bool:
+        """:meth:`warm_first_packets` has run: a first packet now allocates nothing new."""
+        return self.warm.first_packets
+
+    @property
+    def warm_up_done(self) -> bool:
+        """The later clauses are warm too (the daemon runs them in the background)."""
+        return self.warm.done
 
     @classmethod
     def load(cls, cfg: Config, notifier: Notifier | None = None, *, warm: bool = True) -> Runtime:
@@ -156,7 +187,6 @@ class Runtime:
                 f" (have: {', '.join(sorted(found))})"
             )
         voices: dict[str, VoiceRuntime] = {}
-        metas: dict[str, Voice] = {}
         status: dict[str, Any] = {}
         # One placement of threads for the workers and every voice's sessions.
         pins = pinning(cfg, cpu_threads(cfg))
@@ -164,7 +194,7 @@ class Runtime:
             if notifier is not None:
                 notifier.extend_timeout(120_000_000)
             try:
-                voices[name], metas[name], status = load_one(name, path, cache, cfg, pins)
+                voices[name], status = load_one(name, path, cache, cfg, pins)
             except Exception as exc:  # a foreign file: protobuf, onnxruntime, JSON errors …
                 why = one_line(exc)
                 if name == cfg.voices.default:
@@ -174,8 +204,17 @@ class Runtime:
                 skipped[str(path)] = why
                 log_skipped({str(path): why})
         scheduler = Scheduler(cfg.engine.workers, cpus=pins.workers if pins else None)
-        rt = cls(cfg, voices, metas, cfg.voices.default, scheduler, Metrics(), status)
-        rt.skipped, rt.pins, rt.cache_dir = skipped, pins, cache
+        rt = cls(
+            cfg,
+            voices,
+            cfg.voices.default,
+            scheduler,
+            Metrics(),
+            status,
+            skipped=skipped,
+            pins=pins,
+            cache_dir=cache,
+        )
         if warm:
             rt.finish_start()
         return rt
@@ -185,13 +224,12 @@ class Runtime:
         in-process runtime does; the daemon runs :meth:`warm_first_packets` before it
         takes requests and each voice's later clause as batch work while it serves."""
         self.warm_first_packets()
-        self.stream_cost = self.warm_later()
-        self.warm_up_done = True
+        self.warm.finished(self.warm_later())
         self.scheduler.start()
 
     def backend_state(self) -> dict[str, Any]:
         """Start-up status merged with the live failover state of the default voice."""
-        return gpu_health(self.voices[self.default_voice].model, self.backend_status)
+        return gpu_health(self.voices[self.default_voice].model, dict(self.backend_status))
 
     def resolve_voice(
         self, name: str | None, speaker: str | int | None, language: str | None = None
@@ -218,7 +256,7 @@ class Runtime:
         if voice is None:
             raise ServiceError(ErrorCode.UNKNOWN_VOICE, f"no voice named {name[:64]!r}")
         try:
-            sid = rt.voice_meta[name].info.speaker_id(speaker)
+            sid = voice.source.info.speaker_id(speaker)
         except KeyError:
             raise ServiceError(
                 ErrorCode.BAD_REQUEST, f"voice {name} has no speaker {str(speaker)[:64]!r}"
@@ -269,8 +307,7 @@ class Runtime:
                 for f in [pool.submit(warm_first_packet, v, ids) for _ in range(n)]:
                     f.result()
                 cost = costliest(cost, self.warm_clause(v, first=True))
-        self.stream_cost = cost
-        self.first_packets_warm = True
+        self.warm.first_packets_warm(cost)
         log.info("first packets warm in %.0f ms", (time.monotonic() - t0) * 1000)
 
     def warm_later(self) -> float | None:
@@ -289,12 +326,13 @@ class Runtime:
     def info(self) -> dict[str, Any]:
         c = self.config
         voices = []
-        for meta in self.voice_meta.values():
+        for voice in self.voices.values():
+            meta = voice.source
             d = meta.info.describe()
             d["streaming"] = meta.split_ok
             d["flow"] = "windowed" if meta.flow_split is not None else "whole"
             if meta.split_ok:
-                d["context_frames"] = self.voices[meta.name].context
+                d["context_frames"] = voice.context
                 d["decoder"] = "2d" if meta.lean_decoder_path is not None else "1d"
                 d["margins"] = "cropped" if meta.margin_decoder_path is not None else "decoded"
             else:

@@ -17,16 +17,15 @@ scheduler; ``emit`` applies the door's back-pressure by taking its time.
 Text that streams in: ``SpeechRequest(text_stream=True)``, then
 ``stream.append(text)`` / ``stream.finish()`` while ``run`` is going.
 
-Every live stream, whatever door it came through, is in :attr:`Service.streams`:
-admission, ``stats``, ``health`` and graceful shutdown all read that one registry.
-Nothing here imports a wire format.
+Every live stream, whatever door it came through, is in :attr:`Service.streams`
+(appliance.core.registry): admission, ``stats``, ``health`` (appliance.core.reports) and
+graceful shutdown all read that one registry.  Nothing here imports a wire format.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
@@ -34,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.core.admission import RTF_PRIOR, Admission, CpuShare, Decision, StreamLoad
+from appliance.core.registry import DoorCount, StreamRegistry
+from appliance.core.reports import Reports
 from appliance.core.runtime import Runtime
 from appliance.core.streaming import JobSettings, JobStats, SynthesisJob, VoiceRuntime
 from appliance.core.textprep import TextPrep
@@ -41,12 +42,11 @@ from appliance.core.textstream import TextFeed
 from appliance.errors import ErrorCode, ServiceError
 from appliance.model import stretch
 from appliance.model.engine.base import Scales
-from appliance.ops.metrics import LiveNumbers
+from appliance.ops.config import Config
 from appliance.playback import NoAudioDevice, Utterance
 from appliance.playback.speak import Speech
 from appliance.speech import Chunk, SpeechRequest
 from appliance.text.frontend import FrontendLimits
-from appliance.text.visemes import VISEMES
 
 log = logging.getLogger(__name__)
 reqlog = logging.getLogger("ttsd.request")
@@ -97,12 +97,6 @@ class SentText:
         self.span = (lo, hi)
 
 
-@dataclass
-class _DoorStats:
-    name: str
-    connections: Callable[[], int]
-
-
 class Stream:
     """One live request.  Created by :meth:`Service.open_stream`; ``run`` it exactly once."""
 
@@ -124,7 +118,7 @@ class Stream:
         self.speaker = speaker
         self.label = label
         """The door's name for it (connection and id), for ``stats``."""
-        self.number = next(service._numbers)
+        self.number = service.registry.number()
         self.t_request = t_request
         self.job: SynthesisJob | None = None
         self.feed: TextFeed | None = None
@@ -212,6 +206,7 @@ class Stream:
         )
 
     def snapshot(self) -> dict[str, Any]:
+        # "frontend": the door, in protocol v1's ``stats`` (a contract; see core/reports).
         d: dict[str, Any] = {"stream": self.number, "frontend": self.door}
         if self.label:
             d.update(self.label)
@@ -307,8 +302,8 @@ class Stream:
             self.tail.cancel()
         if outcome not in ("end", "cancelled") and not outcome.startswith("door:"):
             self.service.record_error(outcome)
-        self.service._unregister(self)
-        reqlog.info(
+        self.service.registry.remove(self)
+        reqlog.info(  # frontend=: the door (the request log's field, read by tools)
             "stream=%d frontend=%s label=%s chars=%d result=%s ttfp_ms=%s audio_ms=%s rtf=%s",
             self.number,
             self.door,
@@ -403,14 +398,16 @@ class Service:
     """The transport-neutral core: requests in, chunks out; one registry for every door."""
 
     runtime: Runtime
+    """What requests are served from: frozen; a reload swaps in a new one whole
+    (:meth:`swap_runtime`)."""
     admission: Admission = field(init=False)
-    streams: set[Stream] = field(default_factory=set)
     stopping: bool = False
+    """The stop (appliance.daemon): new requests are refused with ``shutting_down`` while
+    those in flight finish (:meth:`shutdown`)."""
     draining: bool = False
-    """SIGTERM's notice (appliance.daemon): still serving, but telling balancers to move
-    new work away (health says ``draining``; appliance.core.capacity says ``drain``)."""
-    doors: list[_DoorStats] = field(default_factory=list)
-    on_request_done: list[Callable[[], None]] = field(default_factory=list)
+    """SIGTERM's drain notice (appliance.daemon), before the stop: still serving, but telling
+    balancers to move new work away (health says ``draining``; appliance.core.capacity
+    says ``drain``).  "Draining" means this notice only; the stop is :attr:`stopping`."""
 
     def __post_init__(self) -> None:
         sched = self.runtime.scheduler
@@ -420,14 +417,19 @@ class Service:
             rtf_prior=self.runtime.stream_cost or RTF_PRIOR,
             cpu_share=CpuShare(lambda: sched.busy_s),
         )
-        self._numbers = itertools.count(1)
-        self.text = TextPrep(self.runtime)
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self.registry: StreamRegistry[Stream] = StreamRegistry()
+        self.reports = Reports(self)
+        self.text = TextPrep(lambda: self.runtime)
         self._warmup: asyncio.Future[Any] | None = None
         self._speaker = asyncio.Event()
         self._speaker.set()
-        self.runtime.metrics.watch(self.live_numbers)
+        self.runtime.metrics.watch(self.reports.live_numbers)
+
+    def swap_runtime(self, runtime: Runtime) -> None:
+        """Serve from ``runtime`` from now on: a reload's new one (appliance.reload's
+        Reloader is the one caller).  Requests in flight keep the voice they resolved; the
+        scheduler, metrics and warm-up state are the same objects in both."""
+        self.runtime = runtime
 
     def hold_speech(self) -> None:
         """``speak`` waits (before admission) until :meth:`release_speech`: the daemon
@@ -467,12 +469,12 @@ class Service:
             raise
         stream = Stream(self, req, door, voice, sid, t0, label)
         stream.service_key = speak_key
-        self._register(stream)
+        self.registry.add(stream)
         try:
             prepared = await self.text.clauses(req, voice, stream.fail, stream.audio_left_s)
             stream.feed, stream.tail = prepared.feed, prepared.tail
             # Closed on failure too: a text's rest may be being prepared (headfirst).
-            settings = self._settings(req, voice, sid, speak)
+            settings = job_settings(self.runtime.config, req, voice, sid, speak)
         except BaseException as exc:
             stream.close()
             if isinstance(exc, ServiceError):
@@ -517,45 +519,6 @@ class Service:
         screen reader's message behind the text it interrupts)."""
         player = self.runtime.player
         return player is not None and player.cuts(priority)
-
-    def _settings(
-        self, req: SpeechRequest, voice: VoiceRuntime, sid: int | None, speak: bool
-    ) -> JobSettings:
-        cfg = self.runtime.config
-        d = voice.defaults
-        fixed = cfg.voices.deterministic if req.deterministic is None else req.deterministic
-        speed = req.speed or 1.0
-        voice_speed = min(speed, stretch.VOICE_SPEED_LIMIT)
-        if speed > voice_speed and not stretch.available():
-            raise ServiceError(
-                ErrorCode.BAD_REQUEST,
-                f"'speed' above {stretch.VOICE_SPEED_LIMIT:g} needs libsonic (libsonic0)",
-            )
-        return JobSettings(
-            stretch_speed=speed if speed > voice_speed else None,
-            scales=Scales(
-                d.noise_scale if req.noise_scale is None else req.noise_scale,
-                d.length_scale,
-                d.noise_w if req.noise_w is None else req.noise_w,
-                seed=DETERMINISTIC_SEED if fixed else None,
-                rate=voice_speed,
-            ),
-            deterministic=fixed,
-            speaker=sid,
-            mode=req.mode or cfg.streaming.default_mode,
-            realtime=req.realtime,
-            context=voice.context,
-            watermark_s=cfg.scheduler.watermark_ms / 1000.0,
-            join_fade_ms=cfg.streaming.join_fade_ms,
-            # The player applies the volume of speech on the device itself.
-            volume=1.0 if speak else req.volume,
-            quick_start=cfg.streaming.quick_start,
-            max_phonemes=cfg.engine.max_phonemes,
-            word_timings=req.word_timings,
-            visemes=req.visemes,
-            eager=req.text_stream and req.text_start == "eager",
-            keepalive_ms=float(req.keepalive_ms or 0) if req.text_stream else 0.0,
-        )
 
     async def phonemes(
         self, text: str, voice_name: str | None, text_format: str = "text"
@@ -621,126 +584,88 @@ class Service:
         if self.runtime.player is not None:
             self.runtime.player.stop(key)
 
-    # ------------------------------------------------------------ registry
+    # ------------------------------------------------------------ registry and reports
 
-    def _register(self, stream: Stream) -> None:
-        self.streams.add(stream)
-        self._idle.clear()
+    @property
+    def streams(self) -> set[Stream]:
+        """Every live stream, whatever door it came through (:class:`StreamRegistry`)."""
+        return self.registry.streams
 
-    def _unregister(self, stream: Stream) -> None:
-        self.streams.discard(stream)
-        if not self.streams:
-            self._idle.set()
-        for cb in self.on_request_done:
-            cb()
+    @property
+    def doors(self) -> list[DoorCount]:
+        return self.registry.doors
+
+    @property
+    def on_request_done(self) -> list[Callable[[], None]]:
+        return self.registry.on_request_done
 
     def add_door(self, name: str, connections: Callable[[], int]) -> None:
         """A door reports its open connections to ``stats``."""
-        self.doors.append(_DoorStats(name, connections))
-
-    # ------------------------------------------------------------ views
+        self.registry.add_door(name, connections)
 
     def info(self) -> dict[str, Any]:
-        # The viseme set, by number (``visemes: true`` on a request: chunks carry them).
-        return {**self.runtime.info(), "warm": self.warm, "visemes": list(VISEMES)}
+        return self.reports.info()
 
     def stats(self) -> dict[str, Any]:
-        rt = self.runtime
-        snap = rt.metrics.snapshot()
-        streams = [s.snapshot() for s in self.streams]
-        snap["queue_depth"] = rt.scheduler.depth()
-        snap["workers"] = rt.scheduler.workers
-        snap["connections"] = sum(d.connections() for d in self.doors)
-        snap["frontends"] = {d.name: {"connections": d.connections()} for d in self.doors}
-        snap["streams"] = streams
-        snap["scheduler"] = rt.scheduler.snapshot()
-        snap["admission"] = self.admission.snapshot(self.stream_loads())
-        snap["busy_rejections"] = rt.metrics.errors.get(ErrorCode.BUSY, 0)
-        # Client underruns: finished requests plus the streams still live.
-        snap["stalls"] = rt.metrics.counters.get("stalls", 0) + sum(
-            int(s.get("stalls", 0)) for s in streams
-        )
-        snap["backend"] = rt.backend_state()
-        if rt.player is not None:
-            snap["playback"] = rt.player.stats()
-        return snap
-
-    def live_numbers(self) -> LiveNumbers:
-        """The gauges ``/metrics`` reads at each scrape (counters live in the registry)."""
-        rt = self.runtime
-        streams: dict[str, int] = {}
-        for s in self.streams:
-            streams[s.door] = streams.get(s.door, 0) + 1
-        health = self.health()
-        playback = None
-        if rt.player is not None:
-            playback = {**rt.player.stats(), "state": health["playback"].get("state")}
-        return LiveNumbers(
-            queue_depth=rt.scheduler.depth(),
-            streams=streams,
-            live_stalls=sum(s.job.stats.stalls for s in self.streams if s.job is not None),
-            connections={d.name: d.connections() for d in self.doors},
-            backend=rt.backend_state(),
-            playback=playback,
-            health=str(health["status"]),
-            serving=bool(health["serving"]),
-        )
+        return self.reports.stats()
 
     def health(self) -> dict[str, Any]:
-        """Whether requests can be served.  The speaker has its own field: a box without
-        one that synthesizes fine is ``ok``."""
-        rt = self.runtime
-        age = rt.scheduler.heartbeat_age()
-        backend = rt.backend_state()
-        status = "ok"
-        if backend.get("status") == "degraded":
-            status = "degraded"
-        playback = rt.player.health() if rt.player is not None else {"state": "off"}
-        if playback.get("state") == "degraded":
-            # A speaker that worked was lost: ``speak`` cannot be served until it is back.
-            # A box that never had one ("off") serves everything it offers.
-            status = "degraded"
-        if age > 10.0:
-            status = "failing"
-        return {
-            "playback": playback,
-            "status": status,
-            # Start-up: speak waits while the speaker starts (READY=1 comes when this is
-            # false); "starting" is the older name of "not warm".
-            "warm": self.warm,
-            "starting": not self.warm,
-            # The rest of the warm-up, in the background while nothing else runs.
-            "warm_up": "done" if rt.warm_up_done else "running",
-            "serving": not self.stopping and status != "failing",
-            "draining": self.draining or self.stopping,
-            "backend": backend.get("backend", "onnx-cpu"),
-            "gpu": backend.get("gpu"),
-            "failovers": backend.get("failovers", 0),
-            "last_alarm": backend.get("last_alarm"),
-            "queue_depth": rt.scheduler.depth(),
-            "streams": len(self.streams),
-            "uptime_s": round(rt.metrics.uptime_s(), 1),
-            "worker_heartbeat_age_s": round(age, 2),
-        }
+        return self.reports.health()
 
     # ------------------------------------------------------------ shutdown
 
     async def shutdown(self, timeout_s: float) -> None:
         """Refuse new requests, let live ones finish up to ``timeout_s``, end the rest
-        with ``shutting_down``.  Front ends close their listeners first."""
+        with ``shutting_down``.  The doors close their listeners first."""
         self.stopping = True
         if self.streams:
             log.info("waiting up to %.1f s for %d streams", timeout_s, len(self.streams))
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout_s):
-                    await self._idle.wait()
-        if self.streams:
+        if not await self.registry.wait_idle(timeout_s):
             log.warning("ending %d streams that did not finish in time", len(self.streams))
             for s in list(self.streams):
                 s.cancel("shutdown")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(2.0):
-                    await self._idle.wait()
+            await self.registry.wait_idle(2.0)
 
     def close(self) -> None:
         self.text.close()
+
+
+def job_settings(
+    cfg: Config, req: SpeechRequest, voice: VoiceRuntime, sid: int | None, speak: bool
+) -> JobSettings:
+    """How the job renders ``req``: its fields over the voice's and the config's defaults
+    (ServiceError for a speed that needs libsonic where there is none)."""
+    d = voice.defaults
+    fixed = cfg.voices.deterministic if req.deterministic is None else req.deterministic
+    speed = req.speed or 1.0
+    voice_speed = min(speed, stretch.VOICE_SPEED_LIMIT)
+    if speed > voice_speed and not stretch.available():
+        raise ServiceError(
+            ErrorCode.BAD_REQUEST,
+            f"'speed' above {stretch.VOICE_SPEED_LIMIT:g} needs libsonic (libsonic0)",
+        )
+    return JobSettings(
+        stretch_speed=speed if speed > voice_speed else None,
+        scales=Scales(
+            d.noise_scale if req.noise_scale is None else req.noise_scale,
+            d.length_scale,
+            d.noise_w if req.noise_w is None else req.noise_w,
+            seed=DETERMINISTIC_SEED if fixed else None,
+            rate=voice_speed,
+        ),
+        deterministic=fixed,
+        speaker=sid,
+        mode=req.mode or cfg.streaming.default_mode,
+        realtime=req.realtime,
+        context=voice.context,
+        watermark_s=cfg.scheduler.watermark_ms / 1000.0,
+        join_fade_ms=cfg.streaming.join_fade_ms,
+        # The player applies the volume of speech on the device itself.
+        volume=1.0 if speak else req.volume,
+        quick_start=cfg.streaming.quick_start,
+        max_phonemes=cfg.engine.max_phonemes,
+        word_timings=req.word_timings,
+        visemes=req.visemes,
+        eager=req.text_stream and req.text_start == "eager",
+        keepalive_ms=float(req.keepalive_ms or 0) if req.text_stream else 0.0,
+    )

@@ -53,11 +53,16 @@ class Prepared:
 class TextPrep:
     """The frontend on the service's executor (see the module)."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, runtime: Callable[[], Runtime]) -> None:
+        self._runtime = runtime
+        """The runtime served from now (a reload swaps the service's whole)."""
         self.pool = ThreadPoolExecutor(FRONTEND_THREADS, "frontend")
         self.frontend: Callable[..., list[Clause]] = prepare
         """The text frontend (a test's daemon may put another in: appliance.daemon.Seams)."""
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime()
 
     async def clauses(
         self,

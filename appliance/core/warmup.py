@@ -15,7 +15,9 @@ admission and a quick start plan with.
   needed: a busy box's early streams fell behind).
 
 Lifecycle: a ClauseWarmUp or an IdleWarmUp lives for one warm-up; it mutates the voices'
-``costs`` (the daemon sets the runtime's ``warm_up_done`` once IdleWarmUp has run).
+``costs``.  How far the warm-up has got is :class:`WarmState` (the runtime's ``warm``),
+written by the warm-up alone: ``Runtime.warm_first_packets``, then ``Runtime.finish_start``
+or the daemon once IdleWarmUp has run.
 """
 
 from __future__ import annotations
@@ -47,6 +49,31 @@ WARM_UP_LATER = (
     "The committee met on a cold and windy morning to review the proposal for the new "
     "library building, which would replace the old one in the town square."
 )
+
+
+@dataclass
+class WarmState:
+    """How far the warm-up has got, the one part of a runtime that changes in place (the
+    runtime is otherwise frozen): written only by the warm-up, read by ``health``, ``info``
+    and admission.  Every runtime a reload makes from the first shares this one."""
+
+    first_packets: bool = False
+    """A first packet now allocates nothing new (``Runtime.warm_first_packets`` ran)."""
+    done: bool = False
+    """The later clauses are warm too (the daemon runs them in the background)."""
+    stream_cost: float | None = None
+    """CPU seconds per second of audio a stream's later clauses took at start-up (the
+    costliest voice): admission's estimate until real streams have been measured."""
+
+    def first_packets_warm(self, cost: float | None) -> None:
+        self.stream_cost, self.first_packets = cost, True
+
+    def finished(self, cost: float | None) -> None:
+        """The rest of the warm-up ran; ``cost`` (None: not measured) replaces the first
+        packets' estimate."""
+        if cost is not None:
+            self.stream_cost = cost
+        self.done = True
 
 
 def costliest(a: float | None, b: float | None) -> float | None:

@@ -152,6 +152,9 @@ class Metrics:
         self.started = time.monotonic()
         self.registry = CollectorRegistry()
         r = self.registry
+        # The label ``frontend`` (and ``stats``' ``requests_by_frontend``) names the door a
+        # request came through: an older word kept because scrapers and docs/http.md read
+        # it; in the code "frontend" is the text pipeline and the door is a door.
         self._requests = Counter(
             "ttsd_requests",
             "Requests ended, by door and result",
@@ -187,8 +190,8 @@ class Metrics:
 
     # ------------------------------------------------------------ what the core calls
 
-    def request_done(self, stats: dict[str, Any], cancelled: bool, frontend: str = "") -> None:
-        self._requests.labels(frontend or "unknown", CANCELLED if cancelled else COMPLETED).inc()
+    def request_done(self, stats: dict[str, Any], cancelled: bool, door: str = "") -> None:
+        self._requests.labels(door or "unknown", CANCELLED if cancelled else COMPLETED).inc()
         self._audio.inc(max(0.0, float(stats.get("audio_ms") or 0)) / 1000.0)
         self._chunks.inc(max(0, int(stats.get("chunks") or 0)))
         self._stalls.inc(max(0, int(stats.get("stalls") or 0)))
@@ -279,9 +282,9 @@ class Metrics:
                 "ttsd_ttfp_part_seconds_count",
             ]
         )
-        by_frontend: dict[str, int] = {}
+        by_door: dict[str, int] = {}
         for labels, v in s["ttsd_requests_total"]:
-            by_frontend[labels["frontend"]] = by_frontend.get(labels["frontend"], 0) + int(v)
+            by_door[labels["frontend"]] = by_door.get(labels["frontend"], 0) + int(v)
         part_counts = {lb["part"]: int(v) for lb, v in s["ttsd_ttfp_part_seconds_count"]}
         ttfp_count = int(sum(v for _lb, v in s["ttsd_ttfp_seconds_count"]))
         rtf_count = int(sum(v for _lb, v in s["ttsd_rtf_count"]))
@@ -289,7 +292,7 @@ class Metrics:
             "uptime_s": round(self.uptime_s(), 1),
             "counters": self.counters,
             "errors": self.errors,
-            "requests_by_frontend": by_frontend,
+            "requests_by_frontend": by_door,
             "ttfp_ms": self.ttfp_ms.summary(ttfp_count),
             "ttfp_parts_ms": {
                 k: v.summary(part_counts.get(k, 0)) for k, v in sorted(self.parts.items())

@@ -128,7 +128,7 @@ def test_the_daemons_model_decodes_ahead_in_2d_and_first_chunks_in_1d(
     margins: each is bit for bit what its own decoder gives, through the failover wrapper
     the daemon builds."""
     voice = runtime.voices[runtime.default_voice]
-    meta = runtime.voice_meta[runtime.default_voice]
+    meta = voice.source
     assert meta.lean_decoder_path is not None and meta.cut is not None
     assert meta.margin_decoder_path is not None
     assert runtime.info()["voices"][0]["decoder"] == "2d"
@@ -181,26 +181,25 @@ def test_only_a_streamed_first_chunk_is_urgent(
     name = runtime.default_voice
     voice = runtime.voices[name]
     recorder = RecordingModel(voice.model)
-    runtime.voices[name] = dataclasses.replace(voice, model=recorder)
-    try:
+    recording = dataclasses.replace(
+        runtime, voices={**runtime.voices, name: dataclasses.replace(voice, model=recorder)}
+    )
 
-        async def run() -> int:
-            service = Service(runtime)
-            text = "Turn left in two hundred metres. Then keep right at the big roundabout."
-            stream = await service.open_stream(
-                SpeechRequest(text=text, mode=mode, realtime=realtime), door="test"
-            )
-            chunks: list[Chunk] = []
+    async def run() -> int:
+        service = Service(recording)
+        text = "Turn left in two hundred metres. Then keep right at the big roundabout."
+        stream = await service.open_stream(
+            SpeechRequest(text=text, mode=mode, realtime=realtime), door="test"
+        )
+        chunks: list[Chunk] = []
 
-            async def emit(chunk: Chunk) -> None:
-                chunks.append(chunk)
+        async def emit(chunk: Chunk) -> None:
+            chunks.append(chunk)
 
-            await stream.run(emit)
-            return len(chunks)
+        await stream.run(emit)
+        return len(chunks)
 
-        chunks = asyncio.run(run())
-    finally:
-        runtime.voices[name] = voice
+    chunks = asyncio.run(run())
     assert chunks >= 2
     urgent = [u for _, u in recorder.decodes]
     assert urgent[0] is first_urgent
@@ -219,8 +218,11 @@ def test_in_a_crowd_a_stream_takes_the_cheapest_decoder_and_decodes_nothing_ahea
     voice = runtime.voices[name]
     recorder = RecordingModel(voice.model)
     with running_scheduler(2, name="crowd") as crowd:
-        crowded = dataclasses.replace(runtime, scheduler=crowd)
-        crowded.voices = {**runtime.voices, name: dataclasses.replace(voice, model=recorder)}
+        crowded = dataclasses.replace(
+            runtime,
+            scheduler=crowd,
+            voices={**runtime.voices, name: dataclasses.replace(voice, model=recorder)},
+        )
 
         async def run() -> list[Chunk]:
             import time

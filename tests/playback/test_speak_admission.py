@@ -24,18 +24,19 @@ LONG = "This announcement keeps going for quite a while so that it can be interr
 @pytest.fixture(scope="module")
 def runtime(voice_cache: Path, player: Player) -> Iterator[Runtime]:
     rt = Runtime.load(Config(voices=VoicesConfig(cache_dir=str(voice_cache))))
-    rt.player = player
     try:
-        yield rt
+        yield dataclasses.replace(rt, player=player)
     finally:
-        rt.player = None  # the player fixture closes it
-        rt.close()
+        rt.close()  # without the player: the player fixture closes it
 
 
-def refuse_all(rt: Runtime) -> None:
+def refuse_all(service: Service) -> None:
     """From here every admission check says busy (as on a box whose work runs late)."""
+    rt = service.runtime
     sched = dataclasses.replace(rt.config.scheduler, admission_max_load=0.0)
-    rt.config = dataclasses.replace(rt.config, scheduler=sched)
+    service.swap_runtime(
+        dataclasses.replace(rt, config=dataclasses.replace(rt.config, scheduler=sched))
+    )
 
 
 async def open_speak(service: Service, text: str, priority: str) -> Stream:
@@ -68,12 +69,10 @@ async def admitted(service: Service, text: str, priority: str) -> bool:
 
 
 def test_a_speak_that_cuts_the_speaking_text_is_admitted_when_busy(runtime: Runtime) -> None:
-    config = runtime.config
-
     async def scenario() -> None:
         service = Service(runtime)
         text = await speaking(service, LONG, "text")
-        refuse_all(runtime)
+        refuse_all(service)
         # A request that cuts nothing is refused; one that cuts the text is not.
         with pytest.raises(ServiceError) as refused:
             await service.open_stream(SpeechRequest(text="Hello."), door="test")
@@ -87,7 +86,4 @@ def test_a_speak_that_cuts_the_speaking_text_is_admitted_when_busy(runtime: Runt
         done = await asyncio.wait_for(message, timeout=30)
         assert done.interrupted is False and not done.cancelled
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        runtime.config = config
+    asyncio.run(scenario())

@@ -28,6 +28,7 @@ from appliance.speech import Chunk, FloatArray, IntArray
 if TYPE_CHECKING:
     from appliance.text.frontend import Clause
     from appliance.text.phonemize import Phonemizer
+    from appliance.voicetypes import Voice
 
 
 @dataclass
@@ -53,7 +54,9 @@ class VoiceCosts:
 
 @dataclass(frozen=True)
 class VoiceRuntime:
-    """A voice ready to serve: its phonemizer and its model on the active backend."""
+    """A voice ready to serve: its phonemizer and its model on the active backend, and the
+    cut it was loaded from (:attr:`source`): one object per voice, everything the runtime
+    knows of it (``Runtime.voices``)."""
 
     name: str
     language: str
@@ -64,6 +67,9 @@ class VoiceRuntime:
     can_stream: bool
     defaults: Scales
     default_speaker: int | None
+    source: Voice
+    """What it was loaded from: the voice's info (speakers, quality) and the paths of its
+    cut, which ``info`` describes and a reload compares with ``voices_dir``."""
     context: int = 16
     """Decoder frames of latent on each side of a streamed window."""
     costs: VoiceCosts = field(default_factory=VoiceCosts)

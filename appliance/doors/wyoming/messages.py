@@ -115,8 +115,7 @@ class SynthesizeMessage:
         # Only ASCII digits, and few enough for a speaker id: "²".isdigit() is true and
         # int("²") raises; so does int() of more than 4 300 digits.
         if isinstance(speaker, str) and speaker.isascii() and speaker.isdigit():
-            meta = service.runtime.voice_meta.get(voice.name)
-            if meta is None or speaker not in meta.info.speaker_id_map:
+            if speaker not in voice.source.info.speaker_id_map:
                 if len(speaker) > _MAX_SPEAKER_DIGITS:
                     raise ServiceError(
                         ErrorCode.BAD_REQUEST, f"voice {voice.name} has no speaker {speaker[:16]}…"

@@ -22,6 +22,6 @@ def voice(voice_cache: Path) -> Iterator[VoiceRuntime]:
             "engine": {"workers": 1, "intra_op_threads": 2},
         }
     )
-    runtime, _, _ = load_one("en_US-joe-medium", bundled_voice_path(), voice_cache, cfg, None)
+    runtime, _ = load_one("en_US-joe-medium", bundled_voice_path(), voice_cache, cfg, None)
     yield runtime
     runtime.model.close()

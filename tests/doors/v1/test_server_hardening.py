@@ -6,6 +6,7 @@ that never end the live request, unhashable map keys, refusals the client can re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import time
@@ -217,14 +218,13 @@ def test_slots_kept_for_root_and_the_daemons_user(
     monkeypatch.setattr(server_mod, "peer_of", fake_peer)
 
     async def scenario() -> None:
-        service = Service(runtime)
-        path = tmp_path / "slots.sock"
-        cfg = runtime.config
-        runtime.config = Config(
-            voices=cfg.voices,
+        cfg = Config(
+            voices=runtime.config.voices,
             v1=V1Config(allowed_uids=(4242,)),
             limits=LimitsConfig(max_connections=3, reserved_connections=2),
         )
+        service = Service(dataclasses.replace(runtime, config=cfg))
+        path = tmp_path / "slots.sock"
         server = Server(service, path)
         await server.start()
 
@@ -247,7 +247,6 @@ def test_slots_kept_for_root_and_the_daemons_user(
         assert (await ping())["event"] == "pong"
         for wr in conns:
             wr.close()
-        runtime.config = cfg
         server.close_listener()  # the daemon's stop: listeners, the core's drain, close
         await service.shutdown(runtime.config.limits.shutdown_timeout_s)
         await server.close()

@@ -1,0 +1,112 @@
+"""What a serving daemon tells systemd, and its quiet-moment upkeep.
+
+- ``READY=1`` with a status line once it serves (and again after each reload), and the
+  ready line in the log; an owed READY (the manager's queue was full) goes out with the
+  next watchdog ping or, without a watchdog, from a task until it is delivered.
+- ``STATUS=`` at most every :data:`STATUS_EVERY_S` as requests end.
+- The watchdog: pings while the inference workers' heartbeat is fresh (a hung inference
+  call stops them, and systemd restarts the service).
+- Freed heap handed back (``malloc_trim``) in a quiet moment, at most every
+  :data:`TRIM_EVERY_S`, so RSS stays flat over long runs.
+
+Lifecycle: one per daemon once its service is built; every task it starts is given to the
+daemon (``keep``), which cancels them at its stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from appliance.ops import memory
+from appliance.ops.notify import Notifier, settle_owed, watchdog_interval_s, watchdog_loop
+
+if TYPE_CHECKING:
+    from appliance.core.runtime import Runtime
+    from appliance.playback import Player
+
+log = logging.getLogger("ttsd")
+
+STATUS_EVERY_S = 2.0
+TRIM_EVERY_S = 10.0
+
+
+class Upkeep:
+    """The daemon's systemd notices and heap trims (see the module)."""
+
+    def __init__(
+        self,
+        notifier: Notifier,
+        runtime: Callable[[], Runtime],
+        keep: Callable[[asyncio.Task[Any]], None],
+    ) -> None:
+        self.notifier = notifier
+        self._runtime = runtime
+        """The runtime served from now (a reload swaps it)."""
+        self._keep = keep
+        self._last_status = 0.0
+        self._last_trim = time.monotonic()
+
+    def ready(self, player: Player | None) -> None:
+        """READY=1 and the ready line: the daemon serves."""
+        runtime = self._runtime()
+        self.notifier.ready(status=status_line(runtime))
+        self._settle()
+        # The pid: what a SIGHUP goes to (``pidof ttsd`` finds no process: it is python).
+        log.info(
+            "ready: pid=%d backend=%s voices=%s playback=%s",
+            os.getpid(),
+            runtime.backend_status.get("backend", "onnx-cpu"),
+            ",".join(runtime.voices),
+            player.health()["state"] if player is not None else "off",
+        )
+
+    def reloaded(self) -> None:
+        """READY=1 again after a reload (RELOADING=1 was said before it)."""
+        self.notifier.ready(status=status_line(self._runtime()))
+        self._settle()
+
+    def start_watchdog(self) -> None:
+        interval = watchdog_interval_s()
+        if interval is None:
+            return
+        scheduler = self._runtime().scheduler
+        # The worker heartbeat goes stale when an inference call hangs; then the pings
+        # stop and systemd restarts us.
+        limit = 2.0 * interval
+
+        def alive() -> bool:
+            return scheduler.heartbeat_age() < limit
+
+        loop = asyncio.get_running_loop()
+        self._keep(loop.create_task(watchdog_loop(self.notifier, interval, alive)))
+
+    def _settle(self) -> None:
+        """An owed READY goes out with the next watchdog ping; without a watchdog, a task
+        sends it again until it is delivered."""
+        if self.notifier.owed and watchdog_interval_s() is None:
+            self._keep(asyncio.get_running_loop().create_task(settle_owed(self.notifier)))
+
+    def on_request_done(self) -> None:
+        now = time.monotonic()
+        runtime = self._runtime()
+        if self.notifier.enabled and now - self._last_status > STATUS_EVERY_S:
+            self._last_status = now
+            self.notifier.status(status_line(runtime))
+        if now - self._last_trim > TRIM_EVERY_S and runtime.scheduler.depth() == 0:
+            # Quiet moment: hand freed heap back so RSS stays flat over long runs.
+            self._last_trim = now
+            asyncio.get_running_loop().run_in_executor(None, memory.trim)
+
+
+def status_line(runtime: Runtime) -> str:
+    c = runtime.metrics.counters
+    served = c["requests_completed"] + c["requests_cancelled"]
+    return (
+        f"backend={runtime.backend_status.get('backend', 'onnx-cpu')} "
+        f"voices={','.join(runtime.voices)} served={served}"
+    )
