@@ -29,7 +29,7 @@ from types import TracebackType
 
 from appliance.core.runtime import Runtime, StartError, one_line
 from appliance.core.service import Service
-from appliance.doors.v1.server import Connection, Server
+from appliance.doors.v1.server import V1Door
 from appliance.ops.config import Config
 from appliance.text.lexicon import LexiconError, load_checked
 
@@ -88,10 +88,10 @@ class LocalDaemon:
         service = Service(runtime)
         try:
             # The door's socket path is never bound: the connection is the socketpair's.
-            server = Server(service, Path(os.devnull))
+            door = V1Door(service, Path(os.devnull))
             reader, writer = await asyncio.open_unix_connection(sock=self._theirs)
             self._ready.set()
-            await Connection(server, reader, writer, 1).handle()
+            await door.serve_stream(reader, writer)
             await service.shutdown(self.cfg.limits.shutdown_timeout_s)
         finally:
             service.close()

@@ -16,7 +16,7 @@ import yaml
 from appliance.core import headfirst
 from appliance.core.runtime import Runtime
 from appliance.core.service import Service
-from appliance.doors.v1.server import Server
+from appliance.doors.v1.server import V1Door
 from appliance.errors import ErrorCode, ServiceError
 from appliance.model import stretch
 from appliance.ops.config import Config, LimitsConfig, VoicesConfig
@@ -66,7 +66,7 @@ def test_two_front_ends_share_admission_stats_and_shutdown(
 ) -> None:
     async def scenario() -> None:
         service = Service(runtime)
-        server = Server(service, tmp_path / "s.sock")
+        server = V1Door(service, tmp_path / "s.sock")
         await server.start()
         door = MiniDoor(service)
         mini = asyncio.create_task(door.speak(LONG))

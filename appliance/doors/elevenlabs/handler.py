@@ -51,10 +51,10 @@ class ElevenLabsRoutes:
     """The WebSocket routes on the HTTP door's application, and their connection count."""
 
     def __init__(
-        self, service: Service, draining: Callable[[], bool], config: Callable[[], Config]
+        self, service: Service, stopping: Callable[[], bool], config: Callable[[], Config]
     ) -> None:
         self.service = service
-        self._draining = draining
+        self._stopping = stopping  # the daemon stops (not the drain notice: that still serves)
         self._config = config
         self.open = 0
 
@@ -71,7 +71,7 @@ class ElevenLabsRoutes:
     async def _serve(self, request: web.Request, multi: bool) -> web.StreamResponse:
         cfg = self._config()
         refusal = None
-        if self._draining():
+        if self._stopping():
             refusal = ServiceError(ErrorCode.SHUTTING_DOWN, "the daemon is shutting down")
         elif self.open >= cfg.elevenlabs.max_connections:
             refusal = ServiceError(ErrorCode.TOO_MANY_CONNECTIONS, "WebSocket limit reached")

@@ -41,7 +41,7 @@ from appliance.doors.v1.connection import V1Protocol
 from appliance.errors import ServiceError
 from appliance.ops.paths import prepare_socket_dir
 
-__all__ = ["Connection", "Server", "V1Door"]
+__all__ = ["V1Door"]
 
 log = logging.getLogger(__name__)
 
@@ -115,22 +115,3 @@ class V1Door(StreamDoor):
 
         task.add_done_callback(done)
         return True
-
-
-Server = V1Door
-"""The name the door had before it stood on the frame."""
-
-
-class Connection:
-    """One connection served without the listener, by its old name (``ttsctl --local``
-    calls ``Connection(door, reader, writer, n).handle()``): :meth:`V1Door.serve_stream`."""
-
-    def __init__(
-        self, door: V1Door, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int
-    ) -> None:
-        self.door = door
-        self.reader = reader
-        self.writer = writer
-
-    async def handle(self) -> None:
-        await self.door.serve_stream(self.reader, self.writer)

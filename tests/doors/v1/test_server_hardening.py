@@ -20,7 +20,7 @@ import pytest
 from appliance.core.runtime import Runtime
 from appliance.core.service import Service
 from appliance.doors.net import Peer, peer_of, remove_stale_socket
-from appliance.doors.v1.server import Server
+from appliance.doors.v1.server import V1Door
 from appliance.ops.config import Config, LimitsConfig, V1Config, VoicesConfig
 from tests.conftest import Daemon, DaemonFactory, flood_until_closed
 from tests.wire import Wire
@@ -186,7 +186,7 @@ def test_shutdown_removes_only_its_own_socket(runtime: Runtime, tmp_path: Path) 
     async def scenario() -> None:
         service = Service(runtime)
         path = tmp_path / "own.sock"
-        server = Server(service, path)
+        server = V1Door(service, path)
         await server.start()
         # another daemon replaced the file meanwhile
         path.unlink()
@@ -225,7 +225,7 @@ def test_slots_kept_for_root_and_the_daemons_user(
         )
         service = Service(dataclasses.replace(runtime, config=cfg))
         path = tmp_path / "slots.sock"
-        server = Server(service, path)
+        server = V1Door(service, path)
         await server.start()
 
         async def ping() -> dict[str, object]:
