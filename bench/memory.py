@@ -85,11 +85,12 @@ def _rollup_mb(pid: int) -> dict[str, float]:
 
 
 def _wait_warm(sock: str, timeout_s: float = 300.0) -> None:
+    """Until the whole warm-up has run (the later clause runs while the daemon is idle)."""
     from appliance.clients.client import Client
 
     deadline = time.monotonic() + timeout_s
     with Client(sock) as client:
-        while client.health().get("starting"):
+        while (h := client.health()).get("starting") or h.get("warm_up") not in ("done", None):
             if time.monotonic() > deadline:
                 raise RuntimeError("the daemon did not finish its warm-up")
             time.sleep(0.2)

@@ -52,16 +52,39 @@ def _session(
     return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
 
 
+SHRINK_ABOVE_FRAMES = 64
+"""A flow or decoder run over more latent frames than this gives its arena's free regions
+back when it ends (see :func:`_run`): a decoder window of 256 frames held +34 MB per
+decoder for good.  A first packet's windows (at most 34 frames and their context) leave
+the arena as it is, and the next request's first packet, after a long run shrank it, cost
+the same CPU as after another first packet (136.5 against 135.0 ms on a loaded box, the
+1-D decoder urgent; with ``intra_op_threads: 1`` the 2-D decoder serves both and paid
+~4 ms more)."""
+
+SHRINK_ABOVE_IDS = 256
+"""The same for a prior (or encoder) run over more phoneme ids: a first clause of a few
+sentences stays; 1 024 ids (``engine.max_phonemes``) held +66 MB for good."""
+
+
 def _run(
-    session: ort.InferenceSession, feeds: dict[str, np.ndarray], what: str
+    session: ort.InferenceSession, feeds: dict[str, np.ndarray], what: str, shrink: bool = False
 ) -> list[np.ndarray]:
-    """One session run; stoppable when the scheduler gave this thread a token."""
+    """One session run; stoppable when the scheduler gave this thread a token.
+
+    ``shrink``: the session's arena gives back its free regions when the run ends.  ONNX
+    Runtime's arena grows by doubling to a run's largest buffers and keeps them for good:
+    the warm-up's and long requests' runs held ~80 MB of an idle daemon.  Regions of a
+    megabyte or more are mapped on their own (``appliance.ops.memory.MMAP_THRESHOLD``), so
+    they go back to the kernel at once; the next long run maps them again (~0.4 % CPU on
+    a clause: ``python -m bench.memprobe --ab arena_shrink``)."""
     token = interrupt.current()
+    opts = ort.RunOptions()
+    if shrink:
+        opts.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
     try:
         if token is None:
-            outs: list[np.ndarray] = session.run(None, feeds)
+            outs: list[np.ndarray] = session.run(None, feeds, opts)
             return outs
-        opts = ort.RunOptions()
         # ONNX Runtime checks the flag between nodes: the run ends within a node's time.
         with token.hooked(lambda: setattr(opts, "terminate", True)):
             outs = session.run(None, feeds, opts)
@@ -221,7 +244,7 @@ class OnnxVoiceModel(VoiceModel):
                 else call_seed(scales.seed, ids, scales.as_array(), speaker)
             )
             feeds.update(noise.inputs(ids.shape[-1], rng))
-        outs = _run(session, feeds, "encoder")
+        outs = _run(session, feeds, "encoder", ids.shape[-1] > SHRINK_ABOVE_IDS)
         latent = np.ascontiguousarray(outs[0], dtype=np.float32)
         durations = np.asarray(outs[1], dtype=np.float32).reshape(-1)
         has_g = self._cut is not None and self._cut.g is not None
@@ -273,7 +296,7 @@ class OnnxVoiceModel(VoiceModel):
             self._cut.mask: np.ones((1, 1, frames), dtype=np.float32),
         }
         frames, (left, right) = _add_crops(self.margin_crops("flow"), feeds, frames, margins)
-        z = self._run_latent(self._flow, feeds, g, "flow")
+        z = self._run_latent(self._flow, feeds, z_p, g, "flow")
         if z.shape[2] != frames:
             raise BackendError(f"cropped flow gave {z.shape[2]} frames for {frames}")
         return z[:, :, left : frames - right]
@@ -304,7 +327,7 @@ class OnnxVoiceModel(VoiceModel):
         feeds: dict[str, np.ndarray] = {self._cut.z: z}
         crops = self.margin_crops("urgent" if urgent else "ahead")
         frames, margins = _add_crops(crops, feeds, frames, margins)
-        audio = self._run_latent(session, feeds, g, "decoder").reshape(-1)
+        audio = self._run_latent(session, feeds, z, g, "decoder").reshape(-1)
         if crops is not None and audio.shape[0] != frames * crops.points[-1][0]:
             # Each stage is taken to multiply the length by its stride: one that does not
             # would leave the crops in the wrong places (the cut's check catches it first).
@@ -315,14 +338,17 @@ class OnnxVoiceModel(VoiceModel):
         self,
         session: ort.InferenceSession,
         feeds: dict[str, np.ndarray],
+        latent: FloatArray,
         g: FloatArray | None,
         what: str,
     ) -> FloatArray:
-        """Run a part fed by a latent (flow, decoder), adding the speaker conditioning."""
+        """Run a part fed by ``latent`` (flow, decoder), adding the speaker conditioning;
+        a long run gives its arena back (:data:`SHRINK_ABOVE_FRAMES`)."""
         assert self._cut is not None
         if self._cut.g is not None and g is not None:
             feeds[self._cut.g] = g
-        return np.asarray(_run(session, feeds, what)[0], dtype=np.float32)
+        shrink = int(latent.shape[2]) > SHRINK_ABOVE_FRAMES
+        return np.asarray(_run(session, feeds, what, shrink)[0], dtype=np.float32)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         session = self._fused_session()
