@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from appliance.clients.client import AsyncClient, Client
-from appliance.core import textstream
-from appliance.core.textstream import SegmentRule, release_point
+from appliance.text.cuts import stream as textstream
+from appliance.text.cuts.stream import SegmentRule, release_point
 from tests.asr import recognize, wer
 from tests.conftest import Daemon, DaemonFactory
 from tests.wire import Wire
