@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 
 from appliance.text.cuts.blocks import block_boundaries
-from appliance.text.cuts.stream import sentence_cuts
+from appliance.text.cuts.stream import CONTEXT, sentence_cuts
 from appliance.text.frontend import has_foreign_letters
 
 HEAD_MIN_CHARS = 400
@@ -40,9 +40,6 @@ HEAD_CHARS = 200
 audio plays while the tail is prepared (~70 ms for 20 000 characters)."""
 HEAD_SCAN = 1500
 """Characters read to find the cut; none there: the text is prepared whole."""
-_CONTEXT = 128
-"""Characters after a cut that may decide it (the word after "Dr.", the next line's first
-characters): a cut is taken only this far inside what was read (or at the text's end)."""
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SAID = re.compile(r"[^\W_]")
@@ -59,10 +56,11 @@ def head_cut(text: str, text_format: str, language: str, max_chars: int) -> int:
         return 0
     if _SURROGATE.search(text) or has_foreign_letters(text, language):
         return 0
-    # A short read first (most texts have a cut within it), the whole HEAD_SCAN if not.
-    for size in (HEAD_CHARS + 2 * _CONTEXT, HEAD_SCAN):
+    # A short read first (most texts have a cut within it), the whole HEAD_SCAN if not; a
+    # cut is taken only CONTEXT characters inside what was read (or at the text's end).
+    for size in (HEAD_CHARS + 2 * CONTEXT, HEAD_SCAN):
         scanned = text[:size]
-        last = len(text) if len(scanned) == len(text) else len(scanned) - _CONTEXT
+        last = len(text) if len(scanned) == len(text) else len(scanned) - CONTEXT
         if text_format == "markdown":
             cuts = _markdown_cuts(text, scanned)
         else:

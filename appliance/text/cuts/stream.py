@@ -8,7 +8,7 @@ lists its sentence cuts in a whole text (the head-first cut reads them); :func:`
 Bounds: every rule reads the pending text once (linear in its length); the sentence cuts
 of the last four texts asked about are remembered (:data:`_recent`, a few texts of at most
 ``limits.max_text_chars``), so a text feed asking again after each append or release
-rescans only :data:`_CONTEXT` characters either side of what changed.
+rescans only :data:`CONTEXT` characters either side of what changed.
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ class _Scan:
     """Every sentence cut in ``text``, ascending."""
 
 
-_CONTEXT = 128
+CONTEXT = 128
 """Characters either side of a cut that its decision may read (the abbreviation before it,
-the capital after it), with room to spare."""
+the capital after it; for a Markdown block boundary, the next line's first characters),
+with room to spare."""
 _recent: tuple[_Scan, ...] = ()
 """The last texts scanned.  A text feed asks about the rest of a text after each release
 and about the same text with an append; scanning each afresh was quadratic (one 20 000
@@ -64,14 +65,14 @@ def _known_cuts(pending: str) -> tuple[int, ...]:
     for scan in _recent:
         if scan.text.endswith(pending):  # what is left after a release
             k = len(scan.text) - len(pending)
-            head = _scan_cuts(pending[: 2 * _CONTEXT], 0)  # decided again without the left
-            cuts = tuple(c for c in head if c < _CONTEXT)
-            cuts += tuple(c - k for c in scan.cuts if c - k >= _CONTEXT)
+            head = _scan_cuts(pending[: 2 * CONTEXT], 0)  # decided again without the left
+            cuts = tuple(c for c in head if c < CONTEXT)
+            cuts += tuple(c - k for c in scan.cuts if c - k >= CONTEXT)
             break
-        if len(scan.text) > 2 * _CONTEXT and pending.startswith(scan.text):  # an append
-            keep = len(scan.text) - _CONTEXT
+        if len(scan.text) > 2 * CONTEXT and pending.startswith(scan.text):  # an append
+            keep = len(scan.text) - CONTEXT
             cuts = tuple(c for c in scan.cuts if c < keep)
-            cuts += tuple(c for c in _scan_cuts(pending, keep - _CONTEXT) if c >= keep)
+            cuts += tuple(c for c in _scan_cuts(pending, keep - CONTEXT) if c >= keep)
             break
     if cuts is None:
         cuts = _scan_cuts(pending, 0)
@@ -82,7 +83,7 @@ def _known_cuts(pending: str) -> tuple[int, ...]:
 def sentence_cuts(text: str) -> tuple[int, ...]:
     """Every place in ``text`` where :func:`release_point` ends a segment at a sentence end
     (just after it, before the whitespace that follows it), ascending.  A cut is decided by
-    the text up to :data:`_CONTEXT` characters after it: a prefix that long past a cut gives
+    the text up to :data:`CONTEXT` characters after it: a prefix that long past a cut gives
     the whole text's decision."""
     return _scan_cuts(text, 0)
 
