@@ -4,10 +4,16 @@ A :class:`SpeechRequest` says what to say and how; a stream answers with
 :class:`Chunk` objects: float samples at the voice's rate with the request's
 volume applied, where they fall in the request's audio, and which characters of
 the text *as sent* they speak.  Nothing here knows a wire format.
+
+Every numeric field's range is stated here once (:data:`LIMITS`: speed 0.5–4.0, noise_scale
+and noise_w 0.0–2.0, volume 0.0–2.0, keepalive_ms 20–60000, pace_ms 5–1000, sample_rate
+8000–192000) and checked with :func:`within`; :meth:`SpeechRequest.validate` and the doors
+call it, each door writing the refusal in its own shape.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,9 +31,46 @@ TEXT_FORMATS = ("text", "ssml", "markdown")
 TEXT_STARTS = ("eager", "sentence")
 """How a text stream's sentence starts: from its first words while it is still being
 written (``eager``), or once it is complete (``sentence``)."""
-KEEPALIVE_MS = (20, 60000)
+
+# ---------------------------------------------------------------- the limits of request fields
+# Each inclusive range is stated here once; SpeechRequest.validate and every door check
+# against these (a door maps its own wire names and error shapes onto them).
+
 MAX_SPEED = 4.0
-"""Past the voice's own limit (~2×) a time-stretch does the rest (appliance.model.stretch)."""
+SPEED = (0.5, MAX_SPEED)
+"""Past the voice's own limit (:data:`appliance.model.stretch.VOICE_SPEED_LIMIT`) the voice
+renders at that limit and a time-stretch (libsonic) does the rest."""
+NOISE = (0.0, 2.0)
+"""``noise_scale`` and ``noise_w``."""
+VOLUME = (0.0, 2.0)
+KEEPALIVE_MS = (20, 60000)
+PACE_MS = (5, 1000)
+"""Frames of exactly this many milliseconds on the real-time clock (appliance.doors.pace;
+telephony uses 10–60 ms)."""
+SAMPLE_RATE = (8000, 192000)
+"""The rate raw audio is resampled to when a client asks for one."""
+LIMITS: dict[str, tuple[float, float]] = {
+    "speed": SPEED,
+    "noise_scale": NOISE,
+    "noise_w": NOISE,
+    "volume": VOLUME,
+    "keepalive_ms": KEEPALIVE_MS,
+    "pace_ms": PACE_MS,
+    "sample_rate": SAMPLE_RATE,
+}
+"""Every numeric request field's range, by its name in :class:`SpeechRequest` and v1."""
+
+
+def within(key: str, value: float) -> bool:
+    """Is ``value`` a finite number within the range of the field ``key`` (:data:`LIMITS`)?"""
+    lo, hi = LIMITS[key]
+    return math.isfinite(value) and lo <= value <= hi
+
+
+def range_text(key: str, sep: str = "–") -> str:
+    """The range of the field ``key`` as the refusals write it: ``0.5–4.0``, ``20–60000``."""
+    lo, hi = LIMITS[key]
+    return f"{lo}{sep}{hi}"
 
 
 @dataclass(frozen=True)
@@ -71,14 +114,10 @@ class SpeechRequest:
         def bad(msg: str) -> ServiceError:
             return ServiceError(ErrorCode.BAD_REQUEST, msg)
 
-        if self.speed is not None and not 0.5 <= self.speed <= MAX_SPEED:
-            raise bad(f"'speed' must be within 0.5–{MAX_SPEED:g}")
-        for key in ("noise_scale", "noise_w"):
+        for key in ("speed", "noise_scale", "noise_w", "volume", "keepalive_ms"):
             value = getattr(self, key)
-            if value is not None and not 0.0 <= value <= 2.0:
-                raise bad(f"'{key}' must be within 0.0–2.0")
-        if not 0.0 <= self.volume <= 2.0:
-            raise bad("'volume' must be within 0.0–2.0")
+            if value is not None and not within(key, value):
+                raise bad(f"'{key}' must be within {range_text(key)}")
         if self.mode is not None and self.mode not in MODES:
             raise bad(f"'mode' must be one of {', '.join(MODES)}")
         if self.priority not in PRIORITIES:
@@ -87,9 +126,6 @@ class SpeechRequest:
             raise bad(f"'text_format' must be one of {', '.join(TEXT_FORMATS)}")
         if self.text_start not in TEXT_STARTS:
             raise bad(f"'text_start' must be one of {', '.join(TEXT_STARTS)}")
-        lo, hi = KEEPALIVE_MS
-        if self.keepalive_ms is not None and not lo <= self.keepalive_ms <= hi:
-            raise bad(f"'keepalive_ms' must be within {lo}–{hi}")
 
 
 @dataclass(frozen=True)

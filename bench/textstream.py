@@ -5,7 +5,7 @@ token, as a language model's tokenizer writes it), the feed appends one token
 every 1/rate s on one text-stream request and reads chunks as they come.  Reported:
 
 - **release → first chunk**: from the append that completes the first segment (by the
-  documented rule, :func:`appliance.core.textstream.release_point`) to the first chunk read,
+  documented rule, :func:`appliance.text.cuts.stream.release_point`) to the first chunk read,
   beside the plain TTFP of that same segment sent as an ordinary request (same daemon,
   same run) after the daemon sat idle as long as the feed kept it waiting for the
   release: the streaming overhead is the difference.  (A request after ~1 s of idleness
@@ -17,7 +17,7 @@ every 1/rate s on one text-stream request and reads chunks as they come.  Report
   TTFP plus the streaming overhead (the goal: within 15 ms of the plain TTFP at 20 /s).
 - The ``markdown`` text is a language model's Markdown reply fed with
   ``text_format: markdown`` (its release rule:
-  :func:`appliance.core.markdownstream.markdown_release_point`).
+  :func:`appliance.text.cuts.blocks.markdown_release_point`).
 - **stalls** after the first chunk: a client playing from its first chunk with a 100 ms
   jitter buffer runs dry before a chunk arrives.
 - **wyoming-piper's rule**: when the same feed would let wyoming-piper start its first
@@ -35,8 +35,8 @@ import time
 from typing import Any
 
 from appliance.clients.client import AsyncClient
-from appliance.core.markdownstream import markdown_release_point
-from appliance.core.textstream import SegmentRule, release_point
+from appliance.text.cuts.blocks import markdown_release_point
+from appliance.text.cuts.stream import SegmentRule, release_point
 from appliance.text.frontend import FrontendLimits, prepare
 
 TEXTS = {

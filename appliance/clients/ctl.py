@@ -41,7 +41,7 @@ from appliance.doors import captions
 from appliance.doors.formats import FileOut
 from appliance.ops.config import ConfigError, load_config
 from appliance.ops.pipes import quiet_broken_pipe
-from appliance.speech import Word
+from appliance.speech import VOLUME, Word, within
 
 STDOUT = "-"
 MAX_SENTENCE_SILENCE_S = 10.0
@@ -377,8 +377,8 @@ def _request_opts(args: argparse.Namespace) -> dict[str, Any]:
         opts["speaker"] = int(args.speaker) if args.speaker.isdigit() else args.speaker
     if args.deterministic:
         opts["deterministic"] = True
-    if args.volume is not None and not 0.0 <= args.volume <= 2.0:
-        raise _Refused("--volume: 0 to 2")
+    if args.volume is not None and not within("volume", args.volume):
+        raise _Refused(f"--volume: {VOLUME[0]:g} to {VOLUME[1]:g}")
     if args.volume is not None and not getattr(args, "normalize", False):
         opts["volume"] = args.volume  # with --normalize: after it, here (PiperStyle)
     if args.ssml:

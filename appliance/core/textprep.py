@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.core.headfirst import prepare_head, prepare_tail
-from appliance.core.markdownstream import markdown_release_point
 from appliance.core.runtime import Runtime
 from appliance.core.streaming import ClauseQueue, VoiceRuntime
-from appliance.core.textstream import SegmentRule, TextFeed, release_point
+from appliance.core.textstream import TextFeed
 from appliance.errors import ErrorCode, ServiceError
 from appliance.speech import SpeechRequest
+from appliance.text.cuts.blocks import markdown_release_point
+from appliance.text.cuts.stream import SegmentRule, release_point
 from appliance.text.frontend import Clause, FrontendLimits, prepare
 from appliance.text.markdown import MarkdownOptions
 

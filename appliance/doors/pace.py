@@ -25,7 +25,8 @@ in frames:
 
 Bounds: what is buffered ahead of the clock is capped at :data:`MAX_AHEAD_S` of audio
 (``put`` waits, holding back the stream as a slow client would); one task per request,
-cancelled by :meth:`Pacer.abort`.  ``pace_ms`` is within :data:`PACE_MS`.
+cancelled by :meth:`Pacer.abort`.  ``pace_ms`` is within
+:data:`appliance.speech.PACE_MS` (telephony uses 10–60 ms).
 
 Lifecycle at shutdown: a door keeps its pacers in a :class:`PacedSends`.  The core's stream
 is over once its audio is made, while its frames still leave on the clock, so the daemon's
@@ -47,8 +48,6 @@ from typing import Any, Generic, TypeVar
 from appliance.errors import ErrorCode, ServiceError
 from appliance.speech import Word
 
-PACE_MS = (5, 1000)
-"""The frame lengths a request may ask for (telephony uses 10–60 ms)."""
 START_BUFFER_MS = 40
 """Audio sent at once before pacing starts (rounded up to whole frames).  A head start for
 the far end's jitter buffer, taken from the slack of the stream: with 100 ms, a first

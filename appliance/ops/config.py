@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 import yaml
 
+from appliance.speech import SAMPLE_RATE
+
 DEFAULT_CONFIG_PATH = Path("/etc/ttsd/config.yaml")
 
 log = logging.getLogger(__name__)
@@ -213,7 +215,7 @@ class PlaybackConfig:
     enabled: bool = True
     device: str | int | None = None
     """PortAudio output device (name substring or index); None = the default device."""
-    sample_rate: int | None = field(default=None, metadata=_rng(8000, 192000))
+    sample_rate: int | None = field(default=None, metadata=_rng(*SAMPLE_RATE))
     """None = the device's preferred rate; voices are resampled to it."""
     latency: str | float = "low"
     """"low", "high" or seconds, as PortAudio takes it."""

@@ -18,6 +18,7 @@ from collections.abc import Hashable
 
 from appliance.playback.queue import Priority, SpeechQueue
 from appliance.playback.utterance import Utterance
+from appliance.speech import VOLUME, within
 
 # How an ending counts in ``stats``.
 _COUNTED_AS = {"done": "played", "closed": "cancelled", "device_lost": "interrupted"}
@@ -56,8 +57,8 @@ class Lineup:
     ) -> Utterance:
         """See ``Player.submit``; ``out_rate`` is the device's (None: no stream yet)."""
         prio = Priority(priority)
-        if not 0.0 <= volume <= 2.0:
-            raise ValueError(f"volume {volume!r} is outside 0..2")
+        if not within("volume", volume):
+            raise ValueError(f"volume {volume!r} is outside {VOLUME[0]:g}..{VOLUME[1]:g}")
         if sample_rate <= 0:
             raise ValueError(f"sample rate {sample_rate!r}")
         if self.state != "ok" or out_rate is None:

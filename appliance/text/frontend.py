@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 from appliance.errors import ErrorCode
 from appliance.errors import ServiceError as ProtocolError
 from appliance.text import markdown, ssml
+from appliance.text.cuts.clause import latency_cut, long_sentence_cut
 from appliance.text.normalize import normalize, say_as
 from appliance.text.textmap import Builder, MappedText
 
@@ -362,11 +363,6 @@ def _strip(mt: MappedText) -> MappedText:
     return mt.slice(a, b)
 
 
-_CLAUSE_BREAK = re.compile(r"[,;:](?=\s)|\s[-–—]\s")
-_STRONG_BREAK = re.compile(r"[;:](?=\s)|\s[-–—]\s")
-_COMMA_BREAK = re.compile(r",(?=\s)")
-
-
 def split_clauses(sentence: MappedText, max_chars: int, first_max: int = 0) -> list[MappedText]:
     """A sentence as the pieces it is encoded in: whole when it fits ``max_chars``.
 
@@ -389,7 +385,7 @@ def split_clauses(sentence: MappedText, max_chars: int, first_max: int = 0) -> l
     # is left after every cut was quadratic in a long sentence.
     while len(text) - a > limit:
         window = text[a : a + limit + 1]
-        cut = _latency_cut(window, limit) if quick else long_sentence_cut(window, limit)
+        cut = latency_cut(window, limit) if quick else long_sentence_cut(window, limit)
         pieces.append(_strip(sentence.slice(a, a + cut)))
         a += cut
         while a < len(text) and text[a] == " ":
@@ -398,28 +394,6 @@ def split_clauses(sentence: MappedText, max_chars: int, first_max: int = 0) -> l
     if a < len(text):
         pieces.append(sentence.slice(a, len(text)))
     return [p for p in pieces if p.text]
-
-
-def long_sentence_cut(text: str, limit: int) -> int:
-    """Where a sentence over ``limit`` characters is cut: see :func:`split_clauses`."""
-    for pattern in (_STRONG_BREAK, _COMMA_BREAK):
-        ends = [m.end() for m in pattern.finditer(text, 0, limit + 1)]
-        if ends:
-            return ends[-1]
-    cut = text.rfind(" ", 1, limit + 1)
-    return cut if cut > 0 else limit
-
-
-def _latency_cut(text: str, limit: int) -> int:
-    """The ``first_clause_chars`` cut: the last clause mark past a third of ``limit``, else
-    the last space there, else ``limit``."""
-    cut = -1
-    for m in _CLAUSE_BREAK.finditer(text, 0, limit + 1):
-        if m.end() >= limit // 3:
-            cut = m.end()
-    if cut < 0:
-        cut = text.rfind(" ", limit // 3, limit + 1)
-    return cut if cut > 0 else limit
 
 
 _WORD = re.compile(r"\S+")

@@ -8,8 +8,9 @@ import random
 
 import pytest
 
-from appliance.core import headfirst
-from appliance.core.headfirst import HEAD_MIN_CHARS, head_cut, prepare_head, prepare_tail
+from appliance.core.headfirst import prepare_head, prepare_tail
+from appliance.text.cuts import head
+from appliance.text.cuts.head import HEAD_MIN_CHARS, head_cut
 from appliance.text.frontend import Clause, FrontendLimits, prepare
 from appliance.text.markdown import MarkdownOptions
 from appliance.text.ssml import MAX_TOTAL_BREAK_MS
@@ -101,7 +102,7 @@ def _same_as_whole(text: str, fmt: str) -> int:
 
 @pytest.mark.parametrize("head_chars", [1, 80, 200, 700])
 def test_head_then_tail_is_the_whole_text(head_chars: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(headfirst, "HEAD_CHARS", head_chars)
+    monkeypatch.setattr(head, "HEAD_CHARS", head_chars)
     rng = random.Random(head_chars)
     cut = {"text": 0, "markdown": 0}
     for _ in range(60):

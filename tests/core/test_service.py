@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from appliance.core import headfirst
 from appliance.core.runtime import Runtime
 from appliance.core.service import Service
 from appliance.doors.v1.server import V1Door
@@ -21,6 +20,7 @@ from appliance.errors import ErrorCode, ServiceError
 from appliance.model import stretch
 from appliance.ops.config import Config, LimitsConfig, VoicesConfig
 from appliance.speech import Chunk, SpeechRequest
+from appliance.text.cuts import head
 from tests.conftest import DaemonFactory, flood_until_closed
 from tests.wire import Wire
 
@@ -223,7 +223,7 @@ def test_a_long_text_starts_from_its_head_and_sounds_the_same(
         head_first, queued, closed = asyncio.run(synthesize(text, fmt))
         assert not closed and queued > 0, fmt  # the head's clauses (characters), the rest to come
         with monkeypatch.context() as m:
-            m.setattr(headfirst, "HEAD_MIN_CHARS", 10**9)
+            m.setattr(head, "HEAD_MIN_CHARS", 10**9)
             whole, all_queued, closed = asyncio.run(synthesize(text, fmt))
         assert closed and all_queued > queued
         assert head_first == whole, fmt

@@ -8,7 +8,7 @@ class at 2 000 and 20 000 characters: the 20 000-character case may cost about t
 2 000-character one (linear), plus a slack for the switch from markdown-it to the plain
 reading past the budget, not a hundred times (quadratic), and stays under a sanity bound.
 
-And every compiled regular expression of appliance/text and appliance/core/markdownstream
+And every compiled regular expression of appliance/text (the stream rules in text/cuts too)
 is timed on its own, over the same runs: a pattern used anywhere but in ``.match`` or
 ``.fullmatch`` (one attempt, where the caller says) is tried at every position by
 ``search``/``finditer``/``sub``, and must not rescan a run from each of its characters.
@@ -129,7 +129,6 @@ def test_markdown_parse_is_linear_over_generated_runs(make: Callable[[int], str]
 def _modules() -> Iterator[object]:
     for info in pkgutil.walk_packages(appliance.text.__path__, "appliance.text."):
         yield importlib.import_module(info.name)
-    yield importlib.import_module("appliance.core.markdownstream")
 
 
 def _patterns() -> dict[str, re.Pattern[str] | re.Pattern[bytes]]:
@@ -202,7 +201,7 @@ def test_the_audit_sees_the_patterns_it_must() -> None:
     wheres = set(PATTERNS)
     assert "appliance.text.markdown_budget._PLAIN" in wheres
     assert "appliance.text.markdown._BRACKET" in wheres
-    assert "appliance.core.markdownstream._BLOCK_START" in wheres
+    assert "appliance.text.cuts.blocks._BLOCK_START" in wheres
     assert any(w.startswith("appliance.text.normalize.de._RULES.rules[") for w in wheres)
     assert _anchored("appliance.text.markdown_budget._LINE_END")
     assert _anchored("appliance.text.ssml._TIME")  # not en's nor the continental _TIME

@@ -38,7 +38,7 @@ SOURCES = sorted(
         REPLY,
         _reply_2k(),
         *_literals(TESTS / "test_markdown.py"),
-        *_literals(TESTS.parent / "core" / "test_markdownstream.py"),
+        *_literals(TESTS / "cuts" / "test_blocks.py"),
     }
 )
 

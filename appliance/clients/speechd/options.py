@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from appliance.clients.speechd.config import ModuleConfig
+from appliance.speech import SPEED
 
 SPEAKERS_LISTED = 32
 """``LIST VOICES`` shows a multi-speaker voice as ``NAME:SPEAKER``, one row per speaker,
@@ -79,7 +80,8 @@ def request_options(
         # −100…0 onto 0.5×…1×, 0…100 onto 1×…4× (Orca's rate 100 is 4×; past 1.25×
         # ttsd time-stretches), 0 the voice's own pace.
         top = 4.0 if rate > 0 else 2.0
-        opts["speed"] = round(min(4.0, max(0.5, top ** (rate / 100.0))), 3)
+        lo, hi = SPEED
+        opts["speed"] = round(min(hi, max(lo, top ** (rate / 100.0))), 3)
     volume = settings.get("volume")
     if isinstance(volume, int):
         # speech-dispatcher's default is 100, its loudest: the voice's own level.

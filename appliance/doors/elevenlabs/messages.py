@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.errors import ErrorCode, ServiceError
-from appliance.speech import MAX_SPEED
+from appliance.speech import SPEED, within
 
 OUTPUT_FORMATS: dict[str, tuple[str, int]] = {
     "pcm_8000": ("s16le", 8000),
@@ -58,7 +58,6 @@ _MESSAGE_FIELDS = frozenset(
     }
 )
 """Every field ElevenLabs' input-streaming messages define (the others are refused)."""
-_SPEED = (0.5, MAX_SPEED)
 
 
 class BadMessage(ServiceError):
@@ -185,8 +184,8 @@ def _speed(settings: Any) -> float | None:
         return None
     if isinstance(speed, bool) or not isinstance(speed, int | float):
         raise BadMessage("'voice_settings.speed' must be a number")
-    lo, hi = _SPEED
-    if not (math.isfinite(speed) and lo <= speed <= hi):
+    if not within("speed", speed):
+        lo, hi = SPEED
         raise BadMessage(f"'voice_settings.speed' must be within {lo:g}–{hi:g}")
     return float(speed)
 

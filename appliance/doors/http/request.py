@@ -29,20 +29,19 @@ from typing import Any
 
 from appliance.doors import captions
 from appliance.doors.formats import FORMATS, RAW_FORMATS
-from appliance.doors.pace import PACE_MS
 from appliance.doors.pcm import G711_RATE
 from appliance.errors import ErrorCode, ServiceError
 from appliance.model.stretch import VOICE_SPEED_LIMIT
 from appliance.model.stretch import available as stretch_available
 from appliance.ops.config import HttpConfig
-from appliance.speech import TEXT_FORMATS, SpeechRequest
+from appliance.speech import SPEED, TEXT_FORMATS, SpeechRequest, range_text, within
 
 OPENAI_VOICES = (
     "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer",
     "verse", "marin", "cedar",
 )  # fmt: skip
 OPENAI_SPEED = (0.25, 4.0)
-TTSD_SPEED = (0.5, 4.0)
+TTSD_SPEED = SPEED
 """Past 1.25× (``VOICE_SPEED_LIMIT``) the voice is time-stretched (libsonic); without
 libsonic, clamped there."""
 STREAM_FORMATS = ("audio", "sse")
@@ -174,12 +173,12 @@ def _bool(d: dict[str, Any], key: str) -> bool | None:
     return value
 
 
-def _int(d: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+def _int(d: dict[str, Any], key: str) -> int | None:
     value = d.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise BadField(key, f"'{key}' must be an integer within {lo}–{hi}")
+    if isinstance(value, bool) or not isinstance(value, int) or not within(key, value):
+        raise BadField(key, f"'{key}' must be an integer within {range_text(key)}")
     return value
 
 
@@ -199,7 +198,8 @@ def _openai_fields(d: dict[str, Any]) -> tuple[str, str | None, str, float, str,
         raise BadField("response_format", f"{what}: use one of {', '.join(RESPONSE_FORMATS)}")
     speed = _number(d, "speed", 1.0)
     if speed is None or not OPENAI_SPEED[0] <= speed <= OPENAI_SPEED[1]:
-        raise BadField("speed", "'speed' must be a number within 0.25–4.0")
+        lo, hi = OPENAI_SPEED
+        raise BadField("speed", f"'speed' must be a number within {lo}–{hi}")
     sfmt = d.get("stream_format", "audio")
     if sfmt not in STREAM_FORMATS:
         raise BadField("stream_format", "'stream_format' must be 'audio' or 'sse'")
@@ -214,8 +214,8 @@ def _extensions(d: dict[str, Any], fmt: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in ("noise_scale", "noise_w"):
         value = _number(d, key, None)
-        if value is not None and not 0.0 <= value <= 2.0:
-            raise BadField(key, f"'{key}' must be a number within 0.0–2.0")
+        if value is not None and not within(key, value):
+            raise BadField(key, f"'{key}' must be a number within {range_text(key)}")
         out[key] = value
     text_format = d.get("text_format")
     if text_format is not None and text_format not in TEXT_FORMATS:
@@ -226,8 +226,8 @@ def _extensions(d: dict[str, Any], fmt: str) -> dict[str, Any]:
         if not isinstance(flag, bool):
             raise BadField(key, f"'{key}' must be true or false")
         out[key] = flag
-    for key, lo, hi in (("sample_rate", 8000, 192000), ("pace_ms", *PACE_MS)):
-        out[key] = _int(d, key, lo, hi)
+    for key in ("sample_rate", "pace_ms"):
+        out[key] = _int(d, key)
         if out[key] is not None and fmt not in RAW_FORMATS:
             raise BadField(key, f"'{key}' is for {', '.join(RAW_FORMATS)} only")
     if not out["stream"]:

@@ -8,19 +8,16 @@ each with ``from_dict`` (requests: all validation lives there) and
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import msgpack
 
 from appliance.doors.captions import visemes_dict
-from appliance.doors.pace import PACE_MS, PacedFrame
+from appliance.doors.pace import PacedFrame
 from appliance.doors.pcm import PCM_FORMATS, default_rate
 from appliance.errors import ErrorCode, ServiceError
 from appliance.speech import (
-    KEEPALIVE_MS,
-    MAX_SPEED,
     MODES,
     PRIORITIES,
     TEXT_FORMATS,
@@ -30,6 +27,8 @@ from appliance.speech import (
     SpeechRequest,
     Viseme,
     Word,
+    range_text,
+    within,
 )
 
 PROTOCOL_VERSION = 1
@@ -65,26 +64,33 @@ def _opt_str(d: dict[str, Any], key: str, max_len: int = 256) -> str | None:
     return v
 
 
-def _opt_num(d: dict[str, Any], key: str, lo: float, hi: float) -> float | None:
+def _out_of_range(key: str) -> ProtocolError:
+    """The refusal of a number outside its range (appliance.speech.LIMITS)."""
+    return ProtocolError(
+        ErrorCode.BAD_REQUEST, f"'{key}' must be between {range_text(key, ' and ')}"
+    )
+
+
+def _opt_num(d: dict[str, Any], key: str) -> float | None:
     v = d.get(key)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be a number")
     f = float(v)
-    if not math.isfinite(f) or not lo <= f <= hi:
-        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be between {lo} and {hi}")
+    if not within(key, f):
+        raise _out_of_range(key)
     return f
 
 
-def _opt_int(d: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+def _opt_int(d: dict[str, Any], key: str) -> int | None:
     v = d.get(key)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be an integer")
-    if not lo <= v <= hi:
-        raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' must be between {lo} and {hi}")
+    if not within(key, v):
+        raise _out_of_range(key)
     return v
 
 
@@ -180,16 +186,16 @@ class SynthesizeRequest:
             voice=_opt_str(d, "voice"),
             speaker=speaker,
             format=fmt or "s16le",
-            sample_rate=_opt_int(d, "sample_rate", 8000, 192000),
-            speed=_opt_num(d, "speed", 0.5, MAX_SPEED),
-            noise_scale=_opt_num(d, "noise_scale", 0.0, 2.0),
-            noise_w=_opt_num(d, "noise_w", 0.0, 2.0),
-            volume=v if (v := _opt_num(d, "volume", 0.0, 2.0)) is not None else 1.0,
+            sample_rate=_opt_int(d, "sample_rate"),
+            speed=_opt_num(d, "speed"),
+            noise_scale=_opt_num(d, "noise_scale"),
+            noise_w=_opt_num(d, "noise_w"),
+            volume=v if (v := _opt_num(d, "volume")) is not None else 1.0,
             mode=_opt_choice(d, "mode", MODES),
             realtime=r if (r := _opt_bool(d, "realtime")) is not None else True,
             text_stream=text_stream,
             text_format=_opt_choice(d, "text_format", TEXT_FORMATS),
-            pace_ms=_opt_int(d, "pace_ms", *PACE_MS),
+            pace_ms=_opt_int(d, "pace_ms"),
             deterministic=_opt_bool(d, "deterministic"),
             priority=(_opt_choice(d, "priority", PRIORITIES) or "message")
             if op == "speak"
@@ -198,7 +204,7 @@ class SynthesizeRequest:
             word_timings=bool(_opt_bool(d, "word_timings")),
             visemes=bool(_opt_bool(d, "visemes")),
             text_start=_opt_choice(d, "text_start", TEXT_STARTS),
-            keepalive_ms=_opt_int(d, "keepalive_ms", *KEEPALIVE_MS),
+            keepalive_ms=_opt_int(d, "keepalive_ms"),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,9 +1,9 @@
-"""Markdown that streams in (a language model's reply, token by token): where a segment may end.
+"""Where Markdown that streams in may end a segment: the block rule, pure and table-tested.
 
 Each released segment is read on its own (:func:`appliance.text.frontend.prepare_markdown`),
 so a segment ends only where the Markdown before it is complete and the Markdown after it
-reads the same on its own.  :func:`markdown_release_point` is the rule, pure and
-table-tested, in the shape of :func:`appliance.core.textstream.release_point`:
+reads the same on its own.  :func:`markdown_release_point` is the rule, in the shape of
+:func:`appliance.text.cuts.stream.release_point`:
 
 - At the end of a line that ends a block: a heading's line, or a line followed by a blank
   line or by one that starts a block — ``#``, ``-``/``*``/``+``, ``1.``/``1)``, ``>``,
@@ -32,8 +32,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from appliance.core.textstream import SegmentRule, release_point, safe_cut
-from appliance.text.frontend import long_sentence_cut
+from appliance.text.cuts.clause import long_sentence_cut
+from appliance.text.cuts.stream import SegmentRule, release_point, safe_cut
 
 # Delimiters read as closing quotes by the plain rule (same length: positions carry over).
 _AS_QUOTES = str.maketrans({"*": '"', "_": '"', "~": '"', "`": '"'})

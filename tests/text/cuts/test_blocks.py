@@ -1,5 +1,5 @@
 """Markdown that streams in: where a segment may end (table-driven), and the same words as
-the whole text whatever the token sizes (appliance.core.markdownstream)."""
+the whole text whatever the token sizes (appliance.text.cuts.blocks)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from appliance.core.markdownstream import markdown_release_point
-from appliance.core.textstream import SegmentRule
 from appliance.errors import ServiceError
+from appliance.text.cuts.blocks import markdown_release_point
+from appliance.text.cuts.stream import SegmentRule
 from appliance.text.frontend import FrontendLimits, prepare
 from tests.text.markdown_cases import CASES
 
