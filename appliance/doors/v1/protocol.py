@@ -660,6 +660,10 @@ class FrameReader:
         self.limit = max_message_bytes
         self._unpacker = make_unpacker(2 * max_message_bytes)
         self._fed = 0
+        self._start = 0
+        """Where the message being read began: msgpack's ``tell`` moves past the parts of
+        a container it has read when the rest has not arrived, so a message's size is
+        counted from here, not from ``tell`` at the last call."""
 
     @property
     def read_size(self) -> int:
@@ -683,16 +687,17 @@ class FrameReader:
 
         Raises ServiceError ``frame_too_large`` for a message over the cap (whole or
         still arriving), and msgpack's own errors for bytes that are not msgpack."""
-        start = self._unpacker.tell()
         try:
             msg = next(self._unpacker)
         except StopIteration:
-            if self._fed - self._unpacker.tell() > self.limit:
+            if self._fed - self._start > self.limit:
                 raise self._too_large() from None
             return False, None
         except msgpack.BufferFull:  # a declared length past the buffer: over the cap
             raise self._too_large() from None
-        if self._unpacker.tell() - start > self.limit:
+        end = self._unpacker.tell()
+        size, self._start = end - self._start, end
+        if size > self.limit:
             raise self._too_large()
         return True, msg
 

@@ -114,6 +114,24 @@ def test_frame_reader_takes_any_batching_of_messages_within_the_cap() -> None:
     assert got == msgs and not reader.partial
 
 
+@pytest.mark.parametrize("first", [100, 700, 1000])
+def test_a_message_just_over_the_cap_is_refused_however_it_is_split(first: int) -> None:
+    """msgpack's ``tell`` moves past a container's parts read so far: a 1 026-byte message
+    whose first read ended inside its second string was once taken whole under a 1 024
+    cap (measured from where the second read began)."""
+    reader = FrameReader(1024)
+    ok = msgpack.packb({"op": "ping", "id": 1})
+    big = msgpack.packb({"op": "ping", "id": 1, "a": "x" * 500, "b": "y" * 503})
+    assert len(big) == 1026
+    reader.feed(ok + big[:first])
+    assert reader.next_message() == (True, {"op": "ping", "id": 1})
+    assert reader.next_message() == (False, None)
+    reader.feed(big[first:])
+    with pytest.raises(ServiceError) as caught:
+        reader.next_message()
+    assert caught.value.code == "frame_too_large"
+
+
 def test_frame_reader_refuses_one_message_over_the_cap() -> None:
     reader = FrameReader(1024)
     big = msgpack.packb({"op": "ping", "id": 1, "pad": "x" * 1500})
