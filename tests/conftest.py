@@ -12,10 +12,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+
+if TYPE_CHECKING:
+    from appliance.ops.config import SchedulerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -144,9 +147,9 @@ the workers for two concurrent streams and refused them against the product's 0.
 Tests of admission itself give the keys they test (test_sched_overload: the defaults)."""
 
 
-def roomy_scheduler() -> Any:
+def roomy_scheduler() -> SchedulerConfig:
     """:data:`ROOMY_ADMISSION` for a ``Runtime.load`` in the test process (a door's
-    protocol tests serving two streams at once): a ``SchedulerConfig``."""
+    protocol tests serving two streams at once)."""
     from appliance.ops.config import SchedulerConfig  # conftest imports no appliance at load
 
     return SchedulerConfig(**ROOMY_ADMISSION)
