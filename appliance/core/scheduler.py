@@ -24,8 +24,9 @@ ever using time nobody else was waiting for.  Due work is never stopped for a
 newcomer, so a newcomer may still wait for due windows a worker is running.
 
 A queued newcomer also goes ahead of due work that can wait: work whose listener
-still has audio in hand for longer than a first item takes (``slack_until``, from
-the stream; the scheduler keeps a running mean of first items' run times).  The
+still has audio in hand for a first item and then the due work itself, one after
+another (``slack_until``, from the stream, is when the listener runs dry; the
+scheduler keeps running means of how long first items and due items run).  The
 watermark makes a stream's next window due long before its listener runs dry:
 in a burst of eight requests at once, EDF alone served the first two streams'
 second and third windows before the last newcomers' first sound (P95 ~360 ms).
@@ -60,7 +61,9 @@ log = logging.getLogger(__name__)
 
 FIRST_ITEM_PRIOR_S = 0.05
 """What a first item is assumed to take before one has run (~35 ms measured on a slow core)."""
-_FIRST_ITEM_SMOOTHING = 0.2
+DUE_ITEM_PRIOR_S = 0.05
+"""What a due item (a later window or clause) is assumed to take before one has run."""
+_SMOOTHING = 0.2
 
 T = TypeVar("T")
 
@@ -136,6 +139,8 @@ class Scheduler:
         self.busy_since: float | None = None
         self.first_item_s = FIRST_ITEM_PRIOR_S
         """Running mean of how long a request's first (urgent) item runs."""
+        self.due_item_s = DUE_ITEM_PRIOR_S
+        """Running mean of how long a real-time item picked because it was due runs."""
         self.newcomers_ahead = 0
         """Urgent items started ahead of due work that could wait for them."""
 
@@ -307,15 +312,24 @@ class Scheduler:
             return others > 0 or bool(self._rt and self._rt[0].deadline <= now)
 
     def _newcomer(self, now: float) -> _Item[Any] | None:
-        """A queued first item, if every due item can wait for it (see the module)."""
+        """A queued first item, if every due item can wait for it (see the module): run
+        after it one after another, each due item still finishes by its ``slack_until``
+        (two due windows that could each wait for a newcomer may not both: one worker
+        runs them in turn)."""
         first: _Item[Any] | None = None
+        dry: list[float] = []
         for item in self._rt:
             if item.urgent:
                 if first is None or item < first:
                     first = item
-            elif item.deadline <= now and (
-                item.slack_until is None or item.slack_until < now + self.first_item_s
-            ):
+            elif item.deadline <= now:
+                if item.slack_until is None:
+                    return None
+                dry.append(item.slack_until)
+        done = now + self.first_item_s
+        for slack_until in sorted(dry):
+            done += self.due_item_s
+            if slack_until < done:
                 return None
         return first
 
@@ -434,9 +448,9 @@ class Scheduler:
             self.completed += 1
             self.late += item.realtime and finished > item.deadline
             if item.urgent:
-                self.first_item_s += _FIRST_ITEM_SMOOTHING * (
-                    finished - started - self.first_item_s
-                )
+                self.first_item_s += _SMOOTHING * (finished - started - self.first_item_s)
+            elif item.realtime and not item.optional:
+                self.due_item_s += _SMOOTHING * (finished - started - self.due_item_s)
             if item.realtime:
                 self._lateness.append((finished, max(0.0, finished - item.deadline)))
             self.heartbeat = finished

@@ -141,21 +141,25 @@ async def test_cancel_stops_the_running_item_and_drops_the_queued_ones(
 
 
 async def queue_behind_a_gate(
-    s: Scheduler, slack_s: float | None
+    s: Scheduler, slack_s: float | None, windows: int = 1
 ) -> tuple[Blocking, list[str], list[asyncio.Future[tuple[None, WorkTiming]]]]:
-    """A worker held by a gate; queued behind it, a due window whose listener has
-    ``slack_s`` of audio in hand (None: none) and then a newcomer's first item."""
+    """A worker held by a gate; queued behind it, ``windows`` due windows (of as many
+    streams) whose listeners have ``slack_s`` of audio in hand (None: none) and then a
+    newcomer's first item."""
     gate, gate_fut = await run_blocking(s, time.monotonic(), owner="gate")
     order: list[str] = []
     now = time.monotonic()
-    window = s.submit(
-        lambda: order.append("window"),
-        deadline=now - 0.3,
-        realtime=True,
-        owner="playing",
-        kind="t",
-        slack_until=None if slack_s is None else now + slack_s,
-    )
+    futs = [
+        s.submit(
+            lambda: order.append("window"),
+            deadline=now - 0.3,
+            realtime=True,
+            owner=f"playing-{k}",
+            kind="t",
+            slack_until=None if slack_s is None else now + slack_s,
+        )
+        for k in range(windows)
+    ]
     first = s.submit(
         lambda: order.append("first"),
         deadline=now,
@@ -164,7 +168,7 @@ async def queue_behind_a_gate(
         kind="t",
         urgent=True,
     )
-    return gate, order, [gate_fut, window, first]  # type: ignore[list-item]
+    return gate, order, [gate_fut, *futs, first]  # type: ignore[list-item]
 
 
 async def test_a_newcomer_goes_ahead_of_due_work_whose_listener_has_audio_in_hand(
@@ -182,13 +186,29 @@ async def test_a_newcomer_goes_ahead_of_due_work_whose_listener_has_audio_in_han
 async def test_due_work_whose_listener_is_about_to_run_dry_goes_first(
     one_worker: Scheduler, slack_s: float | None
 ) -> None:
-    """No audio in hand, or less than a first item takes (50 ms before one has run)."""
+    """No audio in hand, or less than a first item and the window take (50 ms each before
+    one has run)."""
     s = one_worker
     gate, order, futs = await queue_behind_a_gate(s, slack_s=slack_s)
     gate.finish.set()
     await asyncio.wait_for(asyncio.gather(*futs), 5)
     assert order == ["window", "first"]
     assert s.snapshot()["newcomers_ahead"] == 0
+
+
+@pytest.mark.parametrize(("windows", "goes_first"), [(1, "first"), (2, "window")])
+async def test_a_newcomer_waits_unless_every_due_window_still_gets_in_after_it(
+    one_worker: Scheduler, windows: int, goes_first: str
+) -> None:
+    """Due work runs one item after another behind a newcomer: 0.5 s in hand covers a
+    0.2 s first item and one 0.2 s window, not two windows (each alone would fit; three
+    newcomers of a burst went ahead of a second window that way, and it stalled)."""
+    s = one_worker
+    s.first_item_s = s.due_item_s = 0.2
+    gate, order, futs = await queue_behind_a_gate(s, slack_s=0.5, windows=windows)
+    gate.finish.set()
+    await asyncio.wait_for(asyncio.gather(*futs), 5)
+    assert order[0] == goes_first, order
 
 
 async def test_first_items_teach_the_scheduler_how_long_they_take(one_worker: Scheduler) -> None:

@@ -39,10 +39,6 @@ if TYPE_CHECKING:
 STALL_JITTER_S = 0.1
 """A stall is counted when a chunk arrives after a client playing in real time from its
 first chunk, with this much jitter buffer, would have run dry (the benchmark's client)."""
-NEWCOMER_GRACE_S = STALL_JITTER_S / 2
-"""How far past the moment a buffer-less player would run dry a stream's work may start
-when newcomers' first items go ahead of it: half the jitter buffer, leaving the other
-half for the work itself (the scheduler's ``slack_until``)."""
 
 
 class Timeline:
@@ -127,12 +123,13 @@ class Timeline:
         return origin + self.audio_out_s + ahead_s - self._watermark_s
 
     def slack_until(self, ahead_s: float = 0.0) -> float | None:
-        """The latest start for work a listener playing since its first chunk still gets in
-        time (None before the first chunk: nothing is playing, nothing can wait)."""
+        """The latest finish for work a listener playing since its first chunk still gets
+        in time: when its jitter buffer runs dry (None before the first chunk: nothing is
+        playing, nothing can wait).  The scheduler takes the work's own run off it."""
         origin = self._origin()
         if origin is None:
             return None
-        return origin + self.audio_out_s + ahead_s + NEWCOMER_GRACE_S
+        return origin + self.audio_out_s + ahead_s + STALL_JITTER_S
 
     def buffer_s(self) -> float:
         """Audio the client holds but has not played yet (if it plays in real time)."""

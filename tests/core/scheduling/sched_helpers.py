@@ -23,6 +23,22 @@ LONG_TEXT = (
 SHORT_TEXT = "Turn left at the second light, then keep going until you see the bakery."
 
 
+STALL_SHARE = 0.1
+"""The most of a real-time stream's audio time its listener may lose to stalls in a test.
+
+Zero stalls is ``make bench``'s figure, measured against peers in the same run; a test
+bounds the behaviour only, on whatever machine runs it: this runner's speed varied 3-5x
+within one day (piper-tts's first audio for one 160-character sentence: 0.3 s to 1.4 s),
+and four streams started at once on it lost up to 3 % of their audio to stalls at their
+second and third chunks.  A scheduler that let one stream wait for others' work, or
+served them one after another, loses far more (the last of four such waits seconds)."""
+
+
+def stalled_too_long(results: list[StreamResult]) -> list[StreamResult]:
+    """The streams whose listener lost more than ``STALL_SHARE`` of their audio."""
+    return [r for r in results if r.stall_ms > STALL_SHARE * r.audio_s * 1000]
+
+
 async def stats(daemon: Daemon) -> dict[str, Any]:
     conn = await StreamConnection.open(daemon.socket)
     try:
