@@ -2,8 +2,9 @@
 
 Both servers run in the same run on loopback TCP; every request is a new connection, as
 Home Assistant makes them.  Figures: first ``audio-chunk`` (connect + ``synthesize``
-written → first chunk read) for a short command and a long sentence; the same at 4 and 8
-clients at once (P50, P95, max, errors); and for text that streams in like a language
+written → first chunk read) for a short command and a long sentence, and the same at 4
+and 8 clients at once (P50, P95, max, errors); a whole ~18 s request read as fast as it
+comes (→ ``audio-stop``, a client that buffers); and for text that streams in like a language
 model's answer (3–5-character tokens at 20 tokens/s, Home Assistant's event sequence),
 the time from ``synthesize-start`` to the first audio.
 
@@ -38,6 +39,8 @@ ANSWER = (
     "degrees. The front door is locked, and the garage door is closed. Is there anything "
     "else you would like me to do?"
 )
+WHOLE = f"{ANSWER} {LONG}"
+"""~18 s of audio: a whole request read as fast as it comes (a client that buffers)."""
 TOKENS_PER_S = 20.0
 PIPER_SPEC = "wyoming-piper==2.5.*"
 
@@ -78,6 +81,13 @@ def start_wyoming_piper(out: Path, port: int) -> subprocess.Popen[bytes]:
 
 async def first_chunk(port: int, text: str) -> tuple[float | None, str | None]:
     """(seconds from connecting to the first audio-chunk, error code or None)."""
+    first, _whole, err = await timed_request(port, text)
+    return first, err
+
+
+async def timed_request(port: int, text: str) -> tuple[float | None, float, str | None]:
+    """(seconds from connecting to the first audio-chunk, to audio-stop, error code or
+    None), every chunk read as soon as it comes."""
     from wyoming.audio import AudioChunk, AudioStop
     from wyoming.client import AsyncTcpClient
     from wyoming.tts import Synthesize
@@ -89,13 +99,13 @@ async def first_chunk(port: int, text: str) -> tuple[float | None, str | None]:
         while True:
             ev = await c.read_event()
             if ev is None:
-                return first, "closed"
+                return first, time.perf_counter() - t0, "closed"
             if ev.type == "error":
-                return first, str(ev.data.get("code"))
+                return first, time.perf_counter() - t0, str(ev.data.get("code"))
             if AudioChunk.is_type(ev.type) and first is None:
                 first = time.perf_counter() - t0
             if AudioStop.is_type(ev.type):
-                return first, None
+                return first, time.perf_counter() - t0, None
 
 
 async def streamed_first_audio(port: int, text: str) -> tuple[float | None, float]:
@@ -181,6 +191,12 @@ async def measure(port: int, runs: int) -> dict[str, Any]:
                 else:
                     times.append(t * 1000)
         r[name] = {"p50_ms": _pct(times, 50), "errors": errors}
+    wholes: list[float] = []
+    for i in range(max(3, runs // 4) + 1):
+        _first, took, err = await timed_request(port, WHOLE)
+        if i and err is None:  # the first warms up
+            wholes.append(took * 1000)
+    r["whole"] = {"p50_ms": _pct(wholes, 50)}
     r.update(await measure_concurrent(port, runs))
     firsts: list[float] = []
     feed_s = 0.0
@@ -243,6 +259,12 @@ def print_wyoming(r: dict[str, Any]) -> None:
     for name, label in (("short", "short command, P50"), ("long", "long sentence, P50")):
         a, b = ours[name]["p50_ms"], theirs[name]["p50_ms"]
         print(f"| {label} | {ms(a)} | {ms(b)} | {b / a:.1f}× |")
+
+    a, b = ours["whole"]["p50_ms"], theirs["whole"]["p50_ms"]
+    print(
+        f"| ~18 s of audio read as it comes, to audio-stop, P50 | {ms(a)} | {ms(b)} "
+        f"| {b / a:.2f}× |"
+    )
 
     def row(c: dict[str, Any]) -> str:
         errs = ", ".join(f"{k} {v}" for k, v in c.get("error_codes", {}).items()) or "0"

@@ -16,7 +16,13 @@ A worker picks, in this order:
 
 With more than one worker, work that is not due (2 and 3) never takes the
 last free worker: one always stays for due work, so a new request never waits
-behind somebody else's decode-ahead.  Nor does it share the CPU with it: a
+behind somebody else's decode-ahead.  Unless all the work there is belongs to one
+request (a file, a reader that takes audio as fast as it comes): then its next
+clause's encode runs beside its decode on the last worker, and due work that
+arrives while no worker is free stops it, as a newcomer does.  Such an item may
+also hand part of itself to an idle worker (:meth:`Scheduler.beside`: half of a
+decode window); the part runs under the item's stop token, and the item runs it
+itself if no worker took it yet when it needs the result.  Nor does it share the CPU with it: a
 request's first item is *urgent*, and while one is queued or running, work that
 is not due is stopped (:mod:`appliance.model.engine.interrupt`) and put back in the
 queue, and none starts.  The stopped run's partial work is lost; it was only
@@ -55,6 +61,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from appliance.core.parts import Part, Parts
 from appliance.model.engine.interrupt import Interrupted, StopToken, stoppable
 
 log = logging.getLogger(__name__)
@@ -120,6 +127,8 @@ class Scheduler:
         self._live: dict[int, _Item[Any]] = {}
         self._running: dict[int, _Item[Any]] = {}
         """Items the workers run now, by sequence number."""
+        self._parts = Parts(self._lock)
+        """Parts of running items that an idle worker may take (see beside)."""
         self._current = threading.local()
         """The item this worker thread runs (``item``), for :meth:`crowded`."""
         self.completed = 0
@@ -241,10 +250,24 @@ class Scheduler:
             heapq.heappush(self._rt if realtime else self._batch, item)
             self._live[item.seq] = item
             self._by_owner.setdefault(id(owner), set()).add(item.seq)
-            if item.urgent:
+            if item.urgent or (
+                item.realtime and item.deadline <= item.submitted and len(self._running) >= self._n
+            ):
                 self._stop_optional_locked()
             self._wake_one_locked()
         return fut
+
+    def beside(self, fn: Callable[[], T]) -> Callable[[], T]:
+        """On a worker: offer ``fn``, part of the item it runs, to an idle worker when that
+        item's request has all the work there is (:mod:`appliance.core.parts`); returns
+        what gives ``fn``'s result (``fn`` itself when nobody may take it)."""
+        mine: _Item[Any] | None = getattr(self._current, "item", None)
+        with self._lock:
+            if mine is None or not self._idle or len(self._by_owner) != 1:
+                return fn
+            join = self._parts.offer_locked(fn, mine.token)
+            self._wake_one_locked()
+        return join
 
     def _wake_one_locked(self) -> None:
         """Wake the idle worker that comes first: a lone stream's items then all run on
@@ -348,7 +371,8 @@ class Scheduler:
             return heapq.heappop(self._rt), False
         running = self._running.values()
         ahead = sum(i.optional for i in running)
-        if ahead >= self._optional_limit or any(i.urgent for i in running):
+        lone = len(self._by_owner) == 1  # one request's work: every core is its
+        if (ahead >= self._optional_limit and not lone) or any(i.urgent for i in running):
             return None, False
         if self._batch:
             return heapq.heappop(self._batch), True
@@ -368,6 +392,11 @@ class Scheduler:
         self._pin(k)
         wake = threading.Condition(self._lock)
         while (item := self._next(k, wake)) is not None:
+            if isinstance(item, Part):
+                ran_s = item.run()
+                with self._lock:
+                    self.busy_s += ran_s
+                continue
             started = time.monotonic()
             result, error, stopped = self._run_one(item)
             finished = time.monotonic()
@@ -391,11 +420,13 @@ class Scheduler:
             except OSError as exc:  # a CPU taken away since start: run unpinned
                 log.warning("worker %d stays unpinned: %s", k, exc)
 
-    def _next(self, k: int, wake: threading.Condition) -> _Item[Any] | None:
-        """The next item worker ``k`` runs (waiting for one), marked running; None once the
-        scheduler is stopping and nothing is left."""
+    def _next(self, k: int, wake: threading.Condition) -> _Item[Any] | Part[Any] | None:
+        """The next item worker ``k`` runs (waiting for one), marked running, or a part of
+        a running one; None once the scheduler is stopping and nothing is left."""
         with self._lock:
             while True:
+                if (part := self._parts.take_locked()) is not None:
+                    return part
                 if self._stopping and not self._rt and not self._batch:
                     return None
                 now = time.monotonic()

@@ -90,6 +90,7 @@ class SynthesisJob:
             frame_ms,
             round(voice.sample_rate * settings.join_fade_ms / 1000.0),
             scheduler.crowded,
+            scheduler.beside,
         )
         self._start = choose(self.ctx)
         self._eager = eager.choose(self.ctx)

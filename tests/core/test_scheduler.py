@@ -341,3 +341,70 @@ async def test_each_worker_runs_on_the_cpu_it_was_given() -> None:
         s.stop()
     assert seen == {"pinned-0": {given[0]}, "pinned-1": {given[1]}}
     assert os.sched_getaffinity(0) == set(cpus)  # the caller's own thread is untouched
+
+
+async def test_a_lone_requests_item_hands_a_part_to_the_idle_worker(two_workers: Scheduler) -> None:
+    """All the work there is is one request's: half of its item runs on the other
+    worker, at the same time (0.3 s + 0.3 s in ~0.3 s)."""
+    s = two_workers
+
+    def item() -> tuple[int, int, float]:
+        t0 = time.monotonic()
+        part = s.beside(lambda: (time.sleep(0.3), threading.get_ident())[1])
+        time.sleep(0.3)
+        return threading.get_ident(), part(), time.monotonic() - t0
+
+    fut = s.submit(item, deadline=time.monotonic(), realtime=True, owner="lone", kind="t")
+    (mine, theirs, took), _ = await asyncio.wait_for(fut, 5)
+    assert mine != theirs
+    assert took < 0.55
+
+
+async def test_no_part_is_offered_while_another_request_has_work() -> None:
+    with running_scheduler(3) as s:
+        gate, gate_fut = await run_blocking(s, time.monotonic(), owner="other")
+        kept: list[bool] = []
+
+        def item() -> None:
+            def part() -> None:
+                return None
+
+            kept.append(s.beside(part) is part)  # handed back: this worker runs it
+
+        fut = s.submit(item, deadline=time.monotonic(), realtime=True, owner="me", kind="t")
+        await asyncio.wait_for(fut, 5)
+        gate.finish.set()
+        await asyncio.wait_for(gate_fut, 5)
+    assert kept == [True]
+
+
+async def test_a_part_that_fails_fails_its_item(two_workers: Scheduler) -> None:
+    s = two_workers
+
+    def fail() -> None:
+        raise ValueError("part")
+
+    def item() -> None:
+        s.beside(fail)()
+
+    fut = s.submit(item, deadline=time.monotonic(), realtime=True, owner="lone", kind="t")
+    with pytest.raises(ValueError, match="part"):
+        await asyncio.wait_for(fut, 5)
+
+
+@pytest.mark.parametrize(("owner", "takes_the_last_worker"), [("me", True), ("other", False)])
+async def test_work_ahead_takes_the_last_worker_only_when_all_work_is_one_requests(
+    two_workers: Scheduler, owner: str, takes_the_last_worker: bool
+) -> None:
+    """One worker runs a request's work ahead of time; more of that request's may take
+    the other (a reader far ahead: every core is its), another request's may not (a
+    newcomer or due work would find no worker free)."""
+    s = two_workers
+    gate, gate_fut = await run_blocking(s, time.monotonic() + 60, owner="me")
+    ahead = Blocking()
+    fut = s.submit(ahead, deadline=time.monotonic() + 60, realtime=True, owner=owner, kind="t")
+    ran = await asyncio.to_thread(ahead.started.wait, 0.5)
+    assert ran == takes_the_last_worker
+    gate.finish.set()
+    ahead.finish.set()
+    await asyncio.wait_for(asyncio.gather(gate_fut, fut), 5)

@@ -38,7 +38,7 @@ from appliance.core.chunkplan import ModePlan, pause_frames, plan_chunks
 from appliance.core.pipeline.types import EncodedClause, JobSettings, Provisional, VoiceRuntime
 from appliance.model.engine.base import Encoded, Scales
 from appliance.model.engine.bounded import encode_bounded, fused_bounded
-from appliance.model.engine.windows import decode_span
+from appliance.model.engine.windows import Beside, decode_span
 from appliance.speech import FloatArray, IntArray
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ class EncodeContext:
     crowded: Callable[[], bool]
     """``Scheduler.crowded``: another worker runs due work, or due work waits (asked on the
     worker, of the scheduler, under its lock)."""
+    beside: Beside | None = None
+    """``Scheduler.beside``: a part of the item offered to an idle worker (None: the item
+    runs all of itself)."""
 
 
 class Opener(Protocol):
@@ -194,7 +197,8 @@ def decode(
     their listeners had run dry."""
     s, v = ctx.settings, ctx.voice
     ahead = not s.deterministic and not ctx.crowded()
-    audio = decode_span(v.model, enc, a, b, s.context, v.hop, ahead=ahead)
+    beside = ctx.beside if ahead else None
+    audio = decode_span(v.model, enc, a, b, s.context, v.hop, ahead=ahead, beside=beside)
     return audio, words.all() if words is not None else None
 
 

@@ -9,6 +9,9 @@ Used by the streamer, by warm-up and by the cut's verification.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import numpy as np
 
 from appliance.model.engine.base import Encoded, VoiceModel
@@ -60,6 +63,14 @@ decoded 1.46 frames per frame sent).  The bound keeps one work item short enough
 that a newcomer never waits long for a worker (~70 ms on a slow core)."""
 
 
+SPLIT_MIN_FRAMES = 64
+"""The shortest span split in two when another core is free: each half pays its own
+``context`` frames (2 x 10 for the bundled voice), worth it from here on."""
+
+Beside = Callable[[Callable[[], FloatArray]], Callable[[], FloatArray]]
+"""Offer a run to a free core; call what comes back for its result
+(:meth:`appliance.core.scheduler.Scheduler.beside`)."""
+
 MAX_WINDOW_FRAMES = 256
 """Most frames one decoder run produces (~3 s of audio).  A whole sentence decoded as
 one window (``sentence`` mode) made ONNX Runtime's arenas keep that run's buffers for
@@ -93,6 +104,7 @@ def decode_span(
     hop: int,
     urgent: bool = False,
     ahead: bool = True,
+    beside: Beside | None = None,
 ) -> FloatArray:
     """Samples of frames [a, b) decoded with ``context`` frames of latent on each side.
 
@@ -101,6 +113,8 @@ def decode_span(
     ``urgent``: a listener waits for exactly these frames (see ``VoiceModel.decode``).
     ``ahead``: the cores are free for decoding (and running the flow) beyond ``b``;
     when other work waits for them, a call does no more than its own frames need.
+    ``beside``: offers a run to another core (its result: the run's samples); given,
+    a span of at least :data:`SPLIT_MIN_FRAMES` is decoded in two halves at once.
     """
     total = enc.frames
     b = min(b, total)
@@ -118,12 +132,17 @@ def decode_span(
     enc.ahead = None
     end = _ahead_end(start, b, total, context, ahead)
     ensure_latent(model, enc, min(total, end + context), ahead)
-    pieces = []
-    for run_start in range(start, end, MAX_WINDOW_FRAMES):
-        run_end = min(end, run_start + MAX_WINDOW_FRAMES)
+    size = MAX_WINDOW_FRAMES
+    if beside is not None and end - start >= SPLIT_MIN_FRAMES:
+        size = min(size, -(-(end - start) // 2))
+    runs = []
+    for run_start in range(start, end, size):
+        run_end = min(end, run_start + size)
         lo, hi = max(0, run_start - context), min(total, run_end + context)
         margins = (run_start - lo, hi - run_end)
-        pieces.append(model.decode(enc.z[:, :, lo:hi], enc.g, urgent, margins))
+        runs.append(functools.partial(model.decode, enc.z[:, :, lo:hi], enc.g, urgent, margins))
+    later = [beside(run) for run in runs[1:]] if beside is not None else runs[1:]
+    pieces = [runs[0](), *(run() for run in later)]
     fresh = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
     if end > b:
         enc.ahead = fresh[(b - start) * hop :]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -15,7 +17,7 @@ from appliance.model.engine.windows import (
     decode_windows,
 )
 from appliance.model.voices import CUT_TOLERANCE
-from appliance.speech import IntArray
+from appliance.speech import FloatArray, IntArray
 from tests.fakes.voice import RecordingModel, flow_voice, real_voice
 
 HOP = 256
@@ -136,3 +138,29 @@ def test_with_the_cores_wanted_elsewhere_a_chunk_costs_only_its_own_frames() -> 
     for a, b in spans[:2]:
         decode_span(model, again, a, b, 16, HOP)
     assert again.ready == again.frames
+
+
+def test_with_a_core_beside_a_window_is_decoded_in_two_halves_at_once_and_still_exact() -> None:
+    """``beside`` (a free core): each decode of at least SPLIT_MIN_FRAMES is two runs, the
+    second offered to the other core; the samples are still the fused model's."""
+    model, ids = model_and_ids()
+    fused = model.fused(ids, ZERO, None)
+    counting = RecordingModel(model)
+    enc = counting.encode_prior(ids, ZERO, None)
+    offered: list[threading.Thread] = []
+
+    def beside(run: Callable[[], FloatArray]) -> Callable[[], FloatArray]:
+        box: list[FloatArray] = []
+        t = threading.Thread(target=lambda: box.append(run()))
+        t.start()
+        offered.append(t)
+        return lambda: (t.join(), box[0])[1]
+
+    spans = chunks_of(enc.frames, [8, 18, 37] + [69] * 20)
+    out = np.concatenate(
+        [decode_span(counting, enc, a, b, 16, HOP, beside=beside) for a, b in spans]
+    )
+    assert offered, "no window was long enough to split"
+    assert max(counting.decoded) <= -(-(AHEAD_MAX_FRAMES + 69) // 2) + 2 * 16
+    assert out.shape == fused.shape
+    assert float(np.max(np.abs(out - fused))) <= CUT_TOLERANCE
