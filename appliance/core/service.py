@@ -45,7 +45,7 @@ from appliance.model.engine.base import Scales
 from appliance.ops.config import Config
 from appliance.playback import NoAudioDevice, Utterance
 from appliance.playback.speak import Speech
-from appliance.speech import Chunk, SpeechRequest
+from appliance.speech import Chunk, SpeechRequest, Viseme
 from appliance.text.frontend import FrontendLimits
 
 log = logging.getLogger(__name__)
@@ -330,11 +330,13 @@ class Stream:
         on_started: Callable[[float], None],
         on_mark: Callable[[str], None] | None = None,
         on_word: Callable[[tuple[int, int]], None] | None = None,
+        on_viseme: Callable[[Viseme], None] | None = None,
     ) -> StreamResult:
         """``speak``: synthesize into the player; ``on_queued(position)``, then
         ``on_started(latency_ms)`` when the first sample reaches the device, and
         ``on_mark(name)`` for each SSML mark (``on_word(text_span)`` for each word, with
-        word timings) when the device is handed its sample."""
+        word timings; ``on_viseme(viseme)`` for each mouth shape, with visemes) when the
+        device is handed its sample."""
         outcome = "error"
         stats: dict[str, Any] = {}
         try:
@@ -345,7 +347,7 @@ class Stream:
             if self.cancel_reason is not None:
                 utt.cancel()
             waited_ms = (utt.created - self.t_request) * 1000.0
-            speech = Speech(utt, on_started, on_mark, waited_ms, on_word)
+            speech = Speech(utt, on_started, on_mark, waited_ms, on_word, on_viseme)
             info = await speech.play(self._produce)
             self._raise_if_ended()
             assert self.job is not None

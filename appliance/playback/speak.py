@@ -8,12 +8,13 @@ not call into the loop on every callback).  It knows nothing of the core: the pr
 (the stream's job) is handed in.
 
 With word timings each chunk's words are reported the same way (``on_word(text_span)``
-when the word's first sample is handed to the device), and :meth:`Speech.heard` says which
+when the word's first sample is handed to the device), with visemes each mouth shape
+(``on_viseme(viseme)`` when its first sample is), and :meth:`Speech.heard` says which
 span of the text was fully played when the utterance ended (a ``stop``, ``cancel`` or a
 newer message cut it, or it played out).
 
-Bounds: marks and words wait in deques as long as the request's own (capped) text has
-marks and words; the tasks it starts end with the utterance.
+Bounds: marks, words and visemes wait in deques as long as the request's own (capped)
+text has marks, words and phonemes; the tasks it starts end with the utterance.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import functools
 from collections.abc import Awaitable, Callable, Sequence
 
 from appliance.playback.utterance import EndInfo, Utterance
-from appliance.speech import Chunk, Word
+from appliance.speech import Chunk, Viseme, Word
 
 MARK_POLL_S = 0.005
 """How often the device's progress is looked at for a mark (well under a word)."""
@@ -58,6 +59,7 @@ class Speech:
         on_mark: Callable[[str], None] | None,
         waited_ms: float,
         on_word: Callable[[tuple[int, int]], None] | None = None,
+        on_viseme: Callable[[Viseme], None] | None = None,
     ) -> None:
         """``waited_ms``: how long the request waited before its utterance was made (the
         player counts its latency from there; ``started`` reports it from the request)."""
@@ -66,8 +68,9 @@ class Speech:
         self._on_mark = on_mark
         self._waited_ms = waited_ms
         self._on_word = on_word
+        self._on_viseme = on_viseme
         self._cues: collections.deque[tuple[float, Callable[[], None]]] = collections.deque()
-        """Marks and words to report: (offset ms, report), in order of the audio."""
+        """Marks, words and visemes to report: (offset ms, report), in order of the audio."""
         self._marks_changed = asyncio.Event()
         self.words: list[Word] = []
         """Every word pushed so far (``heard`` reads them)."""
@@ -88,6 +91,9 @@ class Speech:
                 cues += [
                     (w.offset_ms, functools.partial(on_word, w.text_span)) for w in chunk.words
                 ]
+        if chunk.visemes and self._on_viseme is not None:
+            on_viseme = self._on_viseme
+            cues += [(v.offset_ms, functools.partial(on_viseme, v)) for v in chunk.visemes]
         if cues:
             cues.sort(key=lambda c: c[0])  # stable: a mark before the word it precedes
             self._cues.extend(cues)
@@ -104,7 +110,7 @@ class Speech:
         happened to it (played out, cut, dropped, device lost)."""
         utt = self.utterance
         started = asyncio.create_task(self._relay_started())
-        cued = self._on_mark is not None or self._on_word is not None
+        cued = any(f is not None for f in (self._on_mark, self._on_word, self._on_viseme))
         marks = asyncio.create_task(self._relay_marks(started)) if cued else None
         try:
             try:

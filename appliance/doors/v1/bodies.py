@@ -42,7 +42,7 @@ from appliance.doors.v1.protocol import (
     pack,
 )
 from appliance.errors import ServiceError
-from appliance.speech import Chunk
+from appliance.speech import Chunk, Viseme
 
 DOOR = "protocol-v1"
 
@@ -177,4 +177,14 @@ class Bodies:
         def word(span: tuple[int, int]) -> None:
             write(pack(SimpleEvent(req.id, "word", {"text_span": list(span)}).to_dict()))
 
-        return await stream.run_speech(queued, started, mark, word if req.word_timings else None)
+        def viseme(v: Viseme) -> None:
+            body = {"viseme": v.viseme, "duration_ms": round(v.duration_ms, 2)}
+            write(pack(SimpleEvent(req.id, "viseme", body).to_dict()))
+
+        return await stream.run_speech(
+            queued,
+            started,
+            mark,
+            word if req.word_timings else None,
+            viseme if req.visemes else None,
+        )

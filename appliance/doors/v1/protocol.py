@@ -176,8 +176,7 @@ class SynthesizeRequest:
             if isinstance(speaker, str) and len(speaker) > 256:
                 raise ProtocolError(ErrorCode.BAD_REQUEST, "'speaker' is too long")
         fmt = _opt_choice(d, "format", FORMATS) if op == "synthesize" else None
-        # speak plays on the device: no chunks to carry visemes (a client that asks is told).
-        for key in ("format", "pace_ms", "visemes"):
+        for key in ("format", "pace_ms"):
             if op == "speak" and key in d:
                 raise ProtocolError(ErrorCode.BAD_REQUEST, f"'{key}' is not a field of speak")
         return cls(

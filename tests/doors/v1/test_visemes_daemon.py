@@ -183,14 +183,15 @@ def test_paced_frames_carry_the_visemes_of_their_span(daemon: Daemon) -> None:
 
 
 def test_the_field_on_the_wire() -> None:
-    """Off unless asked; speak (played on the device, no chunks) refuses it; a chunk's
-    visemes go as three parallel arrays."""
+    """Off unless asked, on synthesize and speak (which reports ``viseme`` events as they
+    are played, tests/playback/test_speak_visemes.py); a chunk's visemes go as three
+    parallel arrays."""
     d = {"op": "synthesize", "id": 1, "text": "Map."}
     assert SynthesizeRequest.from_dict(d).speech().visemes is False
     req = SynthesizeRequest.from_dict({**d, "visemes": True})
     assert req.speech().visemes is True and req.to_dict()["visemes"] is True
-    with pytest.raises(ProtocolError, match="visemes"):
-        SynthesizeRequest.from_dict({**d, "op": "speak", "visemes": True}, op="speak")
+    speak = SynthesizeRequest.from_dict({**d, "op": "speak", "visemes": True}, op="speak")
+    assert speak.speech().visemes is True
     with pytest.raises(ProtocolError, match="visemes"):
         SynthesizeRequest.from_dict({**d, "visemes": "yes"})
     event = ChunkEvent(
