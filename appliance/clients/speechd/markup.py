@@ -57,79 +57,96 @@ def to_items(ssml: str) -> list[Item]:
     Linear in the length whatever the input: every search moves forward, and a comment,
     declaration or processing instruction with no end swallows the rest of the text.
     """
-    items: list[Item] = []
-    parts: list[str] = []
+    return _Scan(ssml).run()
 
-    def flush() -> None:
-        text = _decode_entities("".join(parts))
-        parts.clear()
+
+class _Scan:
+    """:func:`to_items`' state: where it is, the text run so far, the items made."""
+
+    def __init__(self, ssml: str) -> None:
+        self.s = ssml
+        self.n = len(ssml)
+        self.next_gt = -1
+        """Cached position of the next ">" at or after the current "<"."""
+        self.parts: list[str] = []
+        self.items: list[Item] = []
+
+    def run(self) -> list[Item]:
+        s, i = self.s, 0
+        while i < self.n:
+            j = s.find("<", i)
+            if j < 0:
+                self.parts.append(s[i:])
+                break
+            self.parts.append(s[i:j])
+            after = self._special(j)
+            if after is None:
+                after = self._markup(j)
+            if after < 0:  # no end: it swallows the rest
+                break
+            i = after
+        self._flush()
+        return self.items
+
+    def _flush(self) -> None:
+        text = _decode_entities("".join(self.parts))
+        self.parts.clear()
         if text.strip():
-            items.append(Text(" ".join(text.split())))
+            self.items.append(Text(" ".join(text.split())))
 
-    s = ssml
-    n = len(s)
-    i = 0
-    next_gt = -1  # cached position of the next ">" at or after the current "<"
-    while i < n:
-        j = s.find("<", i)
-        if j < 0:
-            parts.append(s[i:])
-            break
-        parts.append(s[i:j])
+    def _special(self, j: int) -> int | None:
+        """Past a comment, CDATA section (its text kept) or processing instruction at
+        ``j``; -1 when it has no end; None when there is none at ``j``."""
+        s = self.s
         if s.startswith("<!--", j):
             k = s.find("-->", j + 4)
-            if k < 0:
-                break
-            i = k + 3
-            continue
+            return -1 if k < 0 else k + 3
         if s.startswith("<![CDATA[", j):
             k = s.find("]]>", j + 9)
-            k = n if k < 0 else k
-            parts.append(html.escape(s[j + 9 : k], quote=False))
-            i = k + 3
-            continue
+            k = self.n if k < 0 else k
+            self.parts.append(html.escape(s[j + 9 : k], quote=False))
+            return k + 3
         if s.startswith("<?", j):
             k = s.find("?>", j + 2)
-            if k < 0:
-                break
-            i = k + 2
-            continue
-        if next_gt < j:
-            next_gt = s.find(">", j)
-            if next_gt < 0:
-                next_gt = n
+            return -1 if k < 0 else k + 2
+        return None
+
+    def _markup(self, j: int) -> int:
+        """Past the declaration or tag at ``j`` (-1: a declaration with no end), or past a
+        lone "<", which stays text."""
+        s, n = self.s, self.n
+        if self.next_gt < j:
+            self.next_gt = s.find(">", j)
+            if self.next_gt < 0:
+                self.next_gt = n
+        k = self.next_gt
         if s.startswith("<!", j):
             # A declaration (DOCTYPE and its internal subset) is skipped, never read.
-            k = next_gt
             bracket = s.find("[", j, k)
             if bracket >= 0:
                 close = s.find("]", bracket)
                 k = s.find(">", close) if close >= 0 else -1
-            if k < 0 or k >= n:
-                break
-            i = k + 1
-            continue
-        k = next_gt
-        lt = s.find("<", j + 1, k)
-        if k >= n or lt >= 0:
-            parts.append("<")  # a lone bracket, not a tag
-            i = j + 1
-            continue
-        body = s[j + 1 : k]
-        i = k + 1
+            return -1 if k < 0 or k >= n else k + 1
+        if k >= n or s.find("<", j + 1, k) >= 0:
+            self.parts.append("<")  # a lone bracket, not a tag
+            return j + 1
+        self._tag(s[j + 1 : k])
+        return k + 1
+
+    def _tag(self, body: str) -> None:
         closing = body.startswith("/")
-        tag = body.lstrip("/").split(None, 1)[0].rstrip("/").lower() if body.strip("/ ") else ""
+        # ``<\n>``, ``</\t>``: no name at all (split gives nothing; indexing it raised).
+        words = body.lstrip("/").split(None, 1)
+        tag = words[0].rstrip("/").lower() if words else ""
         if tag == "mark" and not closing:
             found = _NAME_ATTR.search(body)
             if found:
-                flush()
+                self._flush()
                 name = _decode_entities(found.group(1) or found.group(2) or "")
-                items.append(MarkItem(name[:MAX_MARK_NAME]))
-            continue
+                self.items.append(MarkItem(name[:MAX_MARK_NAME]))
+            return
         # A sentence or paragraph edge must not glue two words together.
-        parts.append(" " if tag in _BREAKING else "")
-    flush()
-    return items
+        self.parts.append(" " if tag in _BREAKING else "")
 
 
 def split_long(text: str, limit: int) -> list[str]:
