@@ -32,7 +32,7 @@ newcomer, so a newcomer may still wait for due windows a worker is running.
 A queued newcomer also goes ahead of due work that can wait: work whose listener
 still has audio in hand for a first item and then the due work itself, one after
 another (``slack_until``, from the stream, is when the listener runs dry; the
-scheduler keeps running means of how long first items and due items run).  The
+rule and the run times it learns: :mod:`appliance.core.newcomers`).  The
 watermark makes a stream's next window due long before its listener runs dry:
 in a burst of eight requests at once, EDF alone served the first two streams'
 second and third windows before the last newcomers' first sound (P95 ~360 ms).
@@ -61,16 +61,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from appliance.core.newcomers import NewcomerRule
 from appliance.core.parts import Part, Parts
 from appliance.model.engine.interrupt import Interrupted, StopToken, stoppable
 
 log = logging.getLogger(__name__)
-
-FIRST_ITEM_PRIOR_S = 0.05
-"""What a first item is assumed to take before one has run (~35 ms measured on a slow core)."""
-DUE_ITEM_PRIOR_S = 0.05
-"""What a due item (a later window or clause) is assumed to take before one has run."""
-_SMOOTHING = 0.2
 
 T = TypeVar("T")
 
@@ -88,7 +83,8 @@ class _Item(Generic[T]):
     realtime: bool = field(default=True, compare=False)
     urgent: bool = field(default=False, compare=False)
     slack_until: float | None = field(default=None, compare=False)
-    """Latest start that still serves its listener in time; None: no audio in hand."""
+    """When its listener runs dry (the latest finish that serves it in time); None: no
+    audio in hand (:mod:`appliance.core.newcomers`)."""
     cancelled: bool = field(default=False, compare=False)
     # Set while a worker runs the item:
     optional: bool = field(default=False, compare=False)
@@ -146,12 +142,8 @@ class Scheduler:
         self.heartbeat = time.monotonic()
         """Last time a worker was seen alive (idle wait or finished item)."""
         self.busy_since: float | None = None
-        self.first_item_s = FIRST_ITEM_PRIOR_S
-        """Running mean of how long a request's first (urgent) item runs."""
-        self.due_item_s = DUE_ITEM_PRIOR_S
-        """Running mean of how long a real-time item picked because it was due runs."""
-        self.newcomers_ahead = 0
-        """Urgent items started ahead of due work that could wait for them."""
+        self.newcomers = NewcomerRule()
+        """When a first item goes ahead of due work, and the run times it learns."""
 
     def start(self) -> None:
         for k in range(self._n):
@@ -204,7 +196,7 @@ class Scheduler:
                 "late_windows": self.late,
                 "ahead_runs": self.ahead_runs,
                 "stopped_ahead": self.stopped_ahead,
-                "newcomers_ahead": self.newcomers_ahead,
+                "newcomers_ahead": self.newcomers.ahead,
                 "cancelled_items": self.cancelled,
                 "busy_s": round(self.busy_s, 3),
             }
@@ -334,28 +326,6 @@ class Scheduler:
             others = sum(not i.optional and i is not mine for i in self._running.values())
             return others > 0 or bool(self._rt and self._rt[0].deadline <= now)
 
-    def _newcomer(self, now: float) -> _Item[Any] | None:
-        """A queued first item, if every due item can wait for it (see the module): run
-        after it one after another, each due item still finishes by its ``slack_until``
-        (two due windows that could each wait for a newcomer may not both: one worker
-        runs them in turn)."""
-        first: _Item[Any] | None = None
-        dry: list[float] = []
-        for item in self._rt:
-            if item.urgent:
-                if first is None or item < first:
-                    first = item
-            elif item.deadline <= now:
-                if item.slack_until is None:
-                    return None
-                dry.append(item.slack_until)
-        done = now + self.first_item_s
-        for slack_until in sorted(dry):
-            done += self.due_item_s
-            if slack_until < done:
-                return None
-        return first
-
     def _pick(self, now: float) -> tuple[_Item[Any] | None, bool]:
         """Due real-time work, else batch work, else real-time work ahead of time.
 
@@ -363,10 +333,11 @@ class Scheduler:
         the workers it may use are busy.
         """
         if self._rt and self._rt[0].deadline <= now:
-            if not self._rt[0].urgent and (first := self._newcomer(now)) is not None:
+            first = None if self._rt[0].urgent else self.newcomers.pick(self._rt, now)
+            if first is not None:
                 self._rt.remove(first)
                 heapq.heapify(self._rt)
-                self.newcomers_ahead += 1
+                self.newcomers.ahead += 1
                 return first, False
             return heapq.heappop(self._rt), False
         running = self._running.values()
@@ -478,10 +449,9 @@ class Scheduler:
                 return False
             self.completed += 1
             self.late += item.realtime and finished > item.deadline
-            if item.urgent:
-                self.first_item_s += _SMOOTHING * (finished - started - self.first_item_s)
-            elif item.realtime and not item.optional:
-                self.due_item_s += _SMOOTHING * (finished - started - self.due_item_s)
+            self.newcomers.observe(
+                item.urgent, item.realtime and not item.optional, finished - started
+            )
             if item.realtime:
                 self._lateness.append((finished, max(0.0, finished - item.deadline)))
             self.heartbeat = finished

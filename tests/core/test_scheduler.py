@@ -204,7 +204,7 @@ async def test_a_newcomer_waits_unless_every_due_window_still_gets_in_after_it(
     0.2 s first item and one 0.2 s window, not two windows (each alone would fit; three
     newcomers of a burst went ahead of a second window that way, and it stalled)."""
     s = one_worker
-    s.first_item_s = s.due_item_s = 0.2
+    s.newcomers.first_item_s = s.newcomers.due_item_s = 0.2
     gate, order, futs = await queue_behind_a_gate(s, slack_s=0.5, windows=windows)
     gate.finish.set()
     await asyncio.wait_for(asyncio.gather(*futs), 5)
@@ -213,7 +213,7 @@ async def test_a_newcomer_waits_unless_every_due_window_still_gets_in_after_it(
 
 async def test_first_items_teach_the_scheduler_how_long_they_take(one_worker: Scheduler) -> None:
     s = one_worker
-    before = s.first_item_s
+    before = s.newcomers.first_item_s
     for _ in range(3):
         fut = s.submit(
             lambda: time.sleep(0.2),
@@ -224,13 +224,13 @@ async def test_first_items_teach_the_scheduler_how_long_they_take(one_worker: Sc
             urgent=True,
         )
         await asyncio.wait_for(fut, 5)
-    assert s.first_item_s > before + 0.05  # 0.2 s runs pull the mean up from its prior
+    assert s.newcomers.first_item_s > before + 0.05  # 0.2 s runs pull the mean up from its prior
     fut = s.submit(
         lambda: time.sleep(0.3), deadline=time.monotonic(), realtime=True, owner=1, kind="t"
     )
-    learned = s.first_item_s
+    learned = s.newcomers.first_item_s
     await asyncio.wait_for(fut, 5)
-    assert s.first_item_s == learned  # other work does not count
+    assert s.newcomers.first_item_s == learned  # other work does not count
 
 
 async def test_a_worker_is_crowded_while_another_runs_due_work_or_due_work_waits(
