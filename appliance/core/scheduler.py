@@ -20,9 +20,10 @@ behind somebody else's decode-ahead.  Unless all the work there is belongs to on
 request (a file, a reader that takes audio as fast as it comes): then its next
 clause's encode runs beside its decode on the last worker, and due work that
 arrives while no worker is free stops it, as a newcomer does.  Such an item may
-also hand part of itself to an idle worker (:meth:`Scheduler.beside`: half of a
-decode window); the part runs under the item's stop token, and the item runs it
-itself if no worker took it yet when it needs the result.  Nor does it share the CPU with it: a
+also hand part of itself to an idle worker when it runs ahead of time
+(:meth:`Scheduler.beside`: half of a decode window); the part runs under the item's
+stop token, so a newcomer stops both, and the item runs it itself if no worker took
+it yet when it needs the result.  Nor does it share the CPU with it: a
 request's first item is *urgent*, and while one is queued or running, work that
 is not due is stopped (:mod:`appliance.model.engine.interrupt`) and put back in the
 queue, and none starts.  The stopped run's partial work is lost; it was only
@@ -251,11 +252,13 @@ class Scheduler:
 
     def beside(self, fn: Callable[[], T]) -> Callable[[], T]:
         """On a worker: offer ``fn``, part of the item it runs, to an idle worker when that
-        item's request has all the work there is (:mod:`appliance.core.parts`); returns
-        what gives ``fn``'s result (``fn`` itself when nobody may take it)."""
+        item runs ahead of time and its request has all the work there is
+        (:mod:`appliance.core.parts`); returns what gives ``fn``'s result (``fn`` itself
+        when nobody may take it).  Only work ahead: a newcomer stops it and its part at
+        once, where a due item's part would hold the worker the newcomer needs."""
         mine: _Item[Any] | None = getattr(self._current, "item", None)
         with self._lock:
-            if mine is None or not self._idle or len(self._by_owner) != 1:
+            if mine is None or not mine.optional or not self._idle or len(self._by_owner) != 1:
                 return fn
             join = self._parts.offer_locked(fn, mine.token)
             self._wake_one_locked()
