@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -111,22 +112,20 @@ def piper_ttfa_ms(voice: Any, text: str, runs: int, quiet_s: float = 0.0) -> lis
 def whole_ms(sock: str, text: str, runs: int) -> list[float]:
     """Request written → ``end`` read, every chunk read as it comes (a file, a client that
     buffers); one warm-up run first."""
-    out: list[float] = []
     with Client(sock) as client:
-        for i in range(runs + 1):
-            t0 = time.perf_counter()
-            for _ev in client.synthesize(text):
-                pass
-            if i >= 1:
-                out.append((time.perf_counter() - t0) * 1000)
-    return out
+        return _drained_ms(lambda: client.synthesize(text), runs)
 
 
 def piper_whole_ms(voice: Any, text: str, runs: int) -> list[float]:
+    return _drained_ms(lambda: voice.synthesize(text), runs)
+
+
+def _drained_ms(start: Callable[[], Iterable[object]], runs: int) -> list[float]:
+    """Milliseconds to drain what ``start()`` yields, ``runs`` times after one warm-up."""
     out: list[float] = []
     for i in range(runs + 1):
         t0 = time.perf_counter()
-        for _chunk in voice.synthesize(text):
+        for _ in start():
             pass
         if i >= 1:
             out.append((time.perf_counter() - t0) * 1000)
