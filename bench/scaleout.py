@@ -45,6 +45,8 @@ LONG = (
     "so please stay on the line: the next available agent will be with you shortly."
 )
 """About eight seconds of audio: a listener's stream outlasts the drain notice (1.5 s)."""
+NEWCOMERS_MAX_S = 60.0
+"""The most a scenario sends newcomers for, however slow the runner."""
 FILLER = "This stream only fills the box and is never read to its end. " * 60
 
 
@@ -381,11 +383,23 @@ async def _listeners(
     return tasks
 
 
-async def _newcomers(hx: HAProxy, seconds: float, t0: float) -> list[Result]:
+async def _newcomers(
+    hx: HAProxy, seconds: float, t0: float, seen: asyncio.Future[float], after: int = 2
+) -> list[Result]:
+    """Short requests one after another for ``seconds``, and on until ``after`` of them
+    were sent once HAProxy saw box1 leave (``seen``): on a slow runner one short request
+    took the whole 3 s, and the only newcomer went out before the drain was seen, which
+    showed nothing about where new work goes (bounded: ``NEWCOMERS_MAX_S``)."""
     out: list[Result] = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    t_start = time.monotonic()
+    sent_after = 0
+    while time.monotonic() - t_start < NEWCOMERS_MAX_S:
+        elapsed = time.monotonic() - t_start
+        if elapsed >= seconds and seen.done() and sent_after >= after:
+            break
+        counts = seen.done()
         out.append(await speech(hx.http_port, SHORT, paced=False, t0=t0))
+        sent_after += counts
         await asyncio.sleep(0.25)
     return out
 
@@ -402,7 +416,7 @@ async def _drain(
     t_term = time.monotonic() - t0
     exit_code = loop.run_in_executor(None, stop_box1)
     seen = loop.run_in_executor(None, hx.wait, "box1", drained, 5.0)
-    newcomers = await _newcomers(hx, 3.0, t0)
+    newcomers = await _newcomers(hx, 3.0, t0, seen)
     reroute_s = await seen
     done = await asyncio.gather(*streams)
     on_box1 = [r for r in done if r.box == "box1"]
@@ -439,7 +453,7 @@ async def _kill(hx: HAProxy, kill_box1: Callable[[], None], listeners: int) -> d
     t_kill = time.monotonic()
     loop = asyncio.get_running_loop()
     seen = loop.run_in_executor(None, hx.wait, "box1", down, 10.0)
-    newcomers = await _newcomers(hx, 3.0, t0)
+    newcomers = await _newcomers(hx, 3.0, t0, seen)
     first_ok = next((r.sent_at for r in newcomers if r.complete), None)
     down_s = await seen
     done = await asyncio.gather(*streams)

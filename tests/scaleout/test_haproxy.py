@@ -61,7 +61,14 @@ def test_c_a_drained_box_finishes_its_streams(
     def stop_box1() -> int:
         return daemons["box1"].stop(signal.SIGTERM, timeout=60)
 
-    r = scaleout.drain(hx, BOXES[0], stop_box1)
+    try:
+        r = scaleout.drain(hx, BOXES[0], stop_box1)
+    finally:
+        # box1 back for the next scenario, on the same ports, even when this one failed:
+        # else every later test fails on a box that is DOWN.
+        if not daemons["box1"].alive():
+            daemons["box1"] = daemon_factory(BOXES[0].config())
+            hx.wait("box1", scaleout.up, 30.0)
     show("drain", r)
     # box1 was in rotation when told to stop (else this shows nothing about the drain).
     assert r["box1_before"][0] == "UP" and r["box1_before"][1].startswith("up ready"), r
@@ -70,9 +77,6 @@ def test_c_a_drained_box_finishes_its_streams(
     assert r["listeners"]["errors"] == 0 and r["new"]["errors"] == 0, r
     assert r["new"]["busy"] == 0 and r["new_on_box1_after_drain"] == 0, r
     assert r["new"]["served"].get("box2", 0) >= 1, r
-    # box1 back for the next scenario, on the same ports.
-    daemons["box1"] = daemon_factory(BOXES[0].config())
-    hx.wait("box1", scaleout.up, 30.0)
 
 
 def test_wyoming_goes_through_tcp_mode(rig: tuple[scaleout.HAProxy, dict[str, Daemon]]) -> None:
