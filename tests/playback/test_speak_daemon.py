@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import numpy as np
+import pytest
 import soxr
 
 from bench.pulsesink import PulseServer
@@ -200,6 +201,10 @@ def _wait_log(daemon: Daemon, text: str, timeout: float = 60.0) -> None:
         time.sleep(0.02)
 
 
+# Alone: beside the other test process the stream once did not run steadily within the
+# daemon's 6 s start-up wait (it says ready then anyway, with a warning), and this asserts
+# it did.
+@pytest.mark.solo
 def test_the_first_speak_after_readiness_is_as_quick_as_any(
     pulse_server: PulseServer, daemon_factory: DaemonFactory
 ) -> None:

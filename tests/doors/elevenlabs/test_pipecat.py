@@ -60,7 +60,10 @@ def test_pipecat_speaks_and_its_alignment_lies_inside_the_audio(ws_daemon: HttpD
     wire, frames = run_pipecat(ws_daemon, "speak")
     heard = set(words(recognize(pcm(frames), RATE)))
     said = {"hello", "there", "test", "streaming", "speech", "works", "quite", "well"}
-    assert len(heard & said) >= 6, heard  # (pocketsphinx hears "whoa" for "hello" at times)
+    # Five of the eight: the door speaks with the voice's noise on (no client setting turns
+    # it off), and pocketsphinx missed three in one run of many ("whoa" for "hello", "bear"
+    # for "there"); silence or garbage is heard as none of them.
+    assert len(heard & said) >= 5, heard
     [cid] = contexts(wire)
     received = [x["msg"] for x in wire if x["dir"] == "in"]
     assert sum(1 for m in received if m.get("isFinal") is True) == 1
