@@ -166,9 +166,9 @@ def test_sentence_split_is_linear(text: str) -> None:
     # "." × 19 999 + "a" took 8 s in one regex call (backtracking through every shorter run),
     # and each sentence end copied the text before it: 0.9 s for "a. " × 6 666.
     mt = clean(text)
-    t0 = time.perf_counter()
+    t0 = time.thread_time()  # this thread's CPU: what a busy box adds does not count
     pieces = split_sentences(mt)
-    assert time.perf_counter() - t0 < 0.5
+    assert time.thread_time() - t0 < 0.5
     assert "".join(p.text for p in pieces).replace(" ", "") == mt.text.replace(" ", "")
 
 

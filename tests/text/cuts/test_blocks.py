@@ -63,10 +63,10 @@ def test_markdown_release_point(pending: str, released: str) -> None:
 def test_a_held_fence_costs_little_per_append() -> None:
     """A fence or table being written is asked about after every append: one search each."""
     for held in ("```python\n" + "x = 1\n" * 3000, "| a |\n|---|\n" + "| b |\n" * 3000):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()  # CPU, not wall: a busy box adds nothing
         for _ in range(200):
             assert markdown_release_point(held, RULE, first=False) == 0
-        assert (time.perf_counter() - t0) / 200 < 0.005
+        assert (time.thread_time() - t0) / 200 < 0.005
 
 
 def test_flush_releases_an_open_fence_or_table() -> None:
@@ -132,11 +132,11 @@ def test_a_stream_in_small_tokens_says_the_same_words(name: str, source: str, wo
 )
 def test_hostile_streams_are_decided_in_bounded_time(source: str) -> None:
     """Each append asks about the pending text once; a big one is decided in linear time."""
-    t0 = time.perf_counter()
+    t0 = time.thread_time()  # this thread's CPU: what a busy box adds does not count
     spoken, first = 0, True
     while spoken < len(source):
         n = markdown_release_point(source[spoken:], RULE, first=first)
         if n <= 0:
             break
         spoken, first = spoken + n, False
-    assert time.perf_counter() - t0 < 1.0
+    assert time.thread_time() - t0 < 1.0

@@ -104,14 +104,14 @@ def test_release_point_idle_flush_and_cap() -> None:
 def test_a_long_append_is_released_in_linear_time(text: str) -> None:
     """A text feed releases one big append piece by piece, asking about what is left each
     time, on the event loop: the dots took 111 s, the words 0.7 s."""
-    t0 = time.perf_counter()
+    t0 = time.thread_time()  # this thread's CPU: what a busy box adds does not count
     spoken, first = 0, True
     while spoken < len(text):
         n = release_point(text[spoken:], RULE, first=first)
         if n <= 0:
             break
         spoken, first = spoken + n, False
-    assert time.perf_counter() - t0 < 0.5
+    assert time.thread_time() - t0 < 0.5
     assert spoken >= len(text) - RULE.max_chars
 
 
