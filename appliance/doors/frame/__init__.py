@@ -29,12 +29,10 @@ events); the frame does the rest, the same on every door::
 
 Protocol v1 (:mod:`appliance.doors.v1`: its framing and messages in
 :mod:`~appliance.doors.v1.connection`, its door in :mod:`~appliance.doors.v1.server`),
-Wyoming (:mod:`appliance.doors.wyoming`) and the agent (:mod:`appliance.doors.agent`)
-stand on it.  The HTTP door (:mod:`appliance.doors.http`) takes :class:`DoorBase`,
+Wyoming (:mod:`appliance.doors.wyoming`), the agent (:mod:`appliance.doors.agent`) and
+the agents' WebSocket (:mod:`appliance.doors.elevenlabs`: a :class:`Session` over a
+channel that writes whole WebSocket frames, its contexts the session's requests) stand
+on it.  The HTTP door (:mod:`appliance.doors.http`) takes :class:`DoorBase`,
 :func:`settle` and :class:`Report` from it, with aiohttp's connections and its own gate
-(:mod:`appliance.doors.http.guard`).  The agents' WebSocket door
-(:mod:`appliance.doors.elevenlabs`) still runs its own read loop: it could be a
-:class:`Session` over a channel that wraps the WebSocket, with a protocol whose ``read``
-is ``ws.receive()``: then the read loop, requests, output bound and ending would be the
-frame's.
+(:mod:`appliance.doors.http.guard`).
 """

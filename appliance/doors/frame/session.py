@@ -151,6 +151,10 @@ class WireProtocol(abc.ABC, Generic[M]):
     def opened(self) -> None:
         """The connection is admitted and about to be read."""
 
+    def idle_error(self) -> ServiceError | None:
+        """What an idle connection is told before it closes (None: it closes silently)."""
+        return None
+
     def dispatch_failed(self, msg: M, exc: ServiceError) -> None:
         """``dispatch`` raised a bug (``exc`` is its ``internal``): said to the client."""
         self.session.write(self.error_bytes(None, exc))
@@ -232,6 +236,10 @@ class Session:
                 await self.fatal(ServiceError(ErrorCode.BAD_REQUEST, str(exc)))
                 return False
             except IdleTimeout:
+                why = p.idle_error()
+                if why is not None:
+                    await self.fatal(why)
+                    return False
                 self.report.log.info("%s %s idle: closing", self.report.door, self.whose)
                 return False
             except (ConnectionError, OSError):

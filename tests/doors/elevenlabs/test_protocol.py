@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,11 @@ import pytest
 from appliance.core.runtime import Runtime
 from appliance.core.service import Service
 from appliance.doors.elevenlabs.alignment import Aligner
+from appliance.doors.elevenlabs.contexts import Contexts
 from appliance.doors.elevenlabs.messages import BadMessage, ClientMessage, Query
-from appliance.doors.elevenlabs.session import Session
-from appliance.errors import ErrorCode, ServiceError
+from appliance.doors.frame.ending import Done, Ending, Failed, Report
+from appliance.doors.frame.requests import Request, Requests
+from appliance.errors import ErrorCode
 from appliance.ops.config import Config, ElevenLabsConfig, LimitsConfig, VoicesConfig
 from appliance.speech import Word
 from tests.conftest import roomy_scheduler
@@ -127,10 +130,11 @@ class Client:
         self.sent: list[dict[str, Any]] = []
         query = Query.parse(VOICE, {"output_format": fmt, **(params or {})}, 180.0)
         el = ElevenLabsConfig(**cfg)
-        self.session = Session(
-            service, query, multi, self._send, self._finished, lambda: el, LimitsConfig
+        report = Report(service.record_error, logging.getLogger("test"), "elevenlabs")
+        requests = Requests(self._end, report, "test", lambda: None)
+        self.session = Contexts(
+            service, query, multi, self._send, requests, lambda: el, LimitsConfig
         )
-        self.finished = False
         self.gate = asyncio.Event()
         """Closed: the "socket" writes nothing (a message waits its turn, as behind a
         slow write on the connection's one lock)."""
@@ -148,8 +152,11 @@ class Client:
             self.sent.append(msg)
             return True
 
-    async def _finished(self) -> None:
-        self.finished = True
+    async def _end(self, req: Request, ending: Ending[Any]) -> None:
+        """How the frame would end a context: a body that raised (a bug) is its error."""
+        assert isinstance(ending, Done | Failed), ending
+        if isinstance(ending, Failed):
+            self.sent.append({"error": ending.error.code, "key": req.key})
 
     async def say(self, **msg: Any) -> None:
         await self.session.receive(json.dumps(msg))
@@ -188,7 +195,7 @@ def test_one_stream_speaks_its_text_with_alignment_then_one_final(runtime: Runti
         return c
 
     c = asyncio.run(scenario())
-    assert c.session.done and c.finished
+    assert c.session.done
     assert c.finals() == 1 and c.sent[-1] == {"isFinal": True}
     assert "contextId" not in c.sent[0]
     pcm = c.audio()
@@ -319,22 +326,3 @@ def test_refusals_close_the_socket_with_the_documented_error(runtime: Runtime) -
     assert bad.sent == [
         {"message": "the message is not valid JSON", "error": "bad_request", "code": 1008}
     ]
-
-
-def test_an_unknown_voice_is_an_error_not_the_default(runtime: Runtime) -> None:
-    async def scenario() -> None:
-        service = Service(runtime)
-        query = Query.parse("no-such-voice", {"output_format": "pcm_16000"}, 180.0)
-
-        async def send(msg: dict[str, Any]) -> None:
-            pass
-
-        async def send_nothing() -> None:
-            pass
-
-        session = Session(service, query, True, send, send_nothing, ElevenLabsConfig, LimitsConfig)
-        with pytest.raises(ServiceError) as err:
-            session.check_voice()
-        assert err.value.code == ErrorCode.UNKNOWN_VOICE
-
-    asyncio.run(scenario())

@@ -1,8 +1,11 @@
 """One ElevenLabs WebSocket connection's contexts: messages in, messages out, no socket.
 
-A :class:`Session` takes the client's messages as they arrive (:meth:`Session.receive`)
-and sends its own through the ``send`` it was given (the connection's writer, which
-applies the too-slow rule and raises when the client is gone).  Each context is one text
+:class:`Contexts` takes the client's messages as they arrive (:meth:`Contexts.receive`)
+and sends its own through the ``send`` it was given (the door frame's
+:meth:`~appliance.doors.frame.session.Session.send`: the output bound and the too-slow
+rule; it raises when the client is gone).  Each context is a request of the frame's
+:class:`~appliance.doors.frame.requests.Requests` (so the frame waits for it at a
+half-close, cancels it when the client goes, and ends it once), running one text
 stream on the service core (``SpeechRequest(text_stream=True)``, the same path as protocol
 v1's ``text_stream``, so ``elevenlabs.text_start: eager`` applies), with word timings on
 for the alignment.
@@ -37,7 +40,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Protocol
 
 import numpy as np
@@ -53,6 +56,7 @@ from appliance.doors.elevenlabs.messages import (
     error_message,
     final_message,
 )
+from appliance.doors.frame.requests import Request, Requests
 from appliance.doors.pcm import PcmEncoder
 from appliance.errors import ErrorCode, ServiceError
 from appliance.ops.config import ElevenLabsConfig, LimitsConfig
@@ -84,10 +88,11 @@ class Send(Protocol):
 
 
 class _Context:
-    """One context: its text stream, its encoder, its alignment, the task that runs it."""
+    """One context: its request, text stream, encoder and alignment."""
 
-    def __init__(self, cid: str, stream: Stream, query: Query) -> None:
+    def __init__(self, cid: str, req: Request, stream: Stream, query: Query) -> None:
         self.id = cid
+        self.req = req
         self.stream = stream
         self.encoder = PcmEncoder(stream.sample_rate, query.rate, query.sample_format)
         self.aligner = Aligner()
@@ -96,10 +101,9 @@ class _Context:
         self.text = ""
         self.flushed = False
         """Flushed with nothing written since: a ``close_context`` ends it, not cancels it."""
-        self.task: asyncio.Task[None] | None = None
 
 
-class Session:
+class Contexts:
     """The contexts of one connection and the rules of its messages."""
 
     def __init__(
@@ -108,36 +112,30 @@ class Session:
         query: Query,
         multi: bool,
         send: Send,
-        finished: Callable[[], Awaitable[None]],
+        requests: Requests,
         cfg: Callable[[], ElevenLabsConfig],
         limits: Callable[[], LimitsConfig],
     ) -> None:
         self.service, self.query, self.multi, self._send = service, query, multi, send
-        self._finished = finished
-        """Called once the session is :attr:`done` (its last context's ``isFinal`` sent)."""
+        self.running = requests
+        """Every context whose stream runs, as the frame's requests: the open ones and the
+        closed ones still ending."""
         self._cfg, self._limits = cfg, limits
         self.number = next(_numbers)
+        self._serial = itertools.count()
         self.contexts: dict[str, _Context] = {}
         """Open contexts, by id (a closed one leaves at once: its id may be opened again)."""
-        self.running: set[_Context] = set()
-        """Every context whose stream runs: the open ones and the closed ones still ending."""
         self.closing: tuple[int, str] | None = None
         """Set once the socket is to close: (close code, reason)."""
         self.ending = False
         """No more contexts: the socket closes once the open ones are spoken."""
         self._tokens = 0.0
         self._t_tokens = time.monotonic()
-        self.last_activity = time.monotonic()
 
     # -- from the connection
 
-    def check_voice(self) -> None:
-        """The path's voice exists (ServiceError ``unknown_voice`` / ``bad_request``)."""
-        self.service.resolve_voice(self.query.voice, self.query.speaker)
-
     async def receive(self, raw: str | bytes) -> None:
         """One message from the client.  A refusal sends its error and sets ``closing``."""
-        self.last_activity = time.monotonic()
         try:
             self._admit(raw)
             msg = ClientMessage.parse(raw)
@@ -161,12 +159,16 @@ class Session:
         """A context is open (its audio may still be coming): not inactive."""
         return bool(self.running)
 
+    def context_id(self, key: Hashable) -> str | None:
+        """The ``contextId`` the messages of the request ``key`` (``(id, serial)``) carry
+        (None on ``/stream-input``)."""
+        assert isinstance(key, tuple)
+        return self._cid(str(key[0]))
+
     async def close(self) -> None:
         """The connection is gone: cancel every context and wait for its task."""
-        for ctx in list(self.running):
-            ctx.stream.cancel("disconnect")
-        tasks = [c.task for c in self.running if c.task is not None]
-        for task in tasks:
+        self.running.cancel_all("disconnect")
+        for task in self.running.tasks():
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
 
@@ -229,9 +231,10 @@ class Session:
             await self._send(error_message(exc, self._cid(cid)))
             await self._send(final_message(self._cid(cid)))
             return None
-        ctx = self.contexts[cid] = _Context(cid, stream, self.query)
-        self.running.add(ctx)
-        ctx.task = asyncio.create_task(self._run(ctx))
+        request = Request((cid, next(self._serial)), "context")
+        request.opened(stream)
+        ctx = self.contexts[cid] = _Context(cid, request, stream, self.query)
+        self.running.start(request, self._run(ctx))
         return ctx
 
     async def _text(self, ctx: _Context, msg: ClientMessage) -> None:
@@ -269,7 +272,9 @@ class Session:
         return cid if self.multi else None
 
     async def _run(self, ctx: _Context) -> None:
-        """Run one context's stream; its error (if any), then exactly one ``isFinal``."""
+        """One context's request body: its stream, its error (if any), then exactly one
+        ``isFinal``.  What else it raises ends it through the frame (the client gone:
+        nothing; a bug: its error and ``isFinal``, from the wire's ``error_bytes``)."""
         cid = self._cid(ctx.id)
         try:
             sent: tuple[int, int] | None = None
@@ -283,14 +288,9 @@ class Session:
             except ServiceError as exc:
                 await self._send(error_message(exc, cid))
             await self._send(final_message(cid, sent))
-        except Exception as exc:  # the connection failed (gone, too slow): it says so
-            log.debug("elevenlabs: context %s ended by its connection: %r", ctx.id[:32], exc)
         finally:
             if self.contexts.get(ctx.id) is ctx:
                 del self.contexts[ctx.id]
-            self.running.discard(ctx)
-        if self.done:
-            await self._finished()
 
     async def _emit(self, ctx: _Context, chunk: Chunk) -> None:
         data = ctx.encoder(chunk.samples, False)
@@ -307,7 +307,6 @@ class Session:
         comes (barge-in: nothing more goes out once the cancel is read); whether it went."""
         if not data and alignment is None and not visemes:
             return False
-        self.last_activity = time.monotonic()
         audio = base64.b64encode(data).decode("ascii")
         stream = ctx.stream
         return await self._send(
