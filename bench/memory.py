@@ -375,7 +375,7 @@ def format_cuts(base: dict[str, Any], cuts: list[dict[str, Any]]) -> str:
 PROBE_CANDIDATES = [*(v for v in VARIANTS if v != "daemon"), "daemon+mmap64"]
 PROBE_CANDIDATES += ["arena_off+mmap64", "arena_off+mmap1024"]
 DAEMON_CANDIDATES = ["daemon", "arena_off"]
-SECOND_VOICE_CANDIDATES = ["daemon", "arena_off", "shared_arena"]
+SECOND_VOICE_CANDIDATES = ["daemon", "arena_off", "own_arenas"]
 
 
 def bench_memory(

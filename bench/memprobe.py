@@ -125,16 +125,10 @@ def _arena_off() -> None:
     _session_options(lambda o: setattr(o, "enable_cpu_mem_arena", False))
 
 
-def _shared_arena() -> None:
-    """One CPU arena for every session, growing by what is asked, not by doubling."""
-    import onnxruntime as ort
-
-    info = ort.OrtMemoryInfo(
-        "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
-    )
-    # max_mem 0 (no cap), arena_extend_strategy 1 (kSameAsRequested), defaults for the rest.
-    ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
-    _session_options(lambda o: o.add_session_config_entry("session.use_env_allocators", "1"))
+def _own_arenas() -> None:
+    """Each session allocates from an arena of its own, growing by doubling (before the
+    daemon's sessions shared one: ``appliance.model.engine.onnx.shared_cpu_arena``)."""
+    _session_options(lambda o: o.add_session_config_entry("session.use_env_allocators", "0"))
 
 
 def _arena_shrink() -> None:
@@ -156,11 +150,6 @@ def _arena_shrink() -> None:
         return session
 
     ort.InferenceSession = make
-
-
-def _shared_arena_shrink() -> None:
-    _shared_arena()
-    _arena_shrink()
 
 
 def _no_2d_decoder() -> None:
@@ -189,9 +178,8 @@ def _one_thread() -> None:
 VARIANTS: dict[str, Callable[[], None]] = {
     "daemon": lambda: None,
     "arena_off": _arena_off,
-    "shared_arena": _shared_arena,
+    "own_arenas": _own_arenas,
     "arena_shrink": _arena_shrink,
-    "shared_arena_shrink": _shared_arena_shrink,
     "no_prepacking": _config_entry("session.disable_prepacking", "1"),
     "initializers_direct": _config_entry("session.use_device_allocator_for_initializers", "1"),
     "no_2d_decoder": _no_2d_decoder,
