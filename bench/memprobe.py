@@ -16,6 +16,10 @@ daemon calls too); it prints one JSON object.  The steps:
    on the first runs at each size) and the workers, and ``PASSES`` more warm-up passes;
 5. the doors that are off by default (HTTP, Wyoming), imported last to size them.
 
+``python -m bench.memprobe --second-voice [VARIANT [PASSES]]`` does the same with a second medium
+voice beside the bundled one (:func:`second_voice_dir`): the second voice's sessions get
+rows of their own, and the warm-up warms both.
+
 ``python -m bench.memprobe --ab VARIANT [RUNS]`` times a session-option cut against the
 daemon's sessions in one process, interleaved (:func:`ab`).
 
@@ -253,6 +257,21 @@ def run(variant: str, passes: int = 5) -> dict[str, Any]:
     }
 
 
+def second_voice_dir() -> str:
+    """A voices directory with a second medium voice: the bundled voice again under another
+    name (a real Piper voice of the same size; its sessions are its own, its cut shared)."""
+    import tempfile
+    from pathlib import Path
+
+    from appliance.model.voices import bundled_voice_path
+
+    bundled = bundled_voice_path()
+    voices = Path(tempfile.mkdtemp(prefix="ttsd-bench-voices-"))
+    (voices / "en_US-second-medium.onnx").symlink_to(bundled)
+    (voices / "en_US-second-medium.onnx.json").symlink_to(f"{bundled}.json")
+    return str(voices)
+
+
 def _peak_mb() -> float:
     with open("/proc/self/status", encoding="ascii") as f:
         for line in f:
@@ -318,6 +337,9 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--ab"]:
         print(json.dumps(ab(argv[1], int(argv[2]) if len(argv) > 2 else 20)))
         return 0
+    if argv[:1] == ["--second-voice"]:
+        argv = argv[1:]
+        CONFIG["voices"] = {"voices_dir": second_voice_dir()}
     variant = argv[0] if argv else "daemon"
     passes = int(argv[1]) if len(argv) > 1 else 5
     if variant not in VARIANTS:
