@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.concurrency import TEXTS
-from bench.memprobe import VARIANTS, rollup
+from bench.memprobe import VARIANTS, rollup, second_voice_dir
 from bench.rig import peak_rss_mb, rss_mb, start_daemon
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -234,14 +234,8 @@ def _voices_rss(out: Path, candidate: str, extra: Path | None) -> float:
 def second_voice(out: Path, candidate: str = "daemon") -> dict[str, Any]:
     """The cost of an extra medium voice: the bundled voice again under a second name (the
     same size, sessions of its own), each daemon idle after one request on each voice."""
-    from appliance.model.voices import bundled_voice_path
-
-    bundled = bundled_voice_path()
-    voices = Path(tempfile.mkdtemp(prefix="ttsd-bench-voices-"))
-    (voices / "en_US-second-medium.onnx").symlink_to(bundled)
-    (voices / "en_US-second-medium.onnx.json").symlink_to(f"{bundled}.json")
     one = _voices_rss(out, candidate, None)
-    two = _voices_rss(out, candidate, voices)
+    two = _voices_rss(out, candidate, Path(second_voice_dir()))
     return {"candidate": candidate, "one_mb": one, "two_mb": two, "extra_mb": round(two - one, 1)}
 
 
@@ -375,7 +369,7 @@ def format_cuts(base: dict[str, Any], cuts: list[dict[str, Any]]) -> str:
 PROBE_CANDIDATES = [*(v for v in VARIANTS if v != "daemon"), "daemon+mmap64"]
 PROBE_CANDIDATES += ["arena_off+mmap64", "arena_off+mmap1024"]
 DAEMON_CANDIDATES = ["daemon", "arena_off"]
-SECOND_VOICE_CANDIDATES = ["daemon", "arena_off", "shared_arena"]
+SECOND_VOICE_CANDIDATES = ["daemon", "arena_off", "own_arenas"]
 
 
 def bench_memory(

@@ -16,6 +16,10 @@ daemon calls too); it prints one JSON object.  The steps:
    on the first runs at each size) and the workers, and ``PASSES`` more warm-up passes;
 5. the doors that are off by default (HTTP, Wyoming), imported last to size them.
 
+``python -m bench.memprobe --second-voice [VARIANT [PASSES]]`` does the same with a second medium
+voice beside the bundled one (:func:`second_voice_dir`): the second voice's sessions get
+rows of their own, and the warm-up warms both.
+
 ``python -m bench.memprobe --ab VARIANT [RUNS]`` times a session-option cut against the
 daemon's sessions in one process, interleaved (:func:`ab`).
 
@@ -125,16 +129,10 @@ def _arena_off() -> None:
     _session_options(lambda o: setattr(o, "enable_cpu_mem_arena", False))
 
 
-def _shared_arena() -> None:
-    """One CPU arena for every session, growing by what is asked, not by doubling."""
-    import onnxruntime as ort
-
-    info = ort.OrtMemoryInfo(
-        "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
-    )
-    # max_mem 0 (no cap), arena_extend_strategy 1 (kSameAsRequested), defaults for the rest.
-    ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
-    _session_options(lambda o: o.add_session_config_entry("session.use_env_allocators", "1"))
+def _own_arenas() -> None:
+    """Each session allocates from an arena of its own, growing by doubling (before the
+    daemon's sessions shared one: ``appliance.model.engine.onnx.shared_cpu_arena``)."""
+    _session_options(lambda o: o.add_session_config_entry("session.use_env_allocators", "0"))
 
 
 def _arena_shrink() -> None:
@@ -156,11 +154,6 @@ def _arena_shrink() -> None:
         return session
 
     ort.InferenceSession = make
-
-
-def _shared_arena_shrink() -> None:
-    _shared_arena()
-    _arena_shrink()
 
 
 def _no_2d_decoder() -> None:
@@ -189,9 +182,8 @@ def _one_thread() -> None:
 VARIANTS: dict[str, Callable[[], None]] = {
     "daemon": lambda: None,
     "arena_off": _arena_off,
-    "shared_arena": _shared_arena,
+    "own_arenas": _own_arenas,
     "arena_shrink": _arena_shrink,
-    "shared_arena_shrink": _shared_arena_shrink,
     "no_prepacking": _config_entry("session.disable_prepacking", "1"),
     "initializers_direct": _config_entry("session.use_device_allocator_for_initializers", "1"),
     "no_2d_decoder": _no_2d_decoder,
@@ -265,6 +257,21 @@ def run(variant: str, passes: int = 5) -> dict[str, Any]:
     }
 
 
+def second_voice_dir() -> str:
+    """A voices directory with a second medium voice: the bundled voice again under another
+    name (a real Piper voice of the same size; its sessions are its own, its cut shared)."""
+    import tempfile
+    from pathlib import Path
+
+    from appliance.model.voices import bundled_voice_path
+
+    bundled = bundled_voice_path()
+    voices = Path(tempfile.mkdtemp(prefix="ttsd-bench-voices-"))
+    (voices / "en_US-second-medium.onnx").symlink_to(bundled)
+    (voices / "en_US-second-medium.onnx.json").symlink_to(f"{bundled}.json")
+    return str(voices)
+
+
 def _peak_mb() -> float:
     with open("/proc/self/status", encoding="ascii") as f:
         for line in f:
@@ -330,6 +337,9 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--ab"]:
         print(json.dumps(ab(argv[1], int(argv[2]) if len(argv) > 2 else 20)))
         return 0
+    if argv[:1] == ["--second-voice"]:
+        argv = argv[1:]
+        CONFIG["voices"] = {"voices_dir": second_voice_dir()}
     variant = argv[0] if argv else "daemon"
     passes = int(argv[1]) if len(argv) > 1 else 5
     if variant not in VARIANTS:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,12 +28,30 @@ from appliance.speech import FloatArray, IntArray
 from appliance.voicetypes import CutNames, FlowSplit
 
 
+@functools.cache
+def shared_cpu_arena() -> None:
+    """Registers, once per process, the CPU arena every session of :func:`_session` allocates
+    from (``session.use_env_allocators``), growing by what a run asks, not by doubling.
+
+    Each session's own arena kept what its largest runs below the shrinking bounds left in it
+    (see :func:`_run`), per session and per voice: the warm-up held +23 MB of arenas with the
+    bundled voice and +33 MB with a second voice; one shared arena holds +7 and +8
+    (``python -m bench.memprobe``, docs/speed.md).  Where buffers live changes no sample."""
+    info = ort.OrtMemoryInfo(
+        "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
+    )
+    # max_mem 0: no cap; arena_extend_strategy 1: kSameAsRequested; defaults for the rest.
+    ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
+
+
 def _session(
     path: Path, threads: int, spin: bool = False, pool_cpus: Sequence[int] = ()
 ) -> ort.InferenceSession:
     """``pool_cpus``: where the session's ``threads - 1`` pool threads run (see
     ``appliance.model.engine.threads.pinning``); empty: wherever the kernel puts them."""
+    shared_cpu_arena()
     opts = ort.SessionOptions()
+    opts.add_session_config_entry("session.use_env_allocators", "1")
     opts.intra_op_num_threads = max(1, threads)
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

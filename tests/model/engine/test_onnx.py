@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,42 @@ def test_sessions_cache_no_memory_pattern_per_shape() -> None:
     assert voice.decoder_path is not None
     session = _session(voice.decoder_path, threads=1)
     assert session.get_session_options().enable_mem_pattern is False
+
+
+def test_every_session_of_every_voice_allocates_from_one_shared_arena(
+    voice_cache: Path, tmp_path: Path
+) -> None:
+    """On what `Runtime.load` builds with a second medium voice: each session's own arena kept
+    its largest runs' buffers, per session and per voice (+33 MB of arenas after the warm-up
+    of two voices against +8 MB shared: docs/speed.md)."""
+    from appliance.core.runtime import Runtime
+    from appliance.model.engine.onnx import OnnxVoiceModel
+    from appliance.model.voices import bundled_voice_path
+    from appliance.ops.config import parse_config
+
+    bundled = bundled_voice_path()
+    (tmp_path / "en_US-second-medium.onnx").symlink_to(bundled)
+    (tmp_path / "en_US-second-medium.onnx.json").symlink_to(f"{bundled}.json")
+    cfg = parse_config(
+        {
+            "voices": {"cache_dir": str(voice_cache), "voices_dir": str(tmp_path)},
+            "engine": {"backend": "onnx-cpu"},
+        }
+    )
+    rt = Runtime.load(cfg, warm=False)
+    try:
+        assert len(rt.voices) == 2
+        for v in rt.voices.values():
+            model = v.model
+            assert isinstance(model, OnnxVoiceModel)
+            parts = [model._lean, model._decoder, model._prior, model._flow, model._encoder]
+            sessions = list(filter(None, parts))
+            assert len(sessions) >= 3  # a decoder, the prior and the flow (or the encoder)
+            for session in sessions:
+                opts = session.get_session_options()
+                assert opts.get_session_config_entry("session.use_env_allocators") == "1"
+    finally:
+        rt.close()
 
 
 def _long_latent(frames: int = 1200) -> np.ndarray:
