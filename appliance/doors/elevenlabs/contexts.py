@@ -34,9 +34,7 @@ message, ``limits.max_text_chars`` a context's text (the core's).
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import itertools
 import logging
 import time
@@ -88,11 +86,10 @@ class Send(Protocol):
 
 
 class _Context:
-    """One context: its request, text stream, encoder and alignment."""
+    """One context: its text stream, encoder and alignment."""
 
-    def __init__(self, cid: str, req: Request, stream: Stream, query: Query) -> None:
+    def __init__(self, cid: str, stream: Stream, query: Query) -> None:
         self.id = cid
-        self.req = req
         self.stream = stream
         self.encoder = PcmEncoder(stream.sample_rate, query.rate, query.sample_format)
         self.aligner = Aligner()
@@ -150,27 +147,11 @@ class Contexts:
         await self._send(error_message(exc, closing=True))
         self.closing = (1008, exc.code)
 
-    @property
-    def done(self) -> bool:
-        """Ending and every context has sent its ``isFinal``."""
-        return self.ending and not self.running
-
-    def busy(self) -> bool:
-        """A context is open (its audio may still be coming): not inactive."""
-        return bool(self.running)
-
     def context_id(self, key: Hashable) -> str | None:
         """The ``contextId`` the messages of the request ``key`` (``(id, serial)``) carry
         (None on ``/stream-input``)."""
         assert isinstance(key, tuple)
         return self._cid(str(key[0]))
-
-    async def close(self) -> None:
-        """The connection is gone: cancel every context and wait for its task."""
-        self.running.cancel_all("disconnect")
-        for task in self.running.tasks():
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await task
 
     # -- inside
 
@@ -233,7 +214,7 @@ class Contexts:
             return None
         request = Request((cid, next(self._serial)), "context")
         request.opened(stream)
-        ctx = self.contexts[cid] = _Context(cid, request, stream, self.query)
+        ctx = self.contexts[cid] = _Context(cid, stream, self.query)
         self.running.start(request, self._run(ctx))
         return ctx
 

@@ -19,9 +19,7 @@ connection's ``inactivity_timeout``; the other bounds are the doors' ``limits``.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -31,7 +29,7 @@ from aiohttp import web
 from appliance.core.service import Service
 from appliance.doors.elevenlabs.channel import WebSocketChannel
 from appliance.doors.elevenlabs.messages import CLOSE_POLICY, Query, error_message
-from appliance.doors.elevenlabs.wire import ElevenLabsWire
+from appliance.doors.elevenlabs.wire import ElevenLabsWire, message_bytes
 from appliance.doors.frame.ending import Report
 from appliance.doors.frame.session import Session
 from appliance.errors import ErrorCode, ServiceError
@@ -91,6 +89,7 @@ class ElevenLabsRoutes:
         ws = web.WebSocketResponse(max_msg_size=cfg.limits.max_message_bytes + 1024, compress=False)
         await ws.prepare(request)
         assert request.transport is not None
+        channel = WebSocketChannel(ws, request.transport)
         try:
             query = Query.parse(
                 request.match_info["voice_id"],
@@ -100,11 +99,9 @@ class ElevenLabsRoutes:
             self.service.resolve_voice(query.voice, query.speaker)
         except ServiceError as exc:
             self.service.record_error(exc.code)
-            with contextlib.suppress(ConnectionError, OSError):
-                await ws.send_str(json.dumps(error_message(exc, closing=True)))
-                await ws.close(code=CLOSE_POLICY, message=exc.code.encode())
+            channel.closing = (CLOSE_POLICY, exc.code)
+            await channel.refuse(message_bytes(error_message(exc, closing=True)))
             return ws
-        channel = WebSocketChannel(ws, request.transport)
         session = Session(
             channel,
             lambda: replace(self._config().limits, idle_timeout_s=query.inactivity_s),

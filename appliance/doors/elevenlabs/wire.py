@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType
 
 from appliance.core.service import Service
 from appliance.doors.elevenlabs.channel import WebSocketChannel, text_frame
@@ -69,7 +69,6 @@ class ElevenLabsWire(WireProtocol[str | bytes]):
     ) -> None:
         super().__init__(session)
         self.channel = channel
-        self.ws: web.WebSocketResponse = channel.ws
         self.service = service
         self.contexts = Contexts(
             service,
@@ -91,7 +90,7 @@ class ElevenLabsWire(WireProtocol[str | bytes]):
             return None
         if c.ending:
             return None
-        msg = await self.ws.receive()
+        msg = await self.channel.ws.receive()
         if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
             data: str | bytes = msg.data
             return data

@@ -136,8 +136,8 @@ class Client:
             service, query, multi, self._send, requests, lambda: el, LimitsConfig
         )
         self.gate = asyncio.Event()
-        """Closed: the "socket" writes nothing (a message waits its turn, as behind a
-        slow write on the connection's one lock)."""
+        """Closed: the "socket" writes nothing yet; a message waits, then goes only if its
+        ``live`` still holds (the wire asks ``live`` as it writes)."""
         self.gate.set()
         self.waiting = 0
         self._lock = asyncio.Lock()
@@ -195,7 +195,7 @@ def test_one_stream_speaks_its_text_with_alignment_then_one_final(runtime: Runti
         return c
 
     c = asyncio.run(scenario())
-    assert c.session.done
+    assert c.session.ending and not c.session.running
     assert c.finals() == 1 and c.sent[-1] == {"isFinal": True}
     assert "contextId" not in c.sent[0]
     pcm = c.audio()
@@ -314,7 +314,7 @@ def test_refusals_close_the_socket_with_the_documented_error(runtime: Runtime) -
         bad = Client(service, multi=False)
         await bad.session.receive(b"\xff not json")
         for c in (many, flood, bad):
-            await c.session.close()
+            c.session.running.cancel_all("disconnect")  # as the wire does after a refusal
             await c.settle()
         return many, flood, bad
 
