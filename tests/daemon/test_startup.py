@@ -111,6 +111,9 @@ def _without_multi(voice_cache: Path, dest: Path) -> Path:
 
 
 def _assert_stopped_in_one_line(rc: int, took: float, lines: list[str]) -> None:
+    # The start logs at debug level (its markers); a debug line the warm-up wrote in the
+    # instant before the signal landed is not something Ctrl-C said.
+    lines = [line for line in lines if " DEBUG " not in line]
     assert rc == 130, lines
     assert took < STOP_BOUND_S, (took, lines)
     assert len(lines) == 1 and "interrupted while starting" in lines[0], lines

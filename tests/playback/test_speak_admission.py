@@ -18,7 +18,8 @@ from appliance.ops.config import Config, VoicesConfig
 from appliance.playback import Player
 from appliance.speech import SpeechRequest
 
-LONG = "This announcement keeps going for quite a while so that it can be interrupted. " * 3
+SENTENCE = "This announcement keeps going for quite a while so that it can be interrupted. "
+LONG = SENTENCE * 3
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +79,14 @@ def test_a_speak_that_cuts_the_speaking_text_is_admitted_when_busy(runtime: Runt
             await service.open_stream(SpeechRequest(text="Hello."), door="test")
         assert refused.value.code == ErrorCode.BUSY
         assert not await admitted(service, "A notification.", "notification")
-        message = await speaking(service, "Important news.", "message")
+        # Long enough to be still in synthesis at the next check: a message whose audio
+        # is all made is no load, and a request behind it is rightly admitted.
+        message = await speaking(service, "Important news. " + SENTENCE, "message")
         cut = await asyncio.wait_for(text, timeout=30)
         assert cut.interrupted is True
         # A message does not cut a message (it would wait): refused while busy.
         assert not await admitted(service, "More news.", "message")
-        done = await asyncio.wait_for(message, timeout=30)
+        done = await asyncio.wait_for(message, timeout=60)
         assert done.interrupted is False and not done.cancelled
 
     asyncio.run(scenario())
