@@ -45,6 +45,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -363,7 +364,14 @@ def _load_warm(cfg: Config, notifier: Notifier) -> Runtime | str:
         runtime = Runtime.load(cfg, notifier, warm=False)
     except StartError as exc:
         return str(exc)
-    runtime.warm_first_packets()
+    # The doors' modules are imported here while the first packets warm in threads of
+    # their own (model runs, which leave the interpreter free), not on the loop after.
+    with ThreadPoolExecutor(1, "ttsd-warm") as pool:
+        warming = pool.submit(runtime.warm_first_packets)
+        from appliance.doors.doorset import import_doors
+
+        import_doors(cfg)
+        warming.result()
     runtime.scheduler.start()
     # Cutting a voice on first start leaves ~200 MB of freed heap behind: give it back.
     memory.trim()

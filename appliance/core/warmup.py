@@ -31,10 +31,13 @@ from typing import TYPE_CHECKING
 
 from appliance.core.admission import process_cpu_s
 from appliance.core.chunkplan import mode_plan
+from appliance.core.pipeline.types import VoiceCosts
 from appliance.core.streaming import VoiceRuntime
 from appliance.model.engine.base import Encoded
 from appliance.model.engine.windows import MAX_WINDOW_FRAMES, decode_span
+from appliance.model.voices.costs import StoredCosts, read_costs, write_costs
 from appliance.speech import IntArray
+from appliance.voicetypes import Voice
 
 if TYPE_CHECKING:
     from appliance.core.scheduler import Scheduler
@@ -79,6 +82,27 @@ class WarmState:
 def costliest(a: float | None, b: float | None) -> float | None:
     """The larger of two voices' costs; None stands for "not measured"."""
     return b if a is None else a if b is None else max(a, b)
+
+
+def known_costs(voice: Voice, backend: str) -> VoiceCosts:
+    """A voice's costs as the last start on this machine measured them, else the
+    defaults (``stream_cost`` None: this start measures before it serves)."""
+    stored = read_costs(voice, backend)
+    if stored is None:
+        return VoiceCosts()
+    return VoiceCosts(stored.prior_s_per_id, stored.first_decode_s, stored.stream_cost)
+
+
+def keep_cost(v: VoiceRuntime, cost: float | None) -> None:
+    """A clean measure of ``v``'s later clause (nothing else ran beside it): the voice's
+    stream cost now, and kept for the next start (file I/O: a worker's)."""
+    if cost is None or cost <= 0:
+        return
+    c = v.costs
+    c.stream_cost = cost
+    write_costs(
+        v.source, v.model.backend_name, StoredCosts(cost, c.first_decode_s, c.prior_s_per_id)
+    )
 
 
 def warm_first_packet(v: VoiceRuntime, ids: IntArray) -> None:
@@ -259,7 +283,10 @@ class IdleWarmUp:
         except Exception as exc:  # the voice's requests fail the same way and say so
             log.warning("warm-up of %s failed: %s", v.name, exc)
             return None
-        return job.cost()
+        cost = job.cost()
+        if not self.beside_requests:
+            await asyncio.to_thread(keep_cost, v, cost)
+        return cost
 
     async def _step(self, job: ClauseWarmUp) -> None:
         """One step, run until it ends with no request beside it (a step stops and runs

@@ -24,6 +24,20 @@ from appliance.ops.config import Config
 log = logging.getLogger("ttsd")
 
 
+def import_doors(cfg: Config) -> None:
+    """Import the modules of the doors ``cfg`` turns on (~0.1 s for v1 alone, more with
+    aiohttp): the daemon does it in its loading thread while the first packets warm,
+    rather than on the loop once they are (issue 42: a short start)."""
+    import appliance.doors.v1.server
+
+    if cfg.http.listen:
+        import appliance.doors.http
+    if cfg.wyoming.uri:
+        import appliance.doors.wyoming
+    if cfg.agent.listen:
+        import appliance.doors.agent  # noqa: F401
+
+
 class DoorSet:
     """The daemon's doors (see the module)."""
 

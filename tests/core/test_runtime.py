@@ -265,6 +265,62 @@ def test_admission_starts_from_what_start_up_measured(runtime: Runtime) -> None:
     assert asyncio.run(estimate()) == pytest.approx(cost)
 
 
+def _linked_cache(shared: Path, dest: Path) -> Path:
+    """A voice cache of its own whose cuts are the shared cache's files (linked, not
+    copied): what a test writes beside a cut stays out of every other test's cache."""
+    for entry in shared.iterdir():
+        if entry.is_dir():
+            (dest / entry.name).mkdir(parents=True)
+            for f in entry.iterdir():
+                if not f.name.startswith(("costs-", ".")):
+                    (dest / entry.name / f.name).symlink_to(f)
+        elif not entry.name.startswith("."):
+            (dest / entry.name).symlink_to(entry)
+    return dest
+
+
+def test_a_start_uses_the_costs_its_last_start_kept_and_keeps_its_own(
+    voice_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42: the first clause measured before serving took ~0.7 s of a ~1 s warm-up.
+    A voice whose costs the last start on this machine kept starts from those, without
+    that clause; its later clause, measured as before, replaces and keeps them."""
+    from appliance.model.voices.costs import StoredCosts, read_costs, write_costs
+
+    cfg = parse_config({"voices": {"cache_dir": str(_linked_cache(voice_cache, tmp_path))}})
+    clauses: list[bool] = []
+    real = Runtime.warm_clause
+
+    def counted(rt: Runtime, v: VoiceRuntime, first: bool) -> float | None:
+        clauses.append(first)
+        return real(rt, v, first)
+
+    monkeypatch.setattr(Runtime, "warm_clause", counted)
+    kept = StoredCosts(stream_cost=0.0123, first_decode_s=0.0045, prior_s_per_id=6.7e-5)
+    first = Runtime.load(cfg, warm=False)
+    try:
+        voice = first.voices[first.default_voice]
+        assert voice.costs.stream_cost is None  # nothing kept yet: measured before serving
+        first.warm_first_packets()
+        assert clauses == [True] and first.stream_cost is not None
+        write_costs(voice.source, voice.model.backend_name, kept)
+    finally:
+        first.close()
+    clauses.clear()
+    rt = Runtime.load(cfg, warm=False)
+    try:
+        voice = rt.voices[rt.default_voice]
+        rt.warm_first_packets()
+        assert clauses == [] and rt.stream_cost == kept.stream_cost
+        assert (voice.costs.first_decode_s, voice.costs.prior_s_per_id) == (0.0045, 6.7e-5)
+        measured = rt.warm_later()
+        assert clauses == [False] and measured is not None and measured != kept.stream_cost
+        again = read_costs(voice.source, voice.model.backend_name)
+        assert again is not None and again.stream_cost == measured
+    finally:
+        rt.close()
+
+
 BARE = (
     "The maintenance crew will replace the broken escalator on the north side of the "
     "station before the morning rush begins tomorrow."

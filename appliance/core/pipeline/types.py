@@ -42,6 +42,9 @@ class VoiceCosts:
     """Seconds of prior per phoneme id (a slow core's figure until measured)."""
     first_decode_s: float = 0.012
     """A first chunk's flow and decoder window."""
+    stream_cost: float | None = None
+    """CPU seconds per second of audio of a stream's later clauses, as a warm-up measured
+    it (None: not yet): the last start's, kept beside the cut, until this one's."""
 
     def observe_prior(self, ids: int, seconds: float) -> None:
         if ids > 0 and seconds > 0:
