@@ -206,13 +206,17 @@ def choose_seam(
     window: SeamWindow,
     is_space: IdTest,
     is_closure: IdTest,
+    is_pad: IdTest | None = None,
 ) -> tuple[int, int] | None:
     """Where a quick encoding joins the whole sentence: ``(p, frames)``, the join after
     ``ids[:p]`` (p < ``cut``, ids both encodings share) and the quick frames before it.
 
     Word gaps first (the join sits right before a word's first phoneme), then the onset of
-    a stop consonant (its closure is near silence); the candidate within the window
-    nearest its target; None when there is none."""
+    a stop consonant (its closure is near silence), then (given ``is_pad``) any phoneme's
+    onset, the pad before it (a first word longer than the window, issue 46: the first
+    packet waited for the whole prior, 4.4× the short command's for a 262-character
+    sentence; the crossfade hides the seam); the candidate within the window nearest its
+    target; None when there is none."""
     ends = np.cumsum(durations)
 
     def nearest(cands: list[int]) -> tuple[int, int] | None:
@@ -224,4 +228,12 @@ def choose_seam(
 
     gaps = [k + 2 for k in range(cut) if is_space(int(ids[k]))]
     closures = [k for k in range(cut) if is_closure(int(ids[k]))]
-    return nearest(gaps) or nearest(closures)
+    found = nearest(gaps) or nearest(closures)
+    if found is None and is_pad is not None:
+        onsets = [
+            k
+            for k in range(1, cut)
+            if is_pad(int(ids[k - 1])) and not (is_pad(int(ids[k])) or is_space(int(ids[k])))
+        ]
+        found = nearest(onsets)
+    return found

@@ -103,3 +103,26 @@ def test_the_join_is_at_a_word_gap_or_else_a_stop(
     ids = ids_of(words)
     durations = np.full(len(ids), per_id, dtype=np.float32)
     assert choose_seam(ids, durations, len(ids) - 1, window, is_space, is_stop) == want
+
+
+def test_a_first_word_longer_than_the_window_joins_at_a_phonemes_onset() -> None:
+    """No word gap and no stop in the window (issue 46: the first packet then waited for
+    the whole prior): given the pad test, the join falls before the phoneme whose onset is
+    nearest the target, right after a pad; a word gap or a stop still comes first."""
+
+    def is_pad(i: int) -> bool:
+        return i == PAD
+
+    def seam(words: list[int], pads: bool) -> tuple[int, int] | None:
+        ids = ids_of(words)
+        durations = np.full(len(ids), 1.0, dtype=np.float32)
+        window = SeamWindow(6, 8, 12)
+        return choose_seam(
+            ids, durations, len(ids) - 1, window, is_space, is_stop, is_pad if pads else None
+        )
+
+    assert seam([12, 3], pads=False) is None
+    assert seam([12, 3], pads=True) == (8, 8)
+    ids = ids_of([12, 3])
+    assert ids[7] == PAD and ids[8] not in (PAD, SPACE)
+    assert seam([2, 3, 3], pads=True) == (8, 8) == seam([2, 3, 3], pads=False)

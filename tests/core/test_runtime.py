@@ -387,6 +387,39 @@ def test_a_long_first_sentence_starts_quick_and_joins_the_whole_sentence(
     assert float(np.max(np.abs(got[t:] - want[t - shift :]))) <= 1e-4
 
 
+NO_GAP = (  # a first word longer than the join's window, with no stop in it
+    "Marshmallows melting slowly over the warm campfire filled the evening air with a sweet "
+    "smell that reminded everyone of their summer holidays by the lake."
+)
+
+
+def test_a_first_word_longer_than_the_window_starts_quick_and_joins_without_a_click(
+    runtime: Runtime,
+) -> None:
+    """Issue 46: no word gap and no stop in the join's window, so the first packet waited
+    for the whole prior.  The join now falls at a phoneme's onset inside the first word:
+    the first chunk is quick, every sample after 250 ms is the whole sentence's, and the
+    crossfaded join has no step or loudness the whole rendering lacks there."""
+    chunks, stats = _with_costs(runtime, 1e-4, text=NO_GAP)
+    assert stats["quick_start"]
+    assert chunks[0].duration_ms <= 250 and chunks[0].text_span == (0, len("Marshmallows"))
+    got = np.concatenate([c.samples for c in chunks])
+    voice = runtime.voices[runtime.default_voice]
+    want = voice.model.fused(voice.phonemizer.ids(NO_GAP), Scales(0.0, 1.0, 0.0), None)
+    shift = len(got) - len(want)
+    assert abs(shift) <= 0.01 * len(want)
+    t = round(0.25 * voice.sample_rate)
+    assert float(np.max(np.abs(got[t:] - want[t - shift :]))) <= 1e-4
+    # Around the join (the crossfade starts where the first chunk ends): 10 ms frames.
+    j, ms10 = len(chunks[0].samples), voice.sample_rate // 100
+    for a in range(j - 3 * ms10, j + 3 * ms10, ms10):
+        ours, theirs = got[a : a + ms10], want[a - shift : a - shift + ms10]
+        assert np.max(np.abs(np.diff(ours))) <= 1.5 * np.max(np.abs(np.diff(theirs))) + 0.01
+        rms = float(np.sqrt(np.mean(ours**2)))
+        whole = float(np.sqrt(np.mean(theirs**2)))
+        assert 0.4 * whole - 0.005 <= rms <= 2.0 * whole + 0.005, (a - j, rms, whole)
+
+
 def test_fast_speech_starts_quick_too(runtime: Runtime) -> None:
     """Past the voice's speed (time-stretched) a long first sentence starts quick as well,
     its join within 250 ms as heard; the length is still 1/speed, and the words are timed
@@ -413,7 +446,7 @@ LONG_WORD = (  # no word gap in the join's window: the join is at a stop inside 
 )
 
 
-@pytest.mark.parametrize("text", [BARE, PRICED, LONG_WORD])
+@pytest.mark.parametrize("text", [BARE, PRICED, LONG_WORD, NO_GAP])
 @pytest.mark.parametrize("speed", [1.0, 1.25, 2.0, 3.0])
 def test_words_around_a_quick_starts_join(runtime: Runtime, speed: float, text: str) -> None:
     """After a quick start, each word comes with the chunk its sound starts in, and ends

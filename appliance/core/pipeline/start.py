@@ -308,9 +308,9 @@ def quick_opening(ctx: EncodeContext, ids: IntArray) -> Provisional | None:
     inside = enc.frames - v.model.flow_context - s.context
     window = dataclasses.replace(window, hi=min(window.hi, inside))
     ph = v.phonemizer
-    seam = choose_seam(q_ids, enc.durations, cut, window, ph.is_space, ph.is_closure)
+    seam = choose_seam(q_ids, enc.durations, cut, window, ph.is_space, ph.is_closure, ph.is_pad)
     if seam is None:
-        log.debug("no quick start: no word gap or stop within %s", window)
+        log.debug("no quick start: no phoneme's onset within %s", window)
         return None
     p, frames = seam
     t0 = time.monotonic()
