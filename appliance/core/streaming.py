@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from appliance.core.chunkplan import chunk_span, mode_plan, pause_frames
+from appliance.core.chunkplan import chunk_span, mode_plan
 from appliance.core.pipeline import eager, encode
 from appliance.core.pipeline.clauses import ClauseQueue, Draft
 from appliance.core.pipeline.shape import Output, Shaped, joined, shape, stretch_factor
@@ -188,12 +188,7 @@ class SynthesisJob:
         encoded: EncodedClause
         encoded, timing = await self._submit(work, "encode", urgent=first)
         if first:
-            st = self.stats
-            st.first_queue_ms = timing.queue_s * 1000
-            st.first_encode_ms = (timing.run_s - encoded.first_decode_s - encoded.words_s) * 1000
-            st.first_decode_ms = encoded.first_decode_s * 1000
-            if self.timeline.words:
-                st.first_words_ms = encoded.words_s * 1000
+            self.stats.first_encoded(timing.queue_s, timing.run_s, encoded, self.timeline.words)
             self.voice.costs.observe_first_decode(encoded.first_decode_s)
         return encoded
 
@@ -263,30 +258,12 @@ class SynthesisJob:
     def plan(self, clause: Clause, encoded: EncodedClause, start: int = 0) -> Voiced:
         """How the clause's frames from ``start`` become output: its chunks (the first
         clause's came planned with its encoding) and where it starts in time."""
-        if encoded.enc is not None:
-            if encoded.chunks is not None:
-                chunks, self._target = encoded.chunks, encoded.target
-            else:
-                first = self._clauses_done == 0 and start == 0
-                chunks, self._target = encode.plan_clause(
-                    self.ctx, clause, encoded.ids, encoded.enc, self._target, first, start
-                )
-            total = encoded.enc.frames
-            durations = encoded.enc.durations
-        else:
-            assert encoded.audio is not None
-            total = len(encoded.audio) // self.voice.hop
-            chunks = [(0, total)] if len(encoded.audio) else []
-            durations = None
-        is_space = self.voice.phonemizer.is_space
-        pauses: dict[int, int] = {}
-        for f, p in zip(
-            pause_frames(clause, encoded.ids, durations, is_space), clause.pauses, strict=True
-        ):
-            key = min(total, round(f))
-            pauses[key] = pauses.get(key, 0) + p.ms
+        first = self._clauses_done == 0 and start == 0
         speech_ms = self.timeline.next_ms() + clause.pause_before_ms
-        return Voiced(clause, encoded, chunks, total, speech_ms, pauses)
+        voiced, self._target = encode.voice_clause(
+            self.ctx, clause, encoded, self._target, first, speech_ms, start
+        )
+        return voiced
 
     def grow(self, frames: int) -> None:
         """A chunk of ``frames`` went out: the next may be about twice as long."""

@@ -798,14 +798,15 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         return f.read(max_bytes + 1)
 
 
-def read_config_text(path: str | os.PathLike[str]) -> str:
-    """The file's text: at most :data:`MAX_CONFIG_BYTES`, valid UTF-8."""
+def read_config_text(path: str | os.PathLike[str], max_bytes: int = MAX_CONFIG_BYTES) -> str:
+    """The file's text: at most ``max_bytes`` (a config's :data:`MAX_CONFIG_BYTES`; the
+    lexicon reads through here with its own), valid UTF-8.  Raises :class:`ConfigError`."""
     try:
-        data = read_regular_file(path, MAX_CONFIG_BYTES)
+        data = read_regular_file(path, max_bytes)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes; refused unread")
+    if len(data) > max_bytes:
+        raise ConfigError(f"{path}: larger than {max_bytes} bytes; refused unread")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

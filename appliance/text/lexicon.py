@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from appliance.errors import ServiceError
-from appliance.ops.config import ConfigError, parse_yaml, read_regular_file
+from appliance.ops.config import ConfigError, parse_yaml, read_config_text
 from appliance.text.phonemize import ipa_symbols
 from appliance.text.textmap import MappedText
 
@@ -178,15 +178,7 @@ class Lexicon:
         aliases, no nesting deeper than the config's cap (5 000 levels were a RecursionError).
         """
         try:
-            raw = read_regular_file(path, MAX_FILE_BYTES)
-        except OSError as exc:
-            raise LexiconError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        if len(raw) > MAX_FILE_BYTES:
-            raise LexiconError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
-        try:
-            data = parse_yaml(raw.decode("utf-8"), str(path))
-        except UnicodeDecodeError:
-            raise LexiconError(f"{path}: not UTF-8") from None
+            data = parse_yaml(read_config_text(path, MAX_FILE_BYTES), str(path))
         except ConfigError as exc:
             raise LexiconError(str(exc)) from None
         return cls.parse(data, str(path))

@@ -174,7 +174,7 @@ def test_load_file(tmp_path: Path) -> None:
     ("content", "words"),
     [
         (b"en: [unclosed\n", "not valid YAML"),
-        (b"\xff\xfe", "not UTF-8"),
+        (b"en:\n  a: b\n\xff\xfe", "not UTF-8 (byte 0xff at offset 11, line 3)"),
         (b"en:\n  a: b\n" + b"#" * (1 << 20), "larger than"),
     ],
 )

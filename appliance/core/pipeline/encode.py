@@ -35,7 +35,13 @@ import numpy as np
 
 from appliance.core import wordtimes
 from appliance.core.chunkplan import ModePlan, pause_frames, plan_chunks
-from appliance.core.pipeline.types import EncodedClause, JobSettings, Provisional, VoiceRuntime
+from appliance.core.pipeline.types import (
+    EncodedClause,
+    JobSettings,
+    Provisional,
+    Voiced,
+    VoiceRuntime,
+)
 from appliance.model.engine.base import Encoded, Scales
 from appliance.model.engine.bounded import encode_bounded, fused_bounded
 from appliance.model.engine.windows import Beside, decode_span
@@ -152,6 +158,42 @@ def plan_clause(
     boundary = [ph.is_boundary(int(i)) for i in ids]
     forced = [round(f) for f in pause_frames(clause, ids, enc.durations, ph.is_space)]
     return plan_chunks(enc.durations, boundary, ctx.plan, target, first, start, forced)
+
+
+def voice_clause(
+    ctx: EncodeContext,
+    clause: Clause,
+    encoded: EncodedClause,
+    target: int,
+    first: bool,
+    speech_ms: float,
+    start: int = 0,
+) -> tuple[Voiced, int]:
+    """How the clause's frames from ``start`` become output, its frame 0 sounding at
+    ``speech_ms``: its chunks (a first clause's came planned with its encoding) and its
+    SSML pauses; and the next chunk's size (pure)."""
+    if encoded.enc is not None:
+        if encoded.chunks is not None:
+            chunks, target = encoded.chunks, encoded.target
+        else:
+            chunks, target = plan_clause(
+                ctx, clause, encoded.ids, encoded.enc, target, first, start
+            )
+        total = encoded.enc.frames
+        durations = encoded.enc.durations
+    else:
+        assert encoded.audio is not None
+        total = len(encoded.audio) // ctx.voice.hop
+        chunks = [(0, total)] if len(encoded.audio) else []
+        durations = None
+    is_space = ctx.voice.phonemizer.is_space
+    pauses: dict[int, int] = {}
+    for f, p in zip(
+        pause_frames(clause, encoded.ids, durations, is_space), clause.pauses, strict=True
+    ):
+        key = min(total, round(f))
+        pauses[key] = pauses.get(key, 0) + p.ms
+    return Voiced(clause, encoded, chunks, total, speech_ms, pauses), target
 
 
 # ------------------------------------------------------------------ work items

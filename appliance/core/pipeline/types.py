@@ -146,6 +146,15 @@ class JobStats:
     eager_encodes: int = 0
     """... and the drafts encoded for them (the whole clauses' encodings not counted)."""
 
+    def first_encoded(self, queue_s: float, run_s: float, enc: EncodedClause, words: bool) -> None:
+        """The request's first item waited ``queue_s`` and ran ``run_s``: its encode, its
+        first decode and (``words``: word timings asked) its word work, apart."""
+        self.first_queue_ms = queue_s * 1000
+        self.first_encode_ms = (run_s - enc.first_decode_s - enc.words_s) * 1000
+        self.first_decode_ms = enc.first_decode_s * 1000
+        if words:
+            self.first_words_ms = enc.words_s * 1000
+
     def to_dict(self) -> dict[str, Any]:
         ttfp = (self.t_first - self.t_request) * 1000 if self.t_first is not None else None
         parts = {

@@ -53,6 +53,21 @@ def _req_id(d: dict[str, Any]) -> int:
     return rid
 
 
+def _target(d: dict[str, Any]) -> int:
+    target = d.get("target")
+    if isinstance(target, bool) or not isinstance(target, int):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "'target' must be an integer id")
+    return target
+
+
+def _text(d: dict[str, Any], default: str | None = None) -> str:
+    """The message's ``text``: required (unless a ``default`` stands in), a string."""
+    text = d.get("text", default)
+    if not isinstance(text, str):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "'text' is required and must be a string")
+    return text
+
+
 def _opt_str(d: dict[str, Any], key: str, max_len: int = 256) -> str | None:
     v = d.get(key)
     if v is None:
@@ -166,9 +181,7 @@ class SynthesizeRequest:
     def from_dict(cls, d: dict[str, Any], op: str = "synthesize") -> SynthesizeRequest:
         rid = _req_id(d)
         text_stream = bool(_opt_bool(d, "text_stream"))
-        text = d.get("text", "" if text_stream else None)
-        if not isinstance(text, str):
-            raise ProtocolError(ErrorCode.BAD_REQUEST, "'text' is required and must be a string")
+        text = _text(d, "" if text_stream else None)
         speaker = d.get("speaker")
         if speaker is not None:
             if isinstance(speaker, bool) or not isinstance(speaker, str | int):
@@ -276,11 +289,7 @@ class CancelRequest:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CancelRequest:
-        rid = _req_id(d)
-        target = d.get("target")
-        if isinstance(target, bool) or not isinstance(target, int):
-            raise ProtocolError(ErrorCode.BAD_REQUEST, "'target' must be an integer id")
-        return cls(id=rid, target=target)
+        return cls(id=_req_id(d), target=_target(d))
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": "cancel", "id": self.id, "target": self.target}
@@ -299,9 +308,7 @@ class AppendRequest:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AppendRequest:
         target = _target(d)
-        text = d.get("text")
-        if not isinstance(text, str):
-            raise ProtocolError(ErrorCode.BAD_REQUEST, "'text' is required and must be a string")
+        text = _text(d)
         return cls(target=target, text=text, flush=bool(_opt_bool(d, "flush")))
 
     def to_dict(self) -> dict[str, Any]:
@@ -327,13 +334,6 @@ class FinishRequest:
         return {"op": "finish", "target": self.target}
 
 
-def _target(d: dict[str, Any]) -> int:
-    target = d.get("target")
-    if isinstance(target, bool) or not isinstance(target, int):
-        raise ProtocolError(ErrorCode.BAD_REQUEST, "'target' must be an integer id")
-    return target
-
-
 @dataclass(frozen=True)
 class PhonemesRequest:
     """What a voice says for a text, word by word (``ttsctl phonemes``, lexicon writing).
@@ -354,9 +354,7 @@ class PhonemesRequest:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PhonemesRequest:
         rid = _req_id(d)
-        text = d.get("text")
-        if not isinstance(text, str):
-            raise ProtocolError(ErrorCode.BAD_REQUEST, "'text' is required and must be a string")
+        text = _text(d)
         return cls(
             id=rid,
             text=text,

@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from appliance.text.normalize.en_dates import MONTHS, ORD_SUFFIX, EnglishDates
 from appliance.text.normalize.en_numbers import EnglishNumbers, pluralize_number_words
-from appliance.text.normalize.rules import Rule, apply_rules
+from appliance.text.normalize.rules import Rule, apply_rules, keep_period
 from appliance.text.textmap import MappedText
 
 # A written number: thousands-grouped or plain digits, optional decimals.
@@ -66,38 +67,6 @@ _PHONE = re.compile(
     r")(?![\w-]|\.\d)"
 )
 _DIGIT_GROUP = re.compile(r"\d+")
-
-# --- dates --------------------------------------------------------------------------------------
-_MONTHS = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
-_MONTH_INDEX = {name: i for i, name in enumerate(_MONTHS, 1)}
-_MONTH_INDEX.update({name[:3]: i for i, name in enumerate(_MONTHS, 1)})
-_MONTH_INDEX["Sept"] = 9
-_MONTH_ALT = "|".join(sorted(_MONTH_INDEX, key=len, reverse=True))
-_ORD_SUFFIX = r"(?:st|nd|rd|th)"
-_ISO_DATE = re.compile(r"(?<![\w.-])(\d{4})-(\d{1,2})-(\d{1,2})(?![\w]|[.-]\d)")
-_NUMERIC_DATE = re.compile(r"(?<![\w.,/-])(\d{1,2})([/.-])(\d{1,2})\2(\d{4}|\d{2})(?![\w/]|[.-]\d)")
-_MONTH_FIRST_DATE = re.compile(
-    rf"\b(?P<mon>{_MONTH_ALT})\b(?P<dot>\.)?\s+"
-    rf"(?:(?P<day>\d{{1,2}}){_ORD_SUFFIX}?(?!\d)(?:,?\s+(?P<year>\d{{4}})(?!\d))?"
-    r"|(?P<yonly>\d{4})(?!\d))"
-)
-_DAY_FIRST_DATE = re.compile(
-    rf"(?<![\w.,])(?P<day>\d{{1,2}}){_ORD_SUFFIX}?\s+(?:of\s+)?(?P<mon>{_MONTH_ALT})\b(?P<dot>\.)?"
-    r"(?:,?\s+(?P<year>\d{4})(?!\d))?"
-)
 
 # --- ranges -------------------------------------------------------------------------------------
 _YEAR_RANGE = re.compile(
@@ -169,7 +138,7 @@ _ABBREVIATIONS: dict[str, tuple[str, str]] = {
     "no.": ("number", "number"),
     "No": ("number", "number"),  # NFKC of "№"
 }
-for _name in _MONTHS:
+for _name in MONTHS:
     if len(_name) > 4:
         _ABBREVIATIONS[_name[:3] + "."] = (_name, "final")
 _ABBREVIATIONS["Sept."] = ("September", "final")
@@ -179,7 +148,6 @@ _ABBREVIATION = re.compile(
     + r")(?!\w)"
 )
 _NEXT_IS_CAPITAL = re.compile(r"\s+[\"“(]?[A-Z]")
-_SENTENCE_FOLLOWS = re.compile(r"\s*$|\s+[\"“(]?[A-Z]")
 _NEXT_IS_NUMBER = re.compile(r"\s?#?\d")
 _PREV_CAPITALIZED = re.compile(r"[A-Z][A-Za-z'’-]*\s+$")
 
@@ -370,10 +338,7 @@ _SPACES = re.compile(r"\s{2,}|^\s+|\s+$|\s+(?=[,.;:!?])")
 
 # <say-as> inputs.
 _SAY_AS_NUMBER = re.compile(rf"[-−+]?{_NUM}")
-_SAY_AS_ORDINAL = re.compile(rf"(\d{{1,3}}(?:,\d{{3}})+|\d+)(?:{_ORD_SUFFIX}|\.)?", re.IGNORECASE)
-_DATE_FIELD = re.compile(r"\d+|[A-Za-z]+")
-# The most digits a <say-as interpret-as="date"> field may have: a longer one is no date.
-_FIELD_DIGITS = {"d": 2, "m": 2, "y": 9}
+_SAY_AS_ORDINAL = re.compile(rf"(\d{{1,3}}(?:,\d{{3}})+|\d+)(?:{ORD_SUFFIX}|\.)?", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -392,6 +357,7 @@ class EnglishNormalizer:
     def __init__(self, *, american: bool) -> None:
         self.dialect = _Dialect(american)
         self.num = EnglishNumbers(american=american)
+        self.dates = EnglishDates(self.num, american=american)
         self._text_rules: list[Rule] = [
             (_URL, self._url),
             (_ABBREVIATION, self._abbreviation),
@@ -401,10 +367,7 @@ class EnglishNormalizer:
         self._number_rules: list[Rule] = [
             (_URL, self._url),
             (_PHONE, self._phone),
-            (_ISO_DATE, self._iso_date),
-            (_NUMERIC_DATE, self._numeric_date),
-            (_MONTH_FIRST_DATE, self._month_first_date),
-            (_DAY_FIRST_DATE, self._day_first_date),
+            *self.dates.rules,
             (_YEAR_RANGE, self._year_range),
             (_DASH_RANGE, lambda m: " to "),
             (_TIME, self._time),
@@ -490,90 +453,11 @@ class EnglishNormalizer:
             m = _SAY_AS_ORDINAL.fullmatch(plain)
             return self.num.ordinal(m.group(1)) if m else None
         if kind == "date":
-            return self._say_date(plain, fmt)
+            return self.dates.say_as(plain, fmt)
         if kind == "time":
             out = apply_rules(MappedText.identity(plain), [(_TIME, self._time)]).text
             return None if out == plain else out
         return None
-
-    def _say_date(self, text: str, fmt: str | None) -> str | None:
-        order = (fmt or ("mdy" if self.dialect.american else "dmy")).strip().lower()
-        fields = _DATE_FIELD.findall(text)
-        if not order or set(order) - set("dmy") or len(fields) != len(order):
-            return None
-        month = day = year = None
-        for letter, value in zip(order, fields, strict=True):
-            if value.isdigit() and len(value) > _FIELD_DIGITS[letter]:
-                return None  # no such day, month or year (and int() refuses 4 300 digits)
-            if letter == "m":
-                month = int(value) if value.isdigit() else _MONTH_INDEX.get(value.title()[:3])
-                month = _MONTH_INDEX.get(value.title(), month)
-            elif not value.isdigit():
-                return None
-            elif letter == "d":
-                day = int(value)
-            else:
-                year = int(value) + (2000 if len(value) == 2 and int(value) < 50 else 0)
-                year += 1900 if len(value) == 2 and int(value) >= 50 else 0
-        if month is None:
-            if year is not None and day is None:
-                return self.num.year(year)
-            if day is not None and year is None and 1 <= day <= 31:
-                return "the " + self.num.ordinal(str(day))
-            return None
-        return self._date(month, day, year, day_first=order.find("d") < order.find("m"))
-
-    # --- dates --------------------------------------------------------------------------------
-
-    def _date(self, month: int, day: int | None, year: int | None, day_first: bool) -> str | None:
-        if not 1 <= month <= 12 or (day is not None and not 1 <= day <= 31):
-            return None
-        name = _MONTHS[month - 1]
-        if day is None:
-            spoken = name
-        elif day_first:
-            spoken = f"the {self.num.ordinal(str(day))} of {name}"
-        else:
-            spoken = f"{name} {self.num.ordinal(str(day))}"
-        if year is not None:
-            sep = "," if day is not None and not day_first else ""
-            spoken += f"{sep} {self.num.year(year)}"
-        return spoken
-
-    def _iso_date(self, m: re.Match[str]) -> str | None:
-        year, month, day = int(m.group(1)), int(m.group(2)), int(m.group(3))
-        return self._date(month, day, year, day_first=not self.dialect.american)
-
-    def _numeric_date(self, m: re.Match[str]) -> str | None:
-        first, sep, second, y = int(m.group(1)), m.group(2), int(m.group(3)), m.group(4)
-        if sep != "/" and len(y) != 4:
-            return None  # 1.2.26 is a version, 3-4-26 a chain of ranges
-        year = int(y) if len(y) == 4 else (2000 + int(y) if int(y) < 50 else 1900 + int(y))
-        # Dotted dates are day-first everywhere; otherwise the dialect's order, unless only
-        # the other order is a valid date (13/05 can only be day/month).
-        day_first = sep == "." or not self.dialect.american
-        if (second if day_first else first) > 12:
-            day_first = not day_first
-        month, day = (second, first) if day_first else (first, second)
-        return self._date(month, day, year, day_first=not self.dialect.american)
-
-    def _month_first_date(self, m: re.Match[str]) -> str | None:
-        month = _MONTH_INDEX[m.group("mon")]
-        if m.group("yonly"):
-            return self._date(month, None, int(m.group("yonly")), day_first=False)
-        year = int(m.group("year")) if m.group("year") else None
-        return self._date(month, int(m.group("day")), year, day_first=False)
-
-    def _day_first_date(self, m: re.Match[str]) -> str | None:
-        year = int(m.group("year")) if m.group("year") else None
-        spoken = self._date(_MONTH_INDEX[m.group("mon")], int(m.group("day")), year, True)
-        if spoken is None:
-            return None
-        if m.string[max(0, m.start() - 4) : m.start()].lower() == "the ":
-            spoken = spoken.removeprefix("the ")  # "the 5th of May"
-        if m.group("dot") and year is None:
-            spoken += _keep_period(m)
-        return spoken
 
     # --- ranges, times ------------------------------------------------------------------------
 
@@ -609,7 +493,7 @@ class EnglishNormalizer:
         if ap:
             spoken += " AM" if ap in "Aa" else " PM"
             if m.group("dot"):
-                spoken += _keep_period(m)
+                spoken += keep_period(m)
         return spoken
 
     # --- abbreviations ------------------------------------------------------------------------
@@ -630,10 +514,10 @@ class EnglishNormalizer:
             if after_name or not next_capital:
                 if not dotted and not after_name:
                     return None  # a bare "St" or "Dr" with no name around it
-                return street + (_keep_period(m) if dotted else "")
+                return street + (keep_period(m) if dotted else "")
             return person
         if kind == "final" and dotted:
-            return spoken + _keep_period(m)
+            return spoken + keep_period(m)
         return spoken
 
     # --- money, percentages, units ------------------------------------------------------------
@@ -757,11 +641,6 @@ class EnglishNormalizer:
             return False
         nxt = _NEXT_WORD.match(m.string, m.end())
         return nxt is None or nxt.group(1) in _AFTER_YEAR
-
-
-def _keep_period(m: re.Match[str]) -> str:
-    """The abbreviation's period also ended the sentence: say the word and keep the period."""
-    return "." if _SENTENCE_FOLLOWS.match(m.string, m.end()) else ""
 
 
 def _previous_is_name(s: str, start: int) -> bool:

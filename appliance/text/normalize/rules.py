@@ -14,6 +14,14 @@ from appliance.text.textmap import MappedText
 Replacer = Callable[[re.Match[str]], str | None]
 Rule = tuple[re.Pattern[str], Replacer]
 
+_SENTENCE_FOLLOWS = re.compile(r"\s*$|\s+[\"“(]?[A-Z]")
+
+
+def keep_period(m: re.Match[str]) -> str:
+    """The period a match took (an abbreviation's, "a.m."'s) also ended the sentence: the
+    spoken form keeps it ("." to append), else ""."""
+    return "." if _SENTENCE_FOLLOWS.match(m.string, m.end()) else ""
+
 
 def apply_rules(text: MappedText, rules: Sequence[Rule]) -> MappedText:
     """Apply each rule in order, one pass each; later rules see earlier rules' output."""
