@@ -365,8 +365,15 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
         print(f"TTFP distribution plot: {png}")
         nc = bc.run_newcomer(sock)
         print("\n" + bc.format_newcomer(nc))
+        cost = bc.scheduler_cost()
+        print("\n" + bc.format_scheduler_cost(cost))
         n = soak if soak is not None else (1000 if quick else 10000)
-        result: dict[str, Any] = {"sweep": rows, "plot": str(png), "newcomer": nc}
+        result: dict[str, Any] = {
+            "sweep": rows,
+            "plot": str(png),
+            "newcomer": nc,
+            "scheduler_cost": cost,
+        }
         if n > 0:
             result["soak"] = bc.run_soak(sock, n=n, sample_every=max(1, n // 10), pid=proc.pid)
             s = result["soak"]
