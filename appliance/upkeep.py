@@ -6,8 +6,9 @@
 - ``STATUS=`` at most every :data:`STATUS_EVERY_S` as requests end.
 - The watchdog: pings while the inference workers' heartbeat is fresh (a hung inference
   call stops them, and systemd restarts the service).
-- Freed heap handed back (``malloc_trim``) in a quiet moment, at most every
-  :data:`TRIM_EVERY_S`, so RSS stays flat over long runs.
+- Freed heap handed back (``malloc_trim``) at most every :data:`TRIM_EVERY_S` and at
+  the latest that long after a request ended, busy or idle, so RSS stays flat over long
+  runs (see :meth:`Upkeep.on_request_done`).
 
 Lifecycle: one per daemon once its service is built; every task it starts is given to the
 daemon (``keep``), which cancels them at its stop.
@@ -50,6 +51,8 @@ class Upkeep:
         self._keep = keep
         self._last_status = 0.0
         self._last_trim = time.monotonic()
+        self._trim_due: asyncio.Task[None] | None = None
+        """The trim that a request's end has asked for, until it has run."""
 
     def ready(self, player: Player | None) -> None:
         """READY=1 and the ready line: the daemon serves."""
@@ -97,10 +100,23 @@ class Upkeep:
         if self.notifier.enabled and now - self._last_status > STATUS_EVERY_S:
             self._last_status = now
             self.notifier.status(status_line(runtime))
-        if now - self._last_trim > TRIM_EVERY_S and runtime.scheduler.depth() == 0:
-            # Quiet moment: hand freed heap back so RSS stays flat over long runs.
-            self._last_trim = now
-            asyncio.get_running_loop().run_in_executor(None, memory.trim)
+        if self._trim_due is None:
+            delay = max(0.0, TRIM_EVERY_S - (now - self._last_trim))
+            self._trim_due = asyncio.get_running_loop().create_task(self._trim(delay))
+            self._keep(self._trim_due)
+
+    async def _trim(self, delay: float) -> None:
+        """Hand freed heap back ``delay`` s from now, whether or not requests run then.
+
+        Requests free buffers of every size; what glibc cannot give back from the middle of
+        its heap stays resident until ``malloc_trim`` (a few ms, off the loop).  Trimming
+        only when no work was queued left a daemon under steady load untrimmed: +10 MB
+        free heap over 200 mixed requests from two clients, all of it given back by a
+        trim; and the last request of a burst was never followed by one."""
+        await asyncio.sleep(delay)
+        self._last_trim = time.monotonic()
+        self._trim_due = None
+        await asyncio.get_running_loop().run_in_executor(None, memory.trim)
 
 
 def status_line(runtime: Runtime) -> str:
