@@ -118,3 +118,32 @@ def test_the_last_request_of_a_burst_is_followed_by_a_trim(monkeypatch: Any) -> 
     last = asyncio.run(scenario())
     assert len(trims) == 2, trims
     assert trims[1] > last
+
+
+def test_a_trim_waits_while_real_time_work_is_queued(monkeypatch: Any) -> None:
+    """A due trim holds back while a real-time item waits (a thread allocating during the
+    trim waits for it), goes ahead once it is gone, and waits no longer than
+    ``TRIM_WAIT_S`` when real-time work never pauses."""
+    trims = _trims(monkeypatch, 0.05)
+    monkeypatch.setattr(upkeep_module, "TRIM_RETRY_S", 0.02)
+    scheduler = Scheduler(1)  # never started: what is submitted stays queued
+    runtime = Runtime(parse_config({}), {}, "none", scheduler, Metrics())
+    tasks: set[asyncio.Task[Any]] = set()
+
+    async def scenario() -> tuple[int, int, int]:
+        upkeep = Upkeep(Notifier.disabled(), lambda: runtime, tasks.add)
+        monkeypatch.setattr(upkeep_module, "TRIM_WAIT_S", 60.0)
+        scheduler.submit(lambda: None, deadline=0.0, realtime=True, owner=1, kind="t")
+        upkeep.on_request_done()
+        await asyncio.sleep(0.4)
+        held = len(trims)
+        scheduler.cancel_owner(1)
+        await asyncio.sleep(0.2)
+        after = len(trims)
+        monkeypatch.setattr(upkeep_module, "TRIM_WAIT_S", 0.2)
+        scheduler.submit(lambda: None, deadline=0.0, realtime=True, owner=2, kind="t")
+        upkeep.on_request_done()
+        await asyncio.sleep(0.6)
+        return held, after, len(trims)
+
+    assert asyncio.run(scenario()) == (0, 1, 2)
