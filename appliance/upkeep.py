@@ -6,8 +6,10 @@
 - ``STATUS=`` at most every :data:`STATUS_EVERY_S` as requests end.
 - The watchdog: pings while the inference workers' heartbeat is fresh (a hung inference
   call stops them, and systemd restarts the service).
-- Freed heap handed back (``malloc_trim``) in a quiet moment, at most every
-  :data:`TRIM_EVERY_S`, so RSS stays flat over long runs.
+- Freed heap handed back (``malloc_trim``) at most every :data:`TRIM_EVERY_S` and about
+  that long after a request ended, busy or idle, so RSS stays flat over long runs; not
+  while real-time work is queued or running, unless that lasts :data:`TRIM_WAIT_S`
+  (see :meth:`Upkeep._trim`).
 
 Lifecycle: one per daemon once its service is built; every task it starts is given to the
 daemon (``keep``), which cancels them at its stop.
@@ -33,6 +35,10 @@ log = logging.getLogger("ttsd")
 
 STATUS_EVERY_S = 2.0
 TRIM_EVERY_S = 10.0
+TRIM_WAIT_S = 30.0
+"""The longest a due trim waits for the real-time work to pause (checked every
+:data:`TRIM_RETRY_S`)."""
+TRIM_RETRY_S = 0.25
 
 
 class Upkeep:
@@ -50,6 +56,8 @@ class Upkeep:
         self._keep = keep
         self._last_status = 0.0
         self._last_trim = time.monotonic()
+        self._trim_due: asyncio.Task[None] | None = None
+        """The trim that a request's end has asked for, until it has run."""
 
     def ready(self, player: Player | None) -> None:
         """READY=1 and the ready line: the daemon serves."""
@@ -97,10 +105,31 @@ class Upkeep:
         if self.notifier.enabled and now - self._last_status > STATUS_EVERY_S:
             self._last_status = now
             self.notifier.status(status_line(runtime))
-        if now - self._last_trim > TRIM_EVERY_S and runtime.scheduler.depth() == 0:
-            # Quiet moment: hand freed heap back so RSS stays flat over long runs.
-            self._last_trim = now
-            asyncio.get_running_loop().run_in_executor(None, memory.trim)
+        if self._trim_due is None:
+            delay = max(0.0, TRIM_EVERY_S - (now - self._last_trim))
+            self._trim_due = asyncio.get_running_loop().create_task(self._trim(delay))
+            self._keep(self._trim_due)
+
+    async def _trim(self, delay: float) -> None:
+        """Hand freed heap back ``delay`` s from now, whether or not requests run then.
+
+        Requests free buffers of every size; what glibc cannot give back from the middle of
+        its heap stays resident until ``malloc_trim`` (a few ms, off the loop).  Trimming
+        only when no work was queued left a daemon under steady load untrimmed: +10 MB
+        free heap over 200 mixed requests from two clients, all of it given back by a
+        trim; and the last request of a burst was never followed by one.
+
+        The trim holds each of glibc's arenas while it walks it (7 ms idle, 9–25 ms median
+        with two clients on this busy 2-core box), and a thread that allocates meanwhile
+        waits: it waits for real-time work to pause first, batch work is not held up."""
+        await asyncio.sleep(delay)
+        scheduler, waited = self._runtime().scheduler, 0.0
+        while scheduler.realtime_busy() and waited < TRIM_WAIT_S:
+            await asyncio.sleep(TRIM_RETRY_S)
+            waited += TRIM_RETRY_S
+        self._last_trim = time.monotonic()
+        self._trim_due = None
+        await asyncio.get_running_loop().run_in_executor(None, memory.trim)
 
 
 def status_line(runtime: Runtime) -> str:

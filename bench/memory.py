@@ -140,6 +140,12 @@ class MixedLoad:
                         self._done += 1
                         if self._done in sample_at:
                             self.samples.append((self._done, round(rss_mb(self.pid), 1)))
+                            # A growth run takes an hour or more: say where it is.
+                            print(
+                                f"[{self._done} requests: {self.samples[-1][1]} MB]",
+                                file=sys.stderr,
+                                flush=True,
+                            )
             finally:
                 client.close()
 

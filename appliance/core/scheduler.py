@@ -170,6 +170,11 @@ class Scheduler:
         with self._lock:
             return len(self._live)
 
+    def realtime_busy(self) -> bool:
+        """Whether a real-time item is queued or running: a pause now would be heard."""
+        with self._lock:
+            return bool(self._rt) or any(i.realtime for i in self._running.values())
+
     def overdue_s(self) -> float:
         """How long the most urgent queued real-time item is past its deadline (0 if none)."""
         with self._lock:
