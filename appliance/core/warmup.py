@@ -90,7 +90,11 @@ def known_costs(voice: Voice, backend: str) -> VoiceCosts:
     stored = read_costs(voice, backend)
     if stored is None:
         return VoiceCosts()
-    return VoiceCosts(stored.prior_s_per_id, stored.first_decode_s, stored.stream_cost)
+    return VoiceCosts(
+        prior_s_per_id=stored.prior_s_per_id,
+        first_decode_s=stored.first_decode_s,
+        stream_cost=stored.stream_cost,
+    )
 
 
 def keep_cost(v: VoiceRuntime, cost: float | None) -> None:
@@ -100,9 +104,10 @@ def keep_cost(v: VoiceRuntime, cost: float | None) -> None:
         return
     c = v.costs
     c.stream_cost = cost
-    write_costs(
-        v.source, v.model.backend_name, StoredCosts(cost, c.first_decode_s, c.prior_s_per_id)
+    kept = StoredCosts(
+        stream_cost=cost, first_decode_s=c.first_decode_s, prior_s_per_id=c.prior_s_per_id
     )
+    write_costs(v.source, v.model.backend_name, kept)
 
 
 def warm_first_packet(v: VoiceRuntime, ids: IntArray) -> None:
