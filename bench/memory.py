@@ -11,7 +11,8 @@ prints three tables:
   ``/proc/PID``: idle after warm-up, after the first request, after ``requests`` mixed
   requests (:data:`MIX`: the modes, text formats, output formats and options a client
   has; two clients at once; every 20th drops its connection after its first chunk), idle
-  after them, peak, and the growth over ``growth`` requests from the first; one column
+  after them, peak, and the growth over ``growth`` requests from the first, each mark read
+  with the clients paused: at rest, then kept once the daemon has trimmed; one column
   per daemon candidate (``daemon``: as it is; a cut applied by ``bench.memprobe --serve``);
   then, per ``--second-voice`` candidate, what a second medium voice adds (the bundled
   voice again under another name: the same size, sessions of its own), and a first
@@ -29,7 +30,6 @@ JSON in ``OUT/memory.json``.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import subprocess
@@ -41,6 +41,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from appliance.upkeep import TRIM_EVERY_S
 from bench.concurrency import TEXTS
 from bench.memprobe import VARIANTS, rollup, second_voice_dir
 from bench.rig import peak_rss_mb, rss_mb, start_daemon
@@ -113,48 +114,86 @@ def _one(client: Any, k: int) -> tuple[Any, str]:
     return client, "no end"
 
 
-class MixedLoad:
-    """``n`` requests of :data:`MIX` from two clients at once, RSS sampled on the way."""
+SETTLE_S = TRIM_EVERY_S + 2.0
+"""How long a mark waits, its clients paused, before its second read: the daemon trims its
+heap about :data:`~appliance.upkeep.TRIM_EVERY_S` after a request ends."""
 
-    def __init__(self, sock: str, pid: int, clients: int = 2) -> None:
-        self.sock, self.pid, self.clients = sock, pid, clients
+
+class MixedLoad:
+    """``n`` requests of :data:`MIX` from two clients at once, paused at each mark to read RSS.
+
+    A mark reads with nothing in flight: each read taken as a request ended held the other
+    client's buffers (a 256-frame decoder window, a long prior run) and moved by ±10 MB
+    from one read to the next, so a growth figure compared two such moments.  ``samples``
+    is read at once (the freed heap still resident), ``kept`` after ``settle_s`` more (the
+    daemon's own trim has run: what it keeps)."""
+
+    def __init__(self, sock: str, pid: int, clients: int = 2, settle_s: float = SETTLE_S) -> None:
+        self.sock, self.pid, self.clients, self.settle_s = sock, pid, clients, settle_s
         self.outcomes: Counter[str] = Counter()
         self.samples: list[tuple[int, float]] = []
-        self._done = 0
+        self.kept: list[tuple[int, float]] = []
         self._lock = threading.Lock()
 
     def run(self, n: int, sample_at: set[int]) -> float:
-        """Wall seconds; ``samples`` gets (requests done, RSS MB) at each of ``sample_at``."""
+        """Wall seconds of the requests (the pauses not counted); at each of ``sample_at``
+        (requests done) the clients pause, ``samples`` and ``kept`` get a read each."""
         from appliance.clients.client import Client
 
-        ks = itertools.count()
-        t0 = time.monotonic()
+        clients = [Client(self.sock) for _ in range(self.clients)]
+        busy, done = 0.0, 0
+        try:
+            for mark in sorted(k for k in sample_at if 0 < k <= n):
+                t0 = time.monotonic()
+                self._segment(clients, done, mark)
+                busy += time.monotonic() - t0
+                done = mark
+                self._read(done)
+        finally:
+            for c in clients:
+                c.close()
+        return busy
 
-        def worker() -> None:
-            client = Client(self.sock)
-            try:
-                while (k := next(ks)) < n:
-                    client, outcome = _one(client, k)
-                    with self._lock:
-                        self.outcomes[outcome] += 1
-                        self._done += 1
-                        if self._done in sample_at:
-                            self.samples.append((self._done, round(rss_mb(self.pid), 1)))
-                            # A growth run takes an hour or more: say where it is.
-                            print(
-                                f"[{self._done} requests: {self.samples[-1][1]} MB]",
-                                file=sys.stderr,
-                                flush=True,
-                            )
-            finally:
-                client.close()
+    def _segment(self, clients: list[Any], lo: int, hi: int) -> None:
+        """Requests [lo, hi), the clients at once; a client that dropped comes back new."""
+        ks = iter(range(lo, hi))
 
-        threads = [threading.Thread(target=worker) for _ in range(self.clients)]
+        def worker(slot: int) -> None:
+            while (k := next(ks, None)) is not None:
+                clients[slot], outcome = _one(clients[slot], k)
+                with self._lock:
+                    self.outcomes[outcome] += 1
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(clients))]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        return time.monotonic() - t0
+
+    def _read(self, done: int) -> None:
+        _wait_quiet(self.sock)
+        self.samples.append((done, round(rss_mb(self.pid), 1)))
+        time.sleep(self.settle_s)
+        self.kept.append((done, round(rss_mb(self.pid), 1)))
+        # A growth run takes an hour or more: say where it is.
+        print(
+            f"[{done} requests: {self.samples[-1][1]} MB, {self.kept[-1][1]} MB kept]",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _wait_quiet(sock: str, timeout_s: float = 30.0) -> None:
+    """Until the daemon has no stream and nothing queued (a dropped client's stream ends
+    on its own a moment after the drop)."""
+    from appliance.clients.client import Client
+
+    deadline = time.monotonic() + timeout_s
+    with Client(sock) as client:
+        while (s := client.stats())["streams"] or s["queue_depth"]:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the daemon did not go quiet")
+            time.sleep(0.05)
 
 
 def _spec(candidate: str) -> tuple[str, dict[str, str]]:
@@ -171,22 +210,23 @@ def _spec(candidate: str) -> tuple[str, dict[str, str]]:
 
 
 def daemon_memory(
-    out: Path, requests: int, growth: int, candidate: str = "daemon"
+    out: Path, requests: int, growth: int, candidate: str = "daemon", settle_s: float = SETTLE_S
 ) -> dict[str, Any]:
-    """The real daemon, read from outside: idle, first request, ``requests``, growth.
-    ``candidate``: a cut applied to it first (:func:`_spec`)."""
+    """The real daemon, read from outside: idle, first request, ``requests``, growth (each
+    read with the clients paused, see :class:`MixedLoad`).  ``candidate``: a cut applied to
+    it first (:func:`_spec`)."""
     entry, env = _daemon_entry(candidate)
     proc, sock = start_daemon(out, entry=entry, env=env)
     try:
         _wait_warm(sock)
         time.sleep(1.0)
         rows = [("idle after warm-up", _rollup_mb(proc.pid))]
-        load = MixedLoad(sock, proc.pid)
+        load = MixedLoad(sock, proc.pid, settle_s=settle_s)
         total = max(requests, growth)
         every = max(1, growth // 10)
         marks = {1, requests, growth, total, *range(every, total + 1, every)}
         wall = load.run(total, marks)
-        rss = dict(load.samples)
+        rss, kept = dict(load.samples), dict(load.kept)
         time.sleep(2.0)
         rows.append((f"idle 2 s after {total} requests", _rollup_mb(proc.pid)))
         return {
@@ -194,11 +234,14 @@ def daemon_memory(
             "rows": rows,
             "first_request_mb": rss[1],
             "after_requests_mb": rss[requests],
+            "first_request_kept_mb": kept[1],
+            "after_requests_kept_mb": kept[requests],
             "requests": requests,
             "growth": growth,
-            "growth_mb": round(rss[growth] - rss[1], 1),
-            "growth_after_tenth_mb": round(rss[growth] - rss[min(every, growth)], 1),
+            "growth_mb": round(kept[growth] - kept[1], 1),
+            "growth_after_tenth_mb": round(kept[growth] - kept[min(every, growth)], 1),
             "samples": sorted(load.samples),
+            "kept": sorted(load.kept),
             "outcomes": dict(load.outcomes),
             "peak_mb": round(peak_rss_mb(proc.pid), 1),
             "wall_s": round(wall, 1),
@@ -333,12 +376,18 @@ def format_outside(
 
     d0 = daemons[0]
     row("idle after warm-up", lambda d: f"{d['rows'][0][1]['rss_mb']:.1f} MB")
-    row("after the first request", lambda d: f"{d['first_request_mb']:.1f} MB")
-    row(f"after {d0['requests']} mixed requests", lambda d: f"{d['after_requests_mb']:.1f} MB")
+    row(
+        "after the first request: at rest; kept (after the daemon's trim)",
+        lambda d: f"{d['first_request_mb']:.1f}; {d['first_request_kept_mb']:.1f} MB",
+    )
+    row(
+        f"after {d0['requests']} mixed requests: at rest; kept",
+        lambda d: f"{d['after_requests_mb']:.1f}; {d['after_requests_kept_mb']:.1f} MB",
+    )
     row("idle 2 s after the last request", lambda d: f"{d['rows'][1][1]['rss_mb']:.1f} MB")
     row("peak (VmHWM)", lambda d: f"{d['peak_mb']:.1f} MB")
     row(
-        f"growth over {d0['growth']} requests: from the first; from the first tenth",
+        f"growth over {d0['growth']} requests, kept: from the first; from the first tenth",
         lambda d: f"{d['growth_mb']:+.1f} MB; {d['growth_after_tenth_mb']:+.1f} MB",
     )
     row("outcomes; wall", lambda d: f"{d['outcomes']}; {d['wall_s']:.0f} s")

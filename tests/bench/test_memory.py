@@ -18,7 +18,15 @@ def test_the_daemon_from_outside_over_a_handful_of_mixed_requests(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(memory, "DROP_EVERY", 5)  # two of the ten drop their connection
-    d = memory.daemon_memory(tmp_path, requests=10, growth=10)
+    quiet: list[int] = []
+    waits = memory._wait_quiet
+
+    def wait_quiet(sock: str, timeout_s: float = 30.0) -> None:
+        waits(sock, timeout_s)
+        quiet.append(len(quiet))
+
+    monkeypatch.setattr(memory, "_wait_quiet", wait_quiet)
+    d = memory.daemon_memory(tmp_path, requests=10, growth=10, settle_s=0.2)
     assert d["outcomes"] == {"end": 8, "dropped": 2}  # every kind of MIX was served
     idle = d["rows"][0][1]
     assert 100 < idle["rss_mb"] < 1000 and 0 < idle["anon_mb"] < idle["rss_mb"]
@@ -27,10 +35,13 @@ def test_the_daemon_from_outside_over_a_handful_of_mixed_requests(
     # largest runs' buffers for good (issue 46).  A generous bound: a regression fails it.
     assert idle["rss_mb"] < IDLE_RSS_BOUND_MB
     assert d["rows"][1][1]["rss_mb"] < IDLE_RSS_BOUND_MB
-    assert [k for k, _ in d["samples"]] == [1, *range(2, 11)]
-    assert all(100 < rss < 1000 for _, rss in d["samples"])
+    # Each mark read once the daemon was quiet, at rest and again after the settle.
+    assert [k for k, _ in d["samples"]] == [k for k, _ in d["kept"]] == [1, *range(2, 11)]
+    assert len(quiet) == 10
+    assert all(100 < rss < 1000 for _, rss in d["samples"] + d["kept"])
     assert d["after_requests_mb"] == d["samples"][-1][1]
-    assert d["growth_mb"] == round(d["samples"][-1][1] - d["samples"][0][1], 1)
+    assert d["after_requests_kept_mb"] == d["kept"][-1][1]
+    assert d["growth_mb"] == round(d["kept"][-1][1] - d["kept"][0][1], 1)
     assert d["peak_mb"] >= max(rss for _, rss in d["samples"])
     table = memory.format_outside([d], [])
     for row in ("idle after warm-up", "after 10 mixed requests", "growth over 10 requests"):
