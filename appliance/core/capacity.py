@@ -67,12 +67,7 @@ def capacity_of(service: Service) -> Capacity:
         return Capacity("drain", reason=f"{cap_streams} requests in flight")
     cfg = rt.config.scheduler
     streams = service.stream_loads()
-    decision = service.admission.judge(
-        cfg,
-        streams,
-        rt.scheduler.mean_lateness_s(cfg.admission_window_s),
-        rt.scheduler.overdue_s(),
-    )
+    decision = service.admission.judge(cfg, streams, *service.admission_lateness())
     if not decision.admit:
         return Capacity("drain", reason=decision.reason)
     rtf = service.admission.rtf(streams)

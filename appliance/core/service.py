@@ -554,13 +554,15 @@ class Service:
     def admit(self) -> Decision:
         """Admission decision for one new real-time request."""
         cfg = self.runtime.config.scheduler
+        return self.admission.decide(cfg, self.stream_loads(), *self.admission_lateness())
+
+    def admission_lateness(self) -> tuple[float, float]:
+        """What admission weighs of the scheduler: its mean lateness over
+        ``admission_window_s`` and the work overdue now, in seconds (the balancer's
+        :func:`~appliance.core.capacity.capacity_of` judges with the same)."""
         sched = self.runtime.scheduler
-        return self.admission.decide(
-            cfg,
-            self.stream_loads(),
-            sched.mean_lateness_s(cfg.admission_window_s),
-            sched.overdue_s(),
-        )
+        window_s = self.runtime.config.scheduler.admission_window_s
+        return sched.mean_lateness_s(window_s), sched.overdue_s()
 
     def stream_loads(self) -> list[StreamLoad]:
         return [s.load() for s in self.streams]

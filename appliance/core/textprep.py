@@ -29,8 +29,7 @@ from appliance.core.streaming import ClauseQueue, VoiceRuntime
 from appliance.core.textstream import TextFeed
 from appliance.errors import ErrorCode, ServiceError
 from appliance.speech import SpeechRequest
-from appliance.text.cuts.blocks import markdown_release_point
-from appliance.text.cuts.stream import SegmentRule, release_point
+from appliance.text.cuts.stream import SegmentRule
 from appliance.text.frontend import Clause, FrontendLimits, prepare
 from appliance.text.markdown import MarkdownOptions
 
@@ -86,7 +85,6 @@ class TextPrep:
             self.runtime.config.streaming.text_timeout_s,
             fail,
             audio_left=audio_left,
-            release=markdown_release_point if req.text_format == "markdown" else release_point,
             eager=req.text_start == "eager",
             markdown=req.text_format == "markdown",
         )

@@ -16,30 +16,14 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
 
 from appliance.core.pipeline.clauses import ClauseQueue
 from appliance.errors import ErrorCode, ServiceError
+from appliance.text.cuts.blocks import markdown_release_point
 from appliance.text.cuts.stream import SegmentRule, draftable, release_point, word_cut
 from appliance.text.frontend import Clause
 
 log = logging.getLogger(__name__)
-
-
-class Release(Protocol):
-    """A release rule: :func:`release_point`, or Markdown's
-    (:func:`appliance.text.cuts.blocks.markdown_release_point`)."""
-
-    def __call__(
-        self,
-        pending: str,
-        rule: SegmentRule,
-        *,
-        first: bool,
-        idle: bool = False,
-        flush: bool = False,
-        low: bool = False,
-    ) -> int: ...
 
 
 Prepare = Callable[[str, bool], Awaitable[list[Clause]]]
@@ -59,12 +43,10 @@ class TextFeed:
         timeout_s: float,
         on_error: Callable[[ServiceError], None],
         audio_left: Callable[[], float | None] = lambda: None,
-        release: Release = release_point,
         eager: bool = False,
         markdown: bool = False,
     ) -> None:
         self._queue = queue
-        self._release_point = release
         self._prepare = prepare
         self._rule = rule
         self._max_total = max_total_chars
@@ -82,6 +64,10 @@ class TextFeed:
         clause mark, the low-water cut is off (the draft plays on), and the idle rule
         releases up to the last word boundary (the words before it may have been said)."""
         self._markdown = markdown
+        """``text_format: markdown``: released by :func:`markdown_release_point` (not
+        :func:`release_point`); an eager start drafts only a paragraph's first line and
+        cuts it only where no link, tag or code span is left open."""
+        self._release_point = markdown_release_point if markdown else release_point
         self._draft_queued = False
         self._first = True
         self.finished = False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from appliance.text.frontend import Clause
@@ -30,7 +30,7 @@ def phoneme_report(clauses: Sequence[Clause], phonemizer: Phonemizer) -> list[di
             said = []
             for a, b in words:
                 inside = [o for o in c.phonemes if a <= o.start and o.end <= b]
-                shifted = [_Shifted(o.start - a, o.end - a, o.ipa) for o in inside]
+                shifted = [replace(o, start=o.start - a, end=o.end - a) for o in inside]
                 said.append("".join(phonemizer.phonemes_with(c.text[a:b], shifted)))
         out.append(
             {
@@ -49,10 +49,3 @@ def phoneme_report(clauses: Sequence[Clause], phonemizer: Phonemizer) -> list[di
 # A word espeak says as one word: letters, digits and apostrophes, with the punctuation of
 # running text around it.
 _PLAIN_WORD = re.compile(r"[\"'(\[]*[^\W_](?:[\w'’]*[^\W_])?[\"')\].,;:!?]*")
-
-
-@dataclass(frozen=True)
-class _Shifted:
-    start: int
-    end: int
-    ipa: str
