@@ -173,6 +173,9 @@ it sees, the closer its first words' durations come to the whole sentence's (the
 encoder attends to all of it): over 20 sentences the first word's length differed by
 1.85 frames on average with 64 ids, 1.45 with 96, 1.3 with 128 (docs/speed.md)."""
 
+QUICK_MIN_IDS = 2 * QUICK_PREFIX_IDS
+"""The shortest clause a quick start pays for (shorter ones' whole prior is as quick)."""
+
 QUICK_MAX_MS = 250.0
 """The join comes within this much audio as heard: everything after it is the whole
 sentence's.  Past the voice's speed (a time-stretch of ``s``) that is ``s`` times as much

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from appliance.core.chunkplan import chunk_span, mode_plan
+from appliance.core.chunkplan import QUICK_MIN_IDS, chunk_span, mode_plan
 from appliance.core.pipeline import eager, encode
 from appliance.core.pipeline.clauses import ClauseQueue, Draft
 from appliance.core.pipeline.shape import Output, Shaped, joined, shape, stretch_factor
@@ -190,6 +190,10 @@ class SynthesisJob:
         if first:
             self.stats.first_encoded(timing.queue_s, timing.run_s, encoded, self.timeline.words)
             self.voice.costs.observe_first_decode(encoded.first_decode_s)
+            if len(encoded.ids) >= QUICK_MIN_IDS:
+                # A plain start's prior teaches the estimate too: after one slow whole
+                # prior, or stale stored costs, no quick start followed to teach it back.
+                self.voice.costs.observe_prior(len(encoded.ids), encoded.prior_s)
         return encoded
 
     async def _following(self, emit: Emit) -> Clause | Draft | None:

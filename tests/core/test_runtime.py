@@ -572,6 +572,27 @@ def test_no_quick_start_where_the_whole_prior_could_not_be_hidden(runtime: Runti
     assert float(np.max(np.abs(got - want))) <= 1e-4
 
 
+def test_a_plain_start_teaches_the_prior_estimate_back_to_quick_starts(runtime: Runtime) -> None:
+    """An estimate too high for any quick start (a start's stale stored costs, one slow
+    whole prior) used to stay: only a quick start's whole prior was observed, and none came.
+    A plain start's prior is observed too, so the next long sentences start quick again."""
+    costs = runtime.voices[runtime.default_voice].costs
+    saved = (costs.prior_s_per_id, costs.first_decode_s)
+    costs.prior_s_per_id, costs.first_decode_s = 3e-3, 0.008
+    try:
+        starts, seen = [], []
+        for _ in range(20):
+            req = SpeechRequest(text=BARE, noise_scale=0.0, noise_w=0.0)
+            starts.append(bool(_stream(runtime, req)[1]["quick_start"]))
+            seen.append(costs.prior_s_per_id)
+            if starts[-1]:
+                break
+        assert not starts[0] and starts[-1], (starts, seen)
+        assert seen == sorted(seen, reverse=True), seen
+    finally:
+        costs.prior_s_per_id, costs.first_decode_s = saved
+
+
 # ------------------------------------------------------------------ start-up warm-up
 
 

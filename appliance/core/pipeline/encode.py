@@ -266,14 +266,17 @@ def _first_chunk(
     ctx: EncodeContext, clause: Clause, ids: IntArray, scales: Scales, target: int
 ) -> EncodedClause:
     v, s = ctx.voice, ctx.settings
+    t0 = time.monotonic()
     ids, enc = bounded(ctx, ids, scales, prior=True)
+    prior_s = time.monotonic() - t0
     chunks, target = plan_clause(ctx, clause, ids, enc, target, first=True)
     if not chunks:
-        return EncodedClause(ids, enc, None, chunks, target)
+        return EncodedClause(ids, enc, None, chunks, target, prior_s=prior_s)
     t0 = time.monotonic()
     a, b = chunks[0]
     audio = decode_span(v.model, enc, a, b, s.context, v.hop, urgent_decode(ctx))
-    return EncodedClause(ids, enc, None, chunks, target, audio, time.monotonic() - t0)
+    decode_s = time.monotonic() - t0
+    return EncodedClause(ids, enc, None, chunks, target, audio, decode_s, prior_s=prior_s)
 
 
 # ------------------------------------------------------------------ words found

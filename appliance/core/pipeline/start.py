@@ -45,7 +45,7 @@ import numpy as np
 from appliance.core import wordtimes
 from appliance.core.chunkplan import (
     QUICK_MAX_MS,
-    QUICK_PREFIX_IDS,
+    QUICK_MIN_IDS,
     IdTest,
     SeamWindow,
     choose_seam,
@@ -184,7 +184,7 @@ class QuickStart:
         allowed = (
             clause.speed == 1.0
             and not clause.pauses
-            and 2 * QUICK_PREFIX_IDS <= len(ids) <= s.max_phonemes
+            and QUICK_MIN_IDS <= len(ids) <= s.max_phonemes
             and not ctx.crowded()
         )
         return quick_opening(ctx, ids) if allowed else None

@@ -244,6 +244,8 @@ class EncodedClause:
     the first packet's path (issue 29's cost)."""
     words_s: float = 0.0
     """Seconds this item spent finding words (a first clause's: ``JobStats.first_words_ms``)."""
+    prior_s: float = 0.0
+    """Seconds of the whole clause's prior in this item (a plain start's; 0: not run here)."""
 
 
 WordKeep = Callable[[wordtimes.WrittenWord], bool]
