@@ -184,10 +184,20 @@ def _take(ctx: EncodeContext, clause: Clause, version: int) -> Take | None:
     else:  # the gaps before the last written word's first phoneme
         last = written[-1].start + 1
         playable = sum(1 for p in seams if p <= last)
+        _drop_unplayed(ctx, enc, frames[playable - 1] if playable else 0)
     return Take(clause, version, ids, enc, seams, frames, keys, playable, written)
 
 
-SEQUELS = {"en": "to be said in a minute or two"}
+def _drop_unplayed(ctx: EncodeContext, enc: Encoded, end: int) -> None:
+    """A draft's latent past frame ``end`` (its last playable gap) and the context the
+    frames before it need (the decoder's, then the flow's): dropped, so that no flow runs
+    over its last word or its sequel.  Its durations stay whole (its seams were read)."""
+    keep = end + ctx.settings.context + ctx.voice.model.flow_context
+    if enc.z_p is not None and enc.ready == 0 and keep < enc.frames:
+        enc.z, enc.z_p = enc.z[:, :, :keep], enc.z_p[:, :, :keep]
+
+
+SEQUELS = {"en": "in a minute or two"}
 """What a draft is encoded with after its last written word, by language: a sentence still
 being written goes on, and a draft that ended at its last word was spoken as a short
 sentence's end (slower: its first words 4–11 % longer on average than in the whole

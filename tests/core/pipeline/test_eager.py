@@ -5,6 +5,7 @@ timeline and output, handing over to the whole sentence sample for sample."""
 from __future__ import annotations
 
 import asyncio
+import statistics
 from typing import Any
 
 import numpy as np
@@ -71,7 +72,7 @@ def test_a_draft_is_read_as_a_sentence_that_goes_on(
     voice: VoiceRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A draft ending at its last word was read as a short sentence's end: its first words
-    ~20 % slower than in the whole sentence, and a sentence started from drafts came out
+    ~10 % slower than in the whole sentence, and a sentence started from drafts came out
     longer than piper's.  Followed by the sequel (never played: it is past the last written
     word), they last about as long as in the whole sentence."""
     ctx = context(voice)
@@ -79,11 +80,14 @@ def test_a_draft_is_read_as_a_sentence_that_goes_on(
     assert draft is not None
     assert len(draft.enc.durations) > len(draft.ids)  # encoded with the sequel
     assert draft.ids.tolist() == encode.clause_ids(ctx, clause_of("In the middle of")).tolist()
-    with_sequel = [_played_ratio(ctx, text, 4) for text in HEADS]
+    drafts = [(text, words) for text in HEADS for words in (3, 4, 5, 6)]
+    with_sequel = [_played_ratio(ctx, text, words) for text, words in drafts]
     monkeypatch.setattr(eager, "SEQUELS", {})
-    alone = [_played_ratio(ctx, text, 4) for text in HEADS]
-    assert all(abs(r - 1) <= 0.05 for r in with_sequel), with_sequel
-    assert all(r >= 1.1 for r in alone), alone
+    alone = [_played_ratio(ctx, text, words) for text, words in drafts]
+    # One draft may be a few % off either way; on average they last as the whole's.
+    assert abs(statistics.mean(with_sequel) - 1) <= 0.03, with_sequel
+    assert statistics.mean(abs(r - 1) for r in with_sequel) <= 0.05, with_sequel
+    assert statistics.mean(alone) >= 1.07, alone
 
 
 class EagerHost(Host):
