@@ -3,7 +3,7 @@
 The replies and tokenizer of :mod:`bench.eager`, fed token by token at 20 and 50 tokens/s
 into ``/v1/text-to-speech/{voice}/stream-input`` (the init message ``" "`` first, as
 Pipecat and LiveKit send it, then one message a token, then ``""``), and into a protocol v1
-``text_stream`` on the same daemon (``text_start: sentence``, both doors' default).  First
+``text_stream`` on the same daemon (``text_start: eager``, both doors' default).  First
 audio is timed from the first token's message to the first audio message read (P50, P95
 over the replies), each from a client in this process over a real socket.
 
@@ -70,10 +70,10 @@ def bench_agents(out: Path, quick: bool = False) -> dict[str, Any]:
     try:
         wait_port(port, proc)
         asyncio.run(feed_ws(base, tokens(REPLIES[0]), 50.0))  # warm-up
-        asyncio.run(feed_v1(sock, tokens(REPLIES[0]), 50.0, "sentence"))
+        asyncio.run(feed_v1(sock, tokens(REPLIES[0]), 50.0, "eager"))
         for rate in RATES:
             ws = [asyncio.run(feed_ws(base, tokens(r), rate))[0] for r in replies]
-            v1 = [asyncio.run(feed_v1(sock, tokens(r), rate, "sentence")).first_ms for r in replies]
+            v1 = [asyncio.run(feed_v1(sock, tokens(r), rate, "eager")).first_ms for r in replies]
             for door, times in (("elevenlabs websocket", ws), ("protocol v1 text_stream", v1)):
                 result["rows"].append(
                     {"door": door, "rate": rate, "p50": _pct(times, 50), "p95": _pct(times, 95)}

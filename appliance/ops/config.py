@@ -74,7 +74,7 @@ class V1Config:
     """Extra gids allowed to connect (members of the socket's group always are)."""
     text_format: Literal["text", "markdown"] = "text"
     """How a request that names no ``text_format`` is read (docs/markdown.md)."""
-    text_start: Literal["eager", "sentence"] = "sentence"
+    text_start: Literal["eager", "sentence"] = "eager"
     """How a text stream that names no ``text_start`` starts a sentence: ``eager`` from its
     first words while it is being written, ``sentence`` once it is complete
     (docs/textstream.md)."""
@@ -331,7 +331,7 @@ class ElevenLabsConfig:
     """ElevenLabs' input-streaming WebSocket on the HTTP listener (docs/agents.md): voice
     agents (Pipecat, LiveKit Agents) stream a language model's tokens in."""
 
-    text_start: Literal["eager", "sentence"] = "sentence"
+    text_start: Literal["eager", "sentence"] = "eager"
     """How a context starts a sentence: ``eager`` from its first words while it is being
     written, ``sentence`` once it is complete (docs/textstream.md)."""
     max_connections: int = field(default=32, metadata=_rng(1, 100_000))
@@ -354,7 +354,7 @@ class WyomingConfig:
     text_format: Literal["text", "markdown"] = "markdown"
     """How a ``synthesize`` that names no ``text_format`` is read: Home Assistant's
     conversation agents send what a language model wrote (docs/markdown.md)."""
-    text_start: Literal["eager", "sentence"] = "sentence"
+    text_start: Literal["eager", "sentence"] = "eager"
     """How streaming synthesis (``synthesize-start``) starts a sentence: ``eager`` from its
     first words while it is being written, ``sentence`` once it is complete
     (docs/textstream.md)."""

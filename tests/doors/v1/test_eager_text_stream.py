@@ -326,21 +326,23 @@ def test_cancel_and_disconnect_mid_sentence(daemon: Daemon) -> None:
         assert w.call({"op": "ping", "id": 2})["event"] == "pong"
 
 
-def test_sentence_is_todays_rule(daemon: Daemon, whole: Any) -> None:
-    """``text_start: sentence`` is the default and today's rule: the first sound after the
-    sentence's end, then the whole sentence's audio (a quick start's first 250 ms apart),
-    the same with the field and without it."""
+def test_sentence_is_todays_rule_and_eager_the_default(daemon: Daemon, whole: Any) -> None:
+    """``text_start: sentence`` is the rule before eager starts: the first sound after the
+    sentence's end, then the whole sentence's audio (a quick start's first 250 ms apart).
+    A text stream that names no ``text_start`` starts eager (``v1.text_start``'s default):
+    its first sound before the sentence's end."""
     text = SHAPES["long"]
     pieces = paced(text, 0.01)
     named = feed(daemon.socket, pieces, text_start="sentence")
-    default = feed(daemon.socket, pieces)
     (want,) = whole(text)
-    for fed in (named, default):
-        assert fed.chunks[0][0] > fed.t_tokens[-1]
-        got = fed.audio()
-        assert abs(len(got) - len(want)) <= 0.01 * len(want)
-        assert exact_tail(got, want) >= len(want) - round(RATE * 0.3)
-        assert "eager_sentences" not in fed.end["stats"]
+    assert named.chunks[0][0] > named.t_tokens[-1]
+    got = named.audio()
+    assert abs(len(got) - len(want)) <= 0.01 * len(want)
+    assert exact_tail(got, want) >= len(want) - round(RATE * 0.3)
+    assert "eager_sentences" not in named.end["stats"]
+    default = feed(daemon.socket, paced(text, 0.05))
+    assert default.chunks[0][0] < default.t_tokens[-1]
+    assert default.end["stats"]["eager_sentences"] >= 1
 
 
 def test_a_bad_text_start_is_refused(daemon: Daemon) -> None:
