@@ -70,7 +70,9 @@ def test_input_file_reads_each_line_as_piper_does(daemon: Daemon, tmp_path: Path
     theirs = _piper(tmp_path, "", "-i", str(src), "--no-normalize")
     ours = _samples(_synth(daemon, tmp_path, "-i", str(src), *NOISE_OFF))
     assert ours.shape == theirs.shape
-    assert np.abs(ours - theirs).max() <= 1
+    # Within the streaming's exactness (1e-4), as the tests above: one step of 16 bits was
+    # tighter than that, and a CPU whose kernels round differently read two.
+    assert np.abs(ours - theirs).max() * LSB < 1e-4
     vtt = tmp_path / "lines.vtt"
     _synth(daemon, tmp_path, "--input_file", str(src), "--subtitles", str(vtt))
     cues = [line for line in vtt.read_text().splitlines() if line and line[0].isalpha()]
