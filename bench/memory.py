@@ -196,17 +196,30 @@ def _wait_quiet(sock: str, timeout_s: float = 30.0) -> None:
             time.sleep(0.05)
 
 
+GLIBC_KNOBS = {"mmap": ("MALLOC_MMAP_THRESHOLD_", 1024), "arenas": ("MALLOC_ARENA_MAX", 1)}
+"""``+mmapK`` and ``+arenasN``: the glibc environment variable each sets, and its unit."""
+
+
 def _spec(candidate: str) -> tuple[str, dict[str, str]]:
-    """``VARIANT`` or ``VARIANT+mmapK`` → the probe's variant and the environment it adds.
+    """``VARIANT``, ``VARIANT+mmapK`` or ``VARIANT+arenasN`` → the probe's variant and the
+    environment it adds.
 
     ``+mmapK``: glibc serves every allocation of ``K`` KiB or more with a mapping of its
     own, given back at ``free`` (and stops raising that threshold as big blocks are freed,
-    which it does by default up to 32 MiB, keeping them in the heap after)."""
+    which it does by default up to 32 MiB, keeping them in the heap after).  ``+arenasN``:
+    glibc keeps at most ``N`` heaps (by default up to 8 per core, one per thread that
+    allocates at once), so that freed blocks are reused across threads."""
     variant, _, extra = candidate.partition("+")
-    kib = extra.removeprefix("mmap")
-    if variant not in VARIANTS or (extra and not (extra.startswith("mmap") and kib.isdigit())):
-        raise ValueError(f"unknown candidate {candidate!r}; have {', '.join(VARIANTS)} (+mmapK)")
-    return variant, {"MALLOC_MMAP_THRESHOLD_": str(int(kib) * 1024)} if extra else {}
+    knob = next((k for k in GLIBC_KNOBS if extra.startswith(k)), None)
+    value = extra.removeprefix(knob) if knob else ""
+    if variant not in VARIANTS or (extra and not (knob and value.isdigit())):
+        raise ValueError(
+            f"unknown candidate {candidate!r}; have {', '.join(VARIANTS)} (+mmapK, +arenasN)"
+        )
+    if knob is None:
+        return variant, {}
+    name, unit = GLIBC_KNOBS[knob]
+    return variant, {name: str(int(value) * unit)}
 
 
 def daemon_memory(

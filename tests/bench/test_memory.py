@@ -77,6 +77,7 @@ def test_a_candidate_cut_changes_what_the_probe_loads() -> None:
 def test_candidates_are_a_variant_and_glibcs_mmap_threshold() -> None:
     assert memory._spec("arena_off") == ("arena_off", {})
     assert memory._spec("daemon+mmap64") == ("daemon", {"MALLOC_MMAP_THRESHOLD_": "65536"})
-    for bad in ("no_such_cut", "arena_off+mmap", "arena_off+huge"):
+    assert memory._spec("daemon+arenas2") == ("daemon", {"MALLOC_ARENA_MAX": "2"})
+    for bad in ("no_such_cut", "arena_off+mmap", "arena_off+huge", "daemon+arenas"):
         with pytest.raises(ValueError):
             memory._spec(bad)
