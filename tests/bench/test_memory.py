@@ -42,6 +42,8 @@ def test_the_daemon_from_outside_over_a_handful_of_mixed_requests(
     assert d["after_requests_mb"] == d["samples"][-1][1]
     assert d["after_requests_kept_mb"] == d["kept"][-1][1]
     assert d["growth_mb"] == round(d["kept"][-1][1] - d["kept"][0][1], 1)
+    assert abs(d["growth_fit_mb"]) < 1000
+    assert memory.fitted_growth([(1, 100.0), (11, 101.0), (21, 102.0)], 1000) == pytest.approx(100)
     assert d["peak_mb"] >= max(rss for _, rss in d["samples"])
     table = memory.format_outside([d], [])
     for row in ("idle after warm-up", "after 10 mixed requests", "growth over 10 requests"):
