@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +88,29 @@ def _rollup_mb(pid: int) -> dict[str, float]:
     return {"rss_mb": round(rss, 1), "anon_mb": round(anon, 1)}
 
 
-def _wait_warm(sock: str, timeout_s: float = 300.0) -> None:
-    """Until the whole warm-up has run (the later clause runs while the daemon is idle)."""
+def _until(
+    sock: str, done: Callable[[Any], bool], what: str, timeout_s: float, every_s: float
+) -> None:
+    """Poll the daemon on one connection until ``done(client)``; past ``timeout_s``, fail
+    saying it did not ``what``."""
     from appliance.clients.client import Client
 
     deadline = time.monotonic() + timeout_s
     with Client(sock) as client:
-        while (h := client.health()).get("starting") or h.get("warm_up") not in ("done", None):
+        while not done(client):
             if time.monotonic() > deadline:
-                raise RuntimeError("the daemon did not finish its warm-up")
-            time.sleep(0.2)
+                raise RuntimeError(f"the daemon did not {what}")
+            time.sleep(every_s)
+
+
+def _wait_warm(sock: str, timeout_s: float = 300.0) -> None:
+    """Until the whole warm-up has run (the later clause runs while the daemon is idle)."""
+
+    def warm(client: Any) -> bool:
+        h = client.health()
+        return not h.get("starting") and h.get("warm_up") in ("done", None)
+
+    _until(sock, warm, "finish its warm-up", timeout_s, 0.2)
 
 
 def _one(client: Any, k: int) -> tuple[Any, str]:
@@ -198,14 +212,12 @@ def fitted_growth(reads: list[tuple[int, float]], requests: int) -> float:
 def _wait_quiet(sock: str, timeout_s: float = 30.0) -> None:
     """Until the daemon has no stream and nothing queued (a dropped client's stream ends
     on its own a moment after the drop)."""
-    from appliance.clients.client import Client
 
-    deadline = time.monotonic() + timeout_s
-    with Client(sock) as client:
-        while (s := client.stats())["streams"] or s["queue_depth"]:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the daemon did not go quiet")
-            time.sleep(0.05)
+    def quiet(client: Any) -> bool:
+        s = client.stats()
+        return not s["streams"] and not s["queue_depth"]
+
+    _until(sock, quiet, "go quiet", timeout_s, 0.05)
 
 
 GLIBC_KNOBS = {"mmap": ("MALLOC_MMAP_THRESHOLD_", 1024), "arenas": ("MALLOC_ARENA_MAX", 1)}
