@@ -174,7 +174,8 @@ def _take(ctx: EncodeContext, clause: Clause, version: int) -> Take | None:
     if sequel is None or len(ids) + len(sequel) > ctx.settings.max_phonemes:
         ids, enc = encode.bounded(ctx, ids, ctx.settings.scales, prior=True)
     else:  # the draft's own ids come first: its seams and words are read from them
-        _, enc = encode.bounded(ctx, np.concatenate([ids[:-1], sequel]), ctx.settings.scales, True)
+        joint = np.concatenate([ids[:-1], sequel])
+        _, enc = encode.bounded(ctx, joint, ctx.settings.scales, prior=True)
     written = encode.word_work(ctx, clause, ids).all()
     if not written:
         return None
