@@ -208,12 +208,15 @@ class SynthesisJob:
             if q.closed:
                 return None
             left, d = self.buffer_s(), q.draft
-            if self._eager is not None and d is not None and d.words >= eager.MIN_WORDS:
-                if self.timeline.seq == 0 or left < eager.LATER_START_S:
+            if self._eager is not None:
+                q.want_draft(self.timeline.seq == 0 or left < eager.LATER_START_S)
+                if q.draft_wanted and d is not None and d.words >= eager.MIN_WORDS:
                     return d
             self.timeline.waiting_for_text()
-            soon = d is not None and self._eager is not None and left > 0
-            await self.idle(left - eager.LATER_START_S + 0.005 if soon else None, emit)
+            later = self._eager is not None and left > eager.LATER_START_S
+            await self.idle(left - eager.LATER_START_S + 0.005 if later else None, emit)
+        if self._eager is not None:
+            q.want_draft(False)  # the text is ahead of the listener: no draft is spoken
         return q.take_nowait()
 
     # -- what a start strategy uses

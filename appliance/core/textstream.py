@@ -59,10 +59,11 @@ class TextFeed:
         self._segments: asyncio.Queue[tuple[int, str, bool] | bool | None] = asyncio.Queue()
         """Released segments; True (eager starts): draft the rest now; None: finished."""
         self._eager = eager
-        """``text_start: eager``: the text not yet released is drafted for the job (its
-        words are spoken before the sentence ends), the first segment is not cut at a
-        clause mark, the low-water cut is off (the draft plays on), and the idle rule
-        releases up to the last word boundary (the words before it may have been said)."""
+        """``text_start: eager``: the text not yet released is drafted when the job asks
+        (``queue.draft_wanted``: its words are spoken before the sentence ends), the first
+        segment is not cut at a clause mark, the low-water cut is off (the draft plays on),
+        and the idle rule releases up to the last word boundary (the words before it may
+        have been said)."""
         self._markdown = markdown
         """``text_format: markdown``: released by :func:`markdown_release_point` (not
         :func:`release_point`); an eager start drafts only a paragraph's first line and
@@ -80,6 +81,7 @@ class TextFeed:
         self._low: asyncio.TimerHandle | None = None
         self._timeout = loop.call_later(timeout_s, self._timed_out)
         self._task = loop.create_task(self._feed())
+        queue.on_want = self._queue_draft
 
     # -- from the door (on the event loop)
 
@@ -100,6 +102,11 @@ class TextFeed:
         self._timeout = asyncio.get_running_loop().call_later(self._timeout_s, self._timed_out)
         self._release(flush=flush)
         self._arm_idle()
+        if self._queue.draft_wanted:
+            self._queue_draft()
+
+    def _queue_draft(self) -> None:
+        """Draft the text not yet released (once the segments before it are out)."""
         if self._eager and not self._draft_queued and self._spoken < len(self.text):
             self._draft_queued = True
             self._segments.put_nowait(True)

@@ -6,7 +6,10 @@ closed when no more will come.  With an eager start (``text_start: eager``, issu
 also holds a :class:`Draft`: the frontend's reading of the text written so far that no
 segment has released yet (a sentence still being written), replaced as words arrive and
 dropped when the segment that completes it is put.  The job speaks a draft's words up to
-the last one (:mod:`appliance.core.pipeline.eager`) while it waits for the clause.
+the last one (:mod:`appliance.core.pipeline.eager`) while it waits for the clause.  The
+job says when it would speak from a newer draft (:meth:`ClauseQueue.want_draft`): text
+that streams in is drafted only then, not on every word of a reply whose audio is far
+ahead of where it is needed.
 
 Thread: the event loop only.  Bounds: the clauses of the text released so far (the text
 is capped by ``limits.max_text_chars``) and one draft (capped by the release rule's
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,6 +58,16 @@ class ClauseQueue:
         self.draft: Draft | None = None
         """The sentence being written (eager starts only); None: none."""
         self._drafts = 0
+        self.draft_wanted = True
+        """The job would speak from a newer draft now (a text stream's first words always)."""
+        self.on_want: Callable[[], None] | None = None
+        """Called when :attr:`draft_wanted` becomes true (the feed drafts the text now)."""
+
+    def want_draft(self, wanted: bool) -> None:
+        """Whether the job would speak from a newer draft now than the one it has."""
+        was, self.draft_wanted = self.draft_wanted, wanted
+        if wanted and not was and self.on_want is not None:
+            self.on_want()
 
     def put(self, clauses: list[Clause]) -> None:
         self._items.extend(clauses)

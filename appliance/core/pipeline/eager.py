@@ -14,7 +14,10 @@ text known so far), prefix to prefix (Ma et al., EMNLP Findings 2020):
   word espeak merges with the next, or a number read as several words, is never cut or
   said twice); a crossfade of the join fade hides the seam.  Only the encodings the
   playhead will reach are made: a longer draft is encoded once less than
-  :data:`REENCODE_LEFT_S` of the current one is left to play;
+  :data:`REENCODE_LEFT_S` of audio is left (held by the listener and playable in the
+  current encoding) and it has grown by :data:`MIN_GROWTH` words, or once less than
+  :data:`URGENT_LEFT_S` is left; the text stream drafts only when the job would encode a
+  draft (:meth:`~appliance.core.pipeline.clauses.ClauseQueue.want_draft`);
 - when the sentence's clause arrives (its segment released), the whole clause's encoding
   takes over at the next word gap (:func:`~appliance.core.pipeline.start.take_over`), so
   from there on the audio is piper's whole-sentence rendering;
@@ -65,7 +68,13 @@ if TYPE_CHECKING:
 EAGER_AHEAD_S = 0.3
 """Provisional audio is sent only while the listener holds less than this."""
 REENCODE_LEFT_S = 0.6
-"""A longer draft is encoded once less than this much of the current one is left to play."""
+"""A longer draft is encoded once less than this much audio is left to play (held by the
+listener and playable in the current encoding) and it has :data:`MIN_GROWTH` more words."""
+URGENT_LEFT_S = 0.3
+"""... or once less than this is left, whatever it has grown by."""
+MIN_GROWTH = 2
+"""Words a draft has grown by for an encoding while more than :data:`URGENT_LEFT_S` is left:
+a draft one word longer, with text still coming fast, was often made and never played."""
 LATER_START_S = 0.3
 """A later sentence starts from its draft once the listener holds less than this."""
 CHUNK_MS = 230.0
@@ -318,6 +327,7 @@ class _Sentence:
         try:
             return await self._play()
         finally:
+            host.clauses.want_draft(False)
             if self.making is not None:
                 self.making.cancel()
 
@@ -332,6 +342,7 @@ class _Sentence:
                     return self.clause, self._take_over(self.cur)
             if not self._find_clause():
                 return None
+            host.clauses.want_draft(self._wants_newer())
             self._encode_more()
             cur = self.cur
             if cur is not None and self.at < cur.playable - 1:
@@ -408,8 +419,23 @@ class _Sentence:
         cur = self.cur
         if cur is None or cur.playable == 0:
             return cur is not None
+        left = self._runway_s(cur)
+        grown = draft.words - len(made.clause.word_spans)
+        return left < URGENT_LEFT_S or (left < REENCODE_LEFT_S and grown >= MIN_GROWTH)
+
+    def _wants_newer(self) -> bool:
+        """A newer draft would be encoded now if it had grown (the text stream drafts
+        only then)."""
+        cur = self.cur
+        if self.clause is not None:
+            return False
+        return cur is None or cur.playable == 0 or self._runway_s(cur) < REENCODE_LEFT_S
+
+    def _runway_s(self, cur: Take) -> float:
+        """Audio left before the listener runs dry: what it holds and what ``cur`` may still
+        play past the playhead."""
         left_frames = cur.frames[cur.playable - 1] - (cur.frames[self.at] if self.at >= 0 else 0)
-        return left_frames * self.host.ctx.frame_ms / 1000.0 < REENCODE_LEFT_S
+        return self.host.buffer_s() + left_frames * self.host.ctx.frame_ms / 1000.0
 
     def _join(self, take: Take) -> bool:
         """Let ``take`` take over at the playhead's gap, if it has the same text before it
@@ -508,10 +534,7 @@ class _Sentence:
         if not can_send and self.tail is not None and left < DRY_S:
             await self._fade_out()  # the listener runs dry at a word gap: end it softly
             return
-        if left <= 0:
-            timeout = None
-        else:
-            timeout = max(0.005, left - (self._ahead_s() if can_send else DRY_S))
+        timeout = self._timeout(left, can_send)
         log.debug("wait send=%s left=%.3f making=%s", can_send, left, self.making is not None)
         if self.making is None:
             await host.idle(timeout, self.emit)
@@ -522,6 +545,18 @@ class _Sentence:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
             changed.cancel()
+
+    def _timeout(self, left: float, can_send: bool) -> float | None:
+        """How long :meth:`_wait` may wait: until more audio is due, the listener is about
+        to run dry, or a longer draft known now must be encoded (:data:`URGENT_LEFT_S`)."""
+        due = [left - (self._ahead_s() if can_send else DRY_S)] if left > 0 else []
+        cur = self.cur
+        if cur is not None and self.making is None and self.clause is None and cur.playable:
+            if not self.host.clauses.draft_wanted:
+                due.append(self._runway_s(cur) - REENCODE_LEFT_S)
+            elif self.draft.version > self.asked and self.draft.words > len(cur.clause.word_spans):
+                due.append(self._runway_s(cur) - URGENT_LEFT_S)
+        return max(0.005, min(due)) if due else None
 
     async def _fade_out(self) -> None:
         assert self.tail is not None
