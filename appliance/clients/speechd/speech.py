@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.clients.client import TtsdError
@@ -29,31 +30,24 @@ reads the next, so a small block keeps what sits in the pipe (and is played afte
 the server has not yet passed on) short."""
 
 
+@dataclass(eq=False)
 class Speech:
     """One message: ``701 BEGIN``, audio and marks, then exactly one of 702, 703, 704 —
     BEGIN always first, however soon the message is stopped."""
 
-    def __init__(
-        self,
-        link: TtsdLink,
-        out: Output,
-        options: Callable[[], dict[str, Any]],
-        text: str,
-        kind: str,
-    ) -> None:
-        self.link = link
-        self.out = out
-        self.options = options
-        """The request options for the settings now (``SET`` may change them)."""
-        self.text = text
-        self.kind = kind
-        self.finished = False
-        self.pause_requested = False
-        self.rid: int | None = None
-        self.rate = 22050
-        self.sent_audio = False
-        self.begun = False
-        self.task: asyncio.Task[None] | None = None
+    link: TtsdLink
+    out: Output
+    options: Callable[[], dict[str, Any]]
+    """The request options for the settings now (``SET`` may change them)."""
+    text: str
+    kind: str
+    finished: bool = field(default=False, init=False)
+    pause_requested: bool = field(default=False, init=False)
+    rid: int | None = field(default=None, init=False)
+    rate: int = field(default=22050, init=False)
+    sent_audio: bool = field(default=False, init=False)
+    begun: bool = field(default=False, init=False)
+    task: asyncio.Task[None] | None = field(default=None, init=False)
 
     # -- writing: nothing gets out once the message has ended
     def begin(self) -> None:
