@@ -24,6 +24,7 @@ import collections
 import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 
 from appliance.playback.utterance import EndInfo, Utterance
 from appliance.speech import Chunk, Viseme, Word
@@ -49,31 +50,25 @@ def heard_span(words: Sequence[Word], played_ms: float, slack_ms: float = 2.0) -
     return (start, end)
 
 
+@dataclass(eq=False)
 class Speech:
     """A ``speak`` request's audio on its way to the device (see the module)."""
 
-    def __init__(
-        self,
-        utterance: Utterance,
-        on_started: Callable[[float], None],
-        on_mark: Callable[[str], None] | None,
-        waited_ms: float,
-        on_word: Callable[[tuple[int, int]], None] | None = None,
-        on_viseme: Callable[[Viseme], None] | None = None,
-    ) -> None:
-        """``waited_ms``: how long the request waited before its utterance was made (the
-        player counts its latency from there; ``started`` reports it from the request)."""
-        self.utterance = utterance
-        self._on_started = on_started
-        self._on_mark = on_mark
-        self._waited_ms = waited_ms
-        self._on_word = on_word
-        self._on_viseme = on_viseme
-        self._cues: collections.deque[tuple[float, Callable[[], None]]] = collections.deque()
-        """Marks, words and visemes to report: (offset ms, report), in order of the audio."""
-        self._marks_changed = asyncio.Event()
-        self.words: list[Word] = []
-        """Every word pushed so far (``heard`` reads them)."""
+    utterance: Utterance
+    on_started: Callable[[float], None]
+    on_mark: Callable[[str], None] | None
+    waited_ms: float
+    """How long the request waited before its utterance was made (the player counts its
+    latency from there; ``started`` reports it from the request)."""
+    on_word: Callable[[tuple[int, int]], None] | None = None
+    on_viseme: Callable[[Viseme], None] | None = None
+    _cues: collections.deque[tuple[float, Callable[[], None]]] = field(
+        default_factory=collections.deque, init=False
+    )
+    """Marks, words and visemes to report: (offset ms, report), in order of the audio."""
+    _marks_changed: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    words: list[Word] = field(default_factory=list, init=False)
+    """Every word pushed so far (``heard`` reads them)."""
 
     async def emit(self, chunk: Chunk) -> None:
         """The stream's emit: the chunk to the device, its marks to be reported."""
@@ -81,18 +76,18 @@ class Speech:
             # Cut, dropped or stopped: no one will hear the rest, so stop making it.
             raise asyncio.CancelledError()
         cues: list[tuple[float, Callable[[], None]]] = []
-        if chunk.marks and self._on_mark is not None:
-            on_mark = self._on_mark
+        if chunk.marks and self.on_mark is not None:
+            on_mark = self.on_mark
             cues += [(m.offset_ms, functools.partial(on_mark, m.name)) for m in chunk.marks]
         if chunk.words:
             self.words.extend(chunk.words)
-            if self._on_word is not None:
-                on_word = self._on_word
+            if self.on_word is not None:
+                on_word = self.on_word
                 cues += [
                     (w.offset_ms, functools.partial(on_word, w.text_span)) for w in chunk.words
                 ]
-        if chunk.visemes and self._on_viseme is not None:
-            on_viseme = self._on_viseme
+        if chunk.visemes and self.on_viseme is not None:
+            on_viseme = self.on_viseme
             cues += [(v.offset_ms, functools.partial(on_viseme, v)) for v in chunk.visemes]
         if cues:
             cues.sort(key=lambda c: c[0])  # stable: a mark before the word it precedes
@@ -110,7 +105,7 @@ class Speech:
         happened to it (played out, cut, dropped, device lost)."""
         utt = self.utterance
         started = asyncio.create_task(self._relay_started())
-        cued = any(f is not None for f in (self._on_mark, self._on_word, self._on_viseme))
+        cued = any(f is not None for f in (self.on_mark, self.on_word, self.on_viseme))
         marks = asyncio.create_task(self._relay_marks(started)) if cued else None
         try:
             try:
@@ -134,7 +129,7 @@ class Speech:
     async def _relay_started(self) -> None:
         latency = await self.utterance.wait_started()
         if latency is not None:
-            self._on_started(latency + self._waited_ms)
+            self.on_started(latency + self.waited_ms)
 
     async def _relay_marks(self, started: asyncio.Task[None]) -> None:
         utt = self.utterance
