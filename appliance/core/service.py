@@ -97,40 +97,34 @@ class SentText:
         self.span = (lo, hi)
 
 
+@dataclass(eq=False)
 class Stream:
     """One live request.  Created by :meth:`Service.open_stream`; ``run`` it exactly once."""
 
-    def __init__(
-        self,
-        service: Service,
-        req: SpeechRequest,
-        door: str,
-        voice: VoiceRuntime,
-        speaker: int | None,
-        t_request: float,
-        label: dict[str, Any] | None = None,
-    ) -> None:
-        self.service = service
-        self.request = req
-        self.door = door
-        """The door it came through (its name: "protocol-v1", "wyoming", "http")."""
-        self.voice = voice
-        self.speaker = speaker
-        self.label = label
-        """The door's name for it (connection and id), for ``stats``."""
-        self.number = service.registry.number()
-        self.t_request = t_request
-        self.job: SynthesisJob | None = None
-        self.feed: TextFeed | None = None
-        self.tail: asyncio.Task[None] | None = None
-        """A one-shot text's rest, being prepared after its head (appliance.core.headfirst)."""
-        self.cancel_reason: str | None = None
-        self._failure: ServiceError | None = None
-        self._run_task: asyncio.Task[Any] | None = None
-        self._job_task: asyncio.Task[None] | None = None
-        self.utterance: Utterance | None = None
-        self._done = False
-        self._sent = SentText()
+    service: Service
+    request: SpeechRequest
+    door: str
+    """The door it came through (its name: "protocol-v1", "wyoming", "http")."""
+    voice: VoiceRuntime
+    speaker: int | None
+    t_request: float
+    label: dict[str, Any] | None = None
+    """The door's name for it (connection and id), for ``stats``."""
+    number: int = field(init=False)
+    job: SynthesisJob | None = field(default=None, init=False)
+    feed: TextFeed | None = field(default=None, init=False)
+    tail: asyncio.Task[None] | None = field(default=None, init=False)
+    """A one-shot text's rest, being prepared after its head (appliance.core.headfirst)."""
+    cancel_reason: str | None = field(default=None, init=False)
+    _failure: ServiceError | None = field(default=None, init=False)
+    _run_task: asyncio.Task[Any] | None = field(default=None, init=False)
+    _job_task: asyncio.Task[None] | None = field(default=None, init=False)
+    utterance: Utterance | None = field(default=None, init=False)
+    _done: bool = field(default=False, init=False)
+    _sent: SentText = field(default_factory=SentText, init=False)
+
+    def __post_init__(self) -> None:
+        self.number = self.service.registry.number()
 
     # -- what the door reads
 
