@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.ops.config import PlaybackConfig
@@ -78,28 +78,22 @@ class StreamInfo:
     blocksize: int
 
 
+@dataclass(eq=False)
 class OutputDevice:
-    """The stream of ``cfg.device``; plain object, :meth:`open` does the I/O."""
+    """The stream of ``cfg.device``; plain object, :meth:`open` does the I/O.  ``wake`` and
+    ``closing`` are the player's events, shared with its supervisor."""
 
-    def __init__(
-        self,
-        cfg: PlaybackConfig,
-        sd: Any,
-        flow: FlowWatch,
-        wake: threading.Event,
-        closing: threading.Event,
-    ) -> None:
-        self._cfg = cfg
-        self._sd = sd
-        self._flow = flow
-        self._wake = wake
-        self._closing = closing
-        self._stream: Any = None
-        self._generation = 0
-        self.info: StreamInfo | None = None
-        """The last stream opened (kept for ``health`` after it is lost)."""
-        self.lost: str | None = None
-        """Set by PortAudio's thread when the stream stopped by itself."""
+    cfg: PlaybackConfig
+    sd: Any
+    flow: FlowWatch
+    wake: threading.Event
+    closing: threading.Event
+    _stream: Any = field(default=None, init=False)
+    _generation: int = field(default=0, init=False)
+    info: StreamInfo | None = field(default=None, init=False)
+    """The last stream opened (kept for ``health`` after it is lost)."""
+    lost: str | None = field(default=None, init=False)
+    """Set by PortAudio's thread when the stream stopped by itself."""
 
     def open(
         self, callback: Callback, prepare: Callable[[int, float], None], *, rescan: bool
@@ -109,9 +103,9 @@ class OutputDevice:
         gets the rate and latency before the first callback can come; ``callback`` notes
         each call in the flow watch this device waits on."""
         if rescan:
-            rescan_devices(self._sd)
-        dev_info = self._sd.query_devices(self._cfg.device, "output")
-        rate = int(self._cfg.sample_rate or dev_info["default_samplerate"])
+            rescan_devices(self.sd)
+        dev_info = self.sd.query_devices(self.cfg.device, "output")
+        rate = int(self.cfg.sample_rate or dev_info["default_samplerate"])
         self._generation += 1
         stream = self._new_stream(dev_info, rate, callback, self._generation)
         info = StreamInfo(
@@ -122,7 +116,7 @@ class OutputDevice:
             blocksize=int(stream.blocksize),
         )
         prepare(rate, info.latency_s)
-        self._flow.reset(rate, info.latency_s, time.monotonic())
+        self.flow.reset(rate, info.latency_s, time.monotonic())
         self.lost = None
         self.info = info
         self._stream = stream
@@ -134,14 +128,14 @@ class OutputDevice:
             info.device,
             rate,
             info.channels,
-            self._cfg.latency,
+            self.cfg.latency,
             1000 * info.latency_s,
             time.monotonic() - started,
         )
         return info
 
     def _new_stream(self, dev_info: Any, rate: int, callback: Callback, generation: int) -> Any:
-        sd, cfg = self._sd, self._cfg
+        sd, cfg = self.sd, self.cfg
         last_exc: Exception | None = None
         # Mono when the device takes it (pulse, dmix); raw hardware often wants stereo.
         for channels in (1, 2):
@@ -165,8 +159,8 @@ class OutputDevice:
     def _wait_running(self, started: float) -> None:
         """Until the callbacks come steadily; the stream is closed and an error raised when
         it stops or does not run within :data:`START_S`."""
-        while not self._flow.wait_steady(0.02):
-            lost = "closed" if self._closing.is_set() else self.lost
+        while not self.flow.wait_steady(0.02):
+            lost = "closed" if self.closing.is_set() else self.lost
             if lost is None and time.monotonic() - started > START_S:
                 lost = f"the output stream did not run within {START_S:g} s"
             if lost is not None:
@@ -175,9 +169,9 @@ class OutputDevice:
 
     def _on_finished(self, generation: int) -> None:
         # PortAudio calls this when the stream stops, including after an error.
-        if generation == self._generation and not self._closing.is_set():
+        if generation == self._generation and not self.closing.is_set():
             self.lost = "the output stream stopped"
-            self._wake.set()
+            self.wake.set()
 
     def trouble(self, now: float) -> str | None:
         """Why the running stream counts as lost, or None."""
@@ -188,7 +182,7 @@ class OutputDevice:
             return None
         if not stream.active:
             return "the output stream is no longer active"
-        silent = self._flow.silent_for(now)
+        silent = self.flow.silent_for(now)
         if silent > STALL_S:
             return f"no audio callback for {silent:.1f} s"
         return None

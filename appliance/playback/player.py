@@ -96,7 +96,7 @@ class Player:
             return
         device = OutputDevice(self.cfg, sd, self._render.flow, self._wake, self._closing)
         self._device = device
-        supervisor = Supervisor(self.cfg, self, device, self._wake, self._closing)
+        supervisor = Supervisor(self, device)
         self._supervisor = supervisor
         try:
             self._open_stream(rescan=rescan)

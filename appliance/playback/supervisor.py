@@ -82,22 +82,13 @@ class Backoff:
 
 
 class Supervisor:
-    """The thread, its back-off and its counters (``device_losses``, ``reopens``)."""
+    """The thread, its back-off and its counters (``device_losses``, ``reopens``).  It
+    watches ``device`` and wakes on the device's events (``wake``, ``closing``)."""
 
-    def __init__(
-        self,
-        cfg: PlaybackConfig,
-        player: Supervised,
-        device: OutputDevice,
-        wake: threading.Event,
-        closing: threading.Event,
-    ) -> None:
-        self._cfg = cfg
+    def __init__(self, player: Supervised, device: OutputDevice) -> None:
         self._player = player
         self._device = device
-        self._wake = wake
-        self._closing = closing
-        self.backoff = Backoff(cfg)
+        self.backoff = Backoff(device.cfg)
         self.device_losses = 0
         self.reopens = 0
         self._thread: threading.Thread | None = None
@@ -114,15 +105,16 @@ class Supervisor:
     # --- the supervisor thread --------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._closing.is_set():
-            self._wake.wait(SUPERVISE_S)
-            self._wake.clear()
-            if self._closing.is_set():
+        device = self._device
+        while not device.closing.is_set():
+            device.wake.wait(SUPERVISE_S)
+            device.wake.clear()
+            if device.closing.is_set():
                 break
             self._player.deliver_events()
             now = time.monotonic()
             if self._player.state == "ok":
-                reason = self._device.trouble(now)
+                reason = device.trouble(now)
                 if reason is not None:
                     self._lost(reason)
             elif now >= self.backoff.next_at:
@@ -138,7 +130,7 @@ class Supervisor:
         try:
             self._player.reopen()
         except Exception as exc:  # PortAudio/ALSA raise several kinds
-            why = device_problem(exc, self._cfg.device)
+            why = device_problem(exc, self._device.cfg.device)
             news = self.backoff.failed(why)
             self._player.still_off(why)
             log.log(
