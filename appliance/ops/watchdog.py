@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -84,52 +84,50 @@ class _Lost(Exception):
     """An NVML call said the device is gone."""
 
 
+@dataclass(eq=False)
 class GpuWatchdog:
     """Polls NVML and waits for Xid events; calls back on alarms and on every reading."""
 
-    def __init__(
-        self,
-        nvml: Any,
-        device_index: int,
-        interval_s: float,
-        on_alarm: Callable[[Alarm], None],
-        *,
-        on_reading: Callable[[Reading], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._nvml = nvml
-        self._index = device_index
-        self._interval_s = interval_s
-        self._on_alarm = on_alarm
-        self._on_reading = on_reading
-        self._clock = clock
-        self._lost_codes = {int(getattr(nvml, n)) for n in LOST_ERRORS if hasattr(nvml, n)}
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._handle: Any = None
-        self._event_set: Any = None
-        self._replays: collections.deque[tuple[float, int]] = collections.deque()
-        self._active: set[str] = set()  # problems already alarmed on
-        self._unsupported: set[str] = set()
-        self.baseline: tuple[int, int] | None = None
-        """PCIe (generation, width) when the watchdog started."""
-        self.last_reading: Reading | None = None
+    nvml: Any
+    device_index: int
+    interval_s: float
+    on_alarm: Callable[[Alarm], None]
+    _: KW_ONLY
+    on_reading: Callable[[Reading], None] | None = None
+    clock: Callable[[], float] = time.monotonic
+    _lost_codes: set[int] = field(init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _threads: list[threading.Thread] = field(default_factory=list, init=False)
+    _handle: Any = field(default=None, init=False)
+    _event_set: Any = field(default=None, init=False)
+    _replays: collections.deque[tuple[float, int]] = field(
+        default_factory=collections.deque, init=False
+    )
+    _active: set[str] = field(default_factory=set, init=False)  # problems already alarmed on
+    _unsupported: set[str] = field(default_factory=set, init=False)
+    baseline: tuple[int, int] | None = field(default=None, init=False)
+    """PCIe (generation, width) when the watchdog started."""
+    last_reading: Reading | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        codes = (getattr(self.nvml, n) for n in LOST_ERRORS if hasattr(self.nvml, n))
+        self._lost_codes = {int(c) for c in codes}
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         """Take the baseline and start both threads."""
-        nvml = self._nvml
-        self._handle = nvml.nvmlDeviceGetHandleByIndex(self._index)
+        nvml = self.nvml
+        self._handle = nvml.nvmlDeviceGetHandleByIndex(self.device_index)
         gen = self._optional("pcie_gen", nvml.nvmlDeviceGetCurrPcieLinkGeneration, self._handle)
         width = self._optional("pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth, self._handle)
         if gen is not None and width is not None:
             self.baseline = (int(gen), int(width))
         log.info(
             "GPU watchdog on device %d: PCIe baseline %s, poll every %.0f ms",
-            self._index,
+            self.device_index,
             f"gen {gen} x{width}" if self.baseline else "unavailable",
-            self._interval_s * 1000,
+            self.interval_s * 1000,
         )
         self._threads = [threading.Thread(target=self._poll_loop, name="gpu-watchdog", daemon=True)]
         if self._register_xid_events():
@@ -146,8 +144,8 @@ class GpuWatchdog:
                 thread.join(timeout=2.0)
         if self._event_set is not None:
             try:
-                self._nvml.nvmlEventSetFree(self._event_set)
-            except self._nvml.NVMLError as exc:
+                self.nvml.nvmlEventSetFree(self._event_set)
+            except self.nvml.NVMLError as exc:
                 log.debug("nvmlEventSetFree: %s", exc)
             self._event_set = None
 
@@ -156,15 +154,15 @@ class GpuWatchdog:
     def poll_once(self) -> Reading:
         """Read everything once, raise alarms for new problems, and return the reading."""
         if self._handle is None:
-            self._handle = self._nvml.nvmlDeviceGetHandleByIndex(self._index)
+            self._handle = self.nvml.nvmlDeviceGetHandleByIndex(self.device_index)
         try:
             reading = self._read()
         except _Lost as exc:
             reading = Reading(problems=(f"gpu_lost: {exc}",))
         self.last_reading = reading
         self._raise_alarms(reading)
-        if self._on_reading is not None:
-            self._on_reading(reading)
+        if self.on_reading is not None:
+            self.on_reading(reading)
         return reading
 
     def _poll_loop(self) -> None:
@@ -173,10 +171,10 @@ class GpuWatchdog:
                 self.poll_once()
             except Exception:  # a bug here must not kill the watchdog silently
                 log.exception("GPU watchdog poll failed")
-            self._stop.wait(self._interval_s)
+            self._stop.wait(self.interval_s)
 
     def _read(self) -> Reading:
-        nvml, h = self._nvml, self._handle
+        nvml, h = self.nvml, self._handle
         problems: list[str] = []
         gen = self._optional("pcie_gen", nvml.nvmlDeviceGetCurrPcieLinkGeneration, h)
         width = self._optional("pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth, h)
@@ -221,7 +219,7 @@ class GpuWatchdog:
         """Call NVML; None when unsupported, :class:`_Lost` when the device is gone."""
         try:
             return fn(*args)
-        except self._nvml.NVMLError as exc:
+        except self.nvml.NVMLError as exc:
             if int(getattr(exc, "value", -1)) in self._lost_codes:
                 raise _Lost(str(exc) or f"NVML error {exc.value}") from exc
             if what not in self._unsupported:
@@ -233,7 +231,7 @@ class GpuWatchdog:
         """Replays within the last 60 s (or since start, when that is shorter)."""
         if counter is None:
             return None
-        now = self._clock()
+        now = self.clock()
         self._replays.append((now, int(counter)))
         while len(self._replays) > 1 and now - self._replays[1][0] >= 60.0:
             self._replays.popleft()
@@ -254,14 +252,14 @@ class GpuWatchdog:
     def _alarm(self, alarm: Alarm) -> None:
         log.error("GPU WATCHDOG ALARM %s: %s", alarm.kind, alarm.reason)
         try:
-            self._on_alarm(alarm)
+            self.on_alarm(alarm)
         except Exception:  # the failover must not take the watchdog down with it
             log.exception("GPU watchdog alarm handler failed")
 
     # ------------------------------------------------------------------ Xid events
 
     def _register_xid_events(self) -> bool:
-        nvml = self._nvml
+        nvml = self.nvml
         try:
             event_set = nvml.nvmlEventSetCreate()
             nvml.nvmlDeviceRegisterEvents(
@@ -274,7 +272,7 @@ class GpuWatchdog:
         return True
 
     def _event_loop(self) -> None:
-        nvml = self._nvml
+        nvml = self.nvml
         timeout_code = int(getattr(nvml, "NVML_ERROR_TIMEOUT", 10))
         while not self._stop.is_set():
             try:
@@ -291,7 +289,7 @@ class GpuWatchdog:
 
     def handle_event(self, data: Any) -> None:
         """One NVML event: alarm on the critical Xids, log the others."""
-        if not int(data.eventType) & int(self._nvml.nvmlEventTypeXidCriticalError):
+        if not int(data.eventType) & int(self.nvml.nvmlEventTypeXidCriticalError):
             return
         xid = int(data.eventData)
         if xid in CRITICAL_XIDS:
