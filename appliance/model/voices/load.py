@@ -30,6 +30,7 @@ from appliance.model.voices.pair import (
 from appliance.model.voices.verify import (
     CONTEXT_CANDIDATES,
     DEFAULT_CONTEXT,
+    DecoderCut,
     Reference,
     lean_decoder,
     margin_decoder,
@@ -252,30 +253,25 @@ class _Preparation:
         assert self.enc is not None
         return self.flow or self.enc
 
+    @property
+    def _decoder_cut(self) -> DecoderCut:
+        """The verified cut at its context, for the decoder rewrites' checks."""
+        assert self.dec is not None and self.names is not None
+        first, context = self._first, self.context
+        return DecoderCut(self._reference, self.dec, self.names, first, context, self.slot)
+
     def find_context(self) -> None:
         assert self.dec is not None and self.names is not None
         self.context, note = smallest_context(self._reference, self.dec, self.names, self._first)
         log.debug("voice %s: decoder context %d frames (%s)", self.info.name, self.context, note)
 
     def crop_margins(self) -> None:
-        assert self.dec is not None and self.names is not None
-        self.keep, self.margins, self.margins_note = margin_decoder(
-            self._reference, self.dec, self.names, self._first, self.context, self.slot
-        )
+        self.keep, self.margins, self.margins_note = margin_decoder(self._decoder_cut)
         kept = f"cropped to {self.keep} frame(s)" if self.keep is not None else "not cropped"
         log.debug("voice %s: decoder margins %s (%s)", self.info.name, kept, self.margins_note)
 
     def lift_2d(self) -> None:
-        assert self.dec is not None and self.names is not None
-        self.lean, self.lean_note = lean_decoder(
-            self._reference,
-            self.dec,
-            self.names,
-            self._first,
-            self.context,
-            self.slot,
-            self.keep,
-        )
+        self.lean, self.lean_note = lean_decoder(self._decoder_cut, self.keep)
         used = "used" if self.lean else "not used"
         log.debug("voice %s: 2-D decoder %s (%s)", self.info.name, used, self.lean_note)
 

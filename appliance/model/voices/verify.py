@@ -7,6 +7,7 @@ voice's cut loaded it five times, 4 of its 17 s)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,20 @@ class Reference:
         return self._audio
 
 
+@dataclass(frozen=True)
+class DecoderCut:
+    """What the decoder rewrites are checked with: the cut's decoder and names, what runs
+    before the decoder (the encoder, or the flow split), the context the cut passed with,
+    and the slot the rewritten decoders are written to."""
+
+    ref: Reference
+    dec: Path
+    names: CutNames
+    enc: Path | FlowSplit
+    context: int
+    slot: Path
+
+
 def _first_part(enc: Path | FlowSplit) -> tuple[Path, FlowSplit | None]:
     """What the check runs before the decoder: the encoder, or the prior and the flow."""
     if isinstance(enc, FlowSplit):
@@ -70,25 +85,19 @@ def _first_part(enc: Path | FlowSplit) -> tuple[Path, FlowSplit | None]:
     return enc, None
 
 
-def margin_decoder(
-    ref: Reference,
-    dec: Path,
-    names: CutNames,
-    enc: Path | FlowSplit,
-    context: int,
-    slot: Path,
-) -> tuple[int | None, Path | None, str]:
+def margin_decoder(cut: DecoderCut) -> tuple[int | None, Path | None, str]:
     """The fewest frames of context the decoder can keep after each upsampling stage and
-    still pass the cut's check at ``context`` (:data:`MARGIN_CANDIDATES`), and the decoder
+    still pass the cut's check at its context (:data:`MARGIN_CANDIDATES`), and the decoder
     written with them; None, None when none passes."""
-    first, flow = _first_part(enc)
+    first, flow = _first_part(cut.enc)
+    context, slot = cut.context, cut.slot
     notes: list[str] = []
     for keep in (k for k in MARGIN_CANDIDATES if k < context):
         try:
-            path = cut_margin_decoder(dec, slot, keep)
+            path = cut_margin_decoder(cut.dec, slot, keep)
         except (ValueError, OSError) as exc:  # ValueError: a graph the rewrite does not know
             return None, None, f"cannot crop: {exc}"
-        passed, note = _check_model(ref, first, path, names, flow, (context,))
+        passed, note = _check_model(cut.ref, first, path, cut.names, flow, (context,))
         notes.append(f"keep {keep}: {note.removeprefix(f'context {context}: ')}")
         if passed is not None:
             return keep, path, "; ".join(notes)
@@ -96,26 +105,18 @@ def margin_decoder(
     return None, None, "; ".join(notes) or "no frames to save"
 
 
-def lean_decoder(
-    ref: Reference,
-    dec: Path,
-    names: CutNames,
-    enc: Path | FlowSplit,
-    context: int,
-    slot: Path,
-    keep: int | None = None,
-) -> tuple[Path | None, str]:
-    """The 2-D decoder, when it can be written and passes the cut's check at ``context``;
+def lean_decoder(cut: DecoderCut, keep: int | None = None) -> tuple[Path | None, str]:
+    """The 2-D decoder, when it can be written and passes the cut's check at its context;
     with ``keep``, cropping its margins (as the 1-D one passed with), else whole."""
-    first, flow = _first_part(enc)
+    first, flow = _first_part(cut.enc)
     notes: list[str] = []
     for crop in dict.fromkeys((keep, None)):
         try:
-            lean = cut_lean_decoder(dec, slot, crop)
+            lean = cut_lean_decoder(cut.dec, cut.slot, crop)
         except (ValueError, OSError) as exc:  # ValueError: a graph the rewrite does not know
             notes.append(f"cannot rewrite: {exc}")
             continue
-        passed, note = _check_model(ref, first, dec, names, flow, (context,), lean)
+        passed, note = _check_model(cut.ref, first, cut.dec, cut.names, flow, (cut.context,), lean)
         notes.append(f"margins kept {crop}: {note}" if crop is not None else note)
         if passed is not None:
             return lean, "; ".join(notes)
