@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from appliance.core import wordtimes
@@ -41,46 +42,42 @@ STALL_JITTER_S = 0.1
 first chunk, with this much jitter buffer, would have run dry (the benchmark's client)."""
 
 
+@dataclass(eq=False)
 class Timeline:
     """One request's output time, marks and words (see the module)."""
 
-    def __init__(
-        self,
-        rate: int,
-        frame_ms: float,
-        stats: JobStats,
-        output: Output,
-        watermark_s: float,
-        words: bool,
-        is_space: IdTest,
-        visemes: VisemeTrack | None = None,
-    ) -> None:
-        """``words``: chunks carry word timings; ``visemes``: chunks carry the track's."""
-        self._rate = rate
-        self._frame_ms = frame_ms
-        self._stats = stats
-        self._output = output
-        self._watermark_s = watermark_s
-        self._is_space = is_space
-        self.seq = 0
-        """The next chunk's sequence number (chunks sent so far)."""
-        self.audio_out_s = 0.0
-        """Seconds of audio sent."""
-        self.last_span = (0, 0)
-        self._marks: collections.deque[Mark] = collections.deque()
-        """SSML marks placed in the audio but not yet sent with a chunk, in order."""
-        self._words: collections.deque[Word] | None = collections.deque() if words else None
-        """With word timings: words placed in the audio but not yet sent, in order."""
-        self._visemes = visemes
-        self.pending: PendingWords | None = None
-        """The clause's words still to find and place, with its next chunk decoded."""
-        self.dry_s = 0.0
-        """Time the listener waited for text with nothing to play (an eager start's
-        waits): its player resumed with the next chunk, so later chunks are due that
-        much later."""
-        self._text_wait = False
-        self.sent_at = 0.0
-        """When the last chunk went out (monotonic)."""
+    rate: int
+    frame_ms: float
+    stats: JobStats
+    output: Output
+    watermark_s: float
+    word_timings: bool
+    """Chunks carry word timings."""
+    is_space: IdTest
+    viseme_track: VisemeTrack | None = None
+    """Chunks carry this track's visemes."""
+    seq: int = field(default=0, init=False)
+    """The next chunk's sequence number (chunks sent so far)."""
+    audio_out_s: float = field(default=0.0, init=False)
+    """Seconds of audio sent."""
+    last_span: tuple[int, int] = field(default=(0, 0), init=False)
+    _marks: collections.deque[Mark] = field(default_factory=collections.deque, init=False)
+    """SSML marks placed in the audio but not yet sent with a chunk, in order."""
+    _words: collections.deque[Word] | None = field(default=None, init=False)
+    """With word timings: words placed in the audio but not yet sent, in order."""
+    pending: PendingWords | None = field(default=None, init=False)
+    """The clause's words still to find and place, with its next chunk decoded."""
+    dry_s: float = field(default=0.0, init=False)
+    """Time the listener waited for text with nothing to play (an eager start's
+    waits): its player resumed with the next chunk, so later chunks are due that
+    much later."""
+    _text_wait: bool = field(default=False, init=False)
+    sent_at: float = field(default=0.0, init=False)
+    """When the last chunk went out (monotonic)."""
+
+    def __post_init__(self) -> None:
+        if self.word_timings:
+            self._words = collections.deque()
 
     @property
     def words(self) -> bool:
@@ -90,22 +87,22 @@ class Timeline:
     @property
     def visemes(self) -> bool:
         """Visemes were asked."""
-        return self._visemes is not None
+        return self.viseme_track is not None
 
     def next_ms(self) -> float:
         """Where the next speech starts in the output: after what was sent and what the
         time-stretch still holds of the speech before (libsonic keeps ~20 ms across
         chunks; words placed from the sent audio alone came that much early)."""
-        return (self.audio_out_s + self._output.held_s) * 1000
+        return (self.audio_out_s + self.output.held_s) * 1000
 
     def out_frame_ms(self) -> float:
         """A frame's ms in the output: a stretched clause (speed past the voice's limit) is
         that much shorter."""
-        return self._frame_ms / self._output.factor
+        return self.frame_ms / self.output.factor
 
     def _origin(self) -> float | None:
         """When a real-time listener started playing, shifted by its waits for text."""
-        t_first = self._stats.t_first
+        t_first = self.stats.t_first
         return None if t_first is None else t_first + self.dry_s
 
     def waiting_for_text(self) -> None:
@@ -120,7 +117,7 @@ class Timeline:
         origin = self._origin()
         if origin is None:
             return time.monotonic()
-        return origin + self.audio_out_s + ahead_s - self._watermark_s
+        return origin + self.audio_out_s + ahead_s - self.watermark_s
 
     def slack_until(self, ahead_s: float = 0.0) -> float | None:
         """The latest finish for work a listener playing since its first chunk still gets
@@ -154,9 +151,9 @@ class Timeline:
             frames = [m.position / n * voiced.total for m in marks]
         else:
             positions = [m.position for m in marks]
-            frames = position_frames(clause, positions, ids, enc.durations, self._is_space)
+            frames = position_frames(clause, positions, ids, enc.durations, self.is_space)
         durations = enc.durations if enc is not None else None
-        pauses = pause_frames(clause, ids, durations, self._is_space)
+        pauses = pause_frames(clause, ids, durations, self.is_space)
         by_frame = {round(f): p for f, p in zip(pauses, clause.pauses, strict=True)}
         frame_ms = self.out_frame_ms()
         for mark, f in zip(marks, frames, strict=True):
@@ -194,7 +191,7 @@ class Timeline:
             words = [w for w in words if keep(w)]
         timed = wordtimes.timed_words(words, at)
         self._words.extend(timed)
-        stats = self._stats
+        stats = self.stats
         if stats.t_first is None and stats.first_words_ms is not None:
             stats.first_words_ms += (time.perf_counter() - t0) * 1000
         return timed[-1].offset_ms + timed[-1].duration_ms if timed else 0.0
@@ -204,8 +201,8 @@ class Timeline:
     ) -> None:
         """With visemes, the shapes of the clause's spoken words (``ids``: the clause's;
         those ``keep`` takes) at their output times (``at``, as its words')."""
-        if self._visemes is not None:
-            self._visemes.place(ids, at, keep)
+        if self.viseme_track is not None:
+            self.viseme_track.place(ids, at, keep)
 
     def place_clause_words(self, voiced: Voiced) -> None:
         """Queue the clause's words; those a first clause found after its first chunk are
@@ -241,7 +238,7 @@ class Timeline:
     ) -> None:
         """Count a stall if the listener ran dry, attach the marks and words that fall in
         the chunk, emit it."""
-        stats = self._stats
+        stats = self.stats
         self.last_span = span
         now = time.monotonic()
         origin = self._origin()
@@ -257,13 +254,13 @@ class Timeline:
         if origin is not None and now > run_dry:
             # A player with a minimal jitter buffer ran out of audio before this chunk.
             stats.stalls += 1
-        dur_s = len(audio) / self._rate
+        dur_s = len(audio) / self.rate
         end_ms = (self.audio_out_s + dur_s) * 1000
         visemes = self._take_visemes(end_ms, final)
         chunk = Chunk(
             seq=self.seq,
             samples=audio,
-            sample_rate=self._rate,
+            sample_rate=self.rate,
             offset_ms=self.audio_out_s * 1000,
             duration_ms=dur_s * 1000,
             text_span=span,
@@ -285,12 +282,12 @@ class Timeline:
 
     def _take_visemes(self, end_ms: float, final: bool) -> tuple[Viseme, ...] | None:
         """The chunk's visemes (None: not asked); the first chunk's work is counted."""
-        if self._visemes is None:
+        if self.viseme_track is None:
             return None
         t0 = time.perf_counter()
-        out = self._visemes.take(self.audio_out_s * 1000, end_ms, final)
+        out = self.viseme_track.take(self.audio_out_s * 1000, end_ms, final)
         if self.seq == 0:
-            self._stats.first_visemes_ms = (time.perf_counter() - t0) * 1000
+            self.stats.first_visemes_ms = (time.perf_counter() - t0) * 1000
         return out
 
     def _take_marks(self, end_ms: float, everything: bool) -> tuple[Mark, ...]:
@@ -309,7 +306,7 @@ class Timeline:
         out: list[Word] = []
         # Words start on frames, chunks end on frames plus whole-sample silences: a word
         # within half a frame of the end starts the next chunk.
-        edge = end_ms - self._frame_ms / 2
+        edge = end_ms - self.frame_ms / 2
         while self._words and (everything or self._words[0].offset_ms < edge):
             out.append(self._words.popleft())
         return tuple(out)
