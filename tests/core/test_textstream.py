@@ -5,7 +5,9 @@ tests/text/cuts/test_stream.py."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -301,3 +303,55 @@ def test_a_first_piece_over_the_limit_ends_at_once_on_every_door(
     assert streamed.error is not None and streamed.error.code == "text_too_long", streamed.types
     done = asyncio.run(request(uri, Event("synthesize", {"text": "Still served."})))
     assert done.error is None and done.types[-1] == "audio-stop", done.types
+
+
+# ---------------------------------------------------------------- the feed, without a daemon
+
+
+def test_an_eager_feed_drafts_only_when_the_job_would_speak_from_a_draft() -> None:
+    """A draft is the frontend run again over the unreleased text: made on every word only
+    while the job asks (``ClauseQueue.want_draft``), and at once when it starts asking."""
+    from appliance.core.pipeline.clauses import ClauseQueue
+    from appliance.core.textstream import TextFeed
+    from appliance.errors import ServiceError
+    from appliance.text.cuts.stream import SegmentRule
+    from appliance.text.frontend import Clause, FrontendLimits, prepare
+
+    made: list[str] = []
+
+    async def prep(text: str, first: bool) -> list[Clause]:
+        made.append(text)
+        return prepare(text, "en_US", FrontendLimits(2000, 400))
+
+    async def until(done: Callable[[], bool]) -> None:
+        for _ in range(1000):
+            if done():
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError("not within 5 s")
+
+    async def run() -> None:
+        errors: list[ServiceError] = []
+        queue = ClauseQueue(closed=False)
+        feed = TextFeed(
+            queue, prep, SegmentRule(40, 400, 0), 10_000, 30.0, errors.append, eager=True
+        )
+        words = lambda: queue.draft.words if queue.draft is not None else 0  # noqa: E731
+        try:
+            feed.append("The train to Boston")
+            await until(lambda: words() == 4)
+            queue.want_draft(False)
+            for word in (" leaves", " at", " noon"):
+                feed.append(word)
+                await asyncio.sleep(0.02)
+            assert made == ["The train to Boston"] and words() == 4
+            queue.want_draft(True)  # the listener runs short: the text as it is now
+            await until(lambda: words() == 7)
+            assert made[-1] == "The train to Boston leaves at noon"
+            feed.append(" today")
+            await until(lambda: words() == 8)
+            assert not errors
+        finally:
+            feed.close()
+
+    asyncio.run(run())

@@ -143,3 +143,54 @@ def test_the_whole_sentence_takes_over_a_draft_at_its_word_gap(voice: VoiceRunti
     whole = voice.model.fused(encode.clause_ids(ctx, clause), ctx.settings.scales, None)
     n = len(voiced.lead)
     np.testing.assert_allclose(after[n:], whole[a * voice.hop : b * voice.hop], atol=1e-4)
+
+
+class ListenerHost(EagerHost):
+    """An eager host whose listener holds what the test says."""
+
+    def __init__(self, ctx: encode.EncodeContext, queue: ClauseQueue) -> None:
+        super().__init__(ctx, queue)
+        self.held_s = 0.2
+
+    def buffer_s(self) -> float:
+        return self.held_s
+
+
+def test_a_longer_draft_is_encoded_when_the_playhead_needs_it(voice: VoiceRuntime) -> None:
+    """Text comes far faster than it is spoken: a draft one word longer is not encoded
+    while enough audio is left (it was often made and never played), one two words longer
+    is; once the listener is about to run dry, any longer draft is."""
+    ctx = context(voice)
+    words = BARE.split(" ")
+    queue = ClauseQueue(closed=False)
+    queue.put_draft(clause_of(" ".join(words[:9])))
+    host = ListenerHost(ctx, queue)
+
+    async def emit(chunk: Chunk) -> None:
+        pass
+
+    async def encodes_after(n: int, held_s: float, expect: int) -> int:
+        """Encodings made once a draft of ``n`` words is known (waiting up to 10 s for
+        ``expect`` of them, 0.3 s when none more is expected)."""
+        host.held_s = held_s
+        before = host.stats.eager_encodes
+        queue.put_draft(clause_of(" ".join(words[:n])))
+        for _ in range(1000 if expect > before else 30):
+            if host.stats.eager_encodes >= expect > before:
+                break
+            await asyncio.sleep(0.01)
+        return host.stats.eager_encodes
+
+    async def run() -> list[int]:
+        assert queue.draft is not None
+        playing = asyncio.create_task(eager.EagerStart().play(host, queue.draft, emit))
+        await asyncio.wait_for(host.stuck.wait(), 60)  # all of the draft's words are sent
+        between = (eager.URGENT_LEFT_S + eager.REENCODE_LEFT_S) / 2
+        got = [host.stats.eager_encodes, await encodes_after(10, between, 1)]
+        got.append(await encodes_after(11, between, 2))
+        got.append(await encodes_after(12, eager.URGENT_LEFT_S / 2, 3))
+        queue.put([clause_of(BARE)])
+        await asyncio.wait_for(playing, 60)
+        return got
+
+    assert asyncio.run(run()) == [1, 1, 2, 3]
