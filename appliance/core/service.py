@@ -664,6 +664,7 @@ def job_settings(
         max_phonemes=cfg.engine.max_phonemes,
         word_timings=req.word_timings,
         visemes=req.visemes,
+        text_stream=req.text_stream,
         eager=req.text_stream and req.text_start == "eager",
         keepalive_ms=float(req.keepalive_ms or 0) if req.text_stream else 0.0,
     )

@@ -94,7 +94,7 @@ class SynthesisJob:
         )
         self._start = choose(self.ctx)
         self._eager = eager.choose(self.ctx)
-        stats.text_stream = self._eager is not None or settings.keepalive_ms > 0
+        stats.text_stream, stats.eager = settings.text_stream, self._eager is not None
         self.output = Output(voice.sample_rate, settings.stretch_speed)
         self.timeline = Timeline(
             voice.sample_rate,
@@ -203,6 +203,8 @@ class SynthesisJob:
             return self._next[0]
         q = self.clauses
         if self._eager is None and not self.settings.keepalive_ms:
+            if self.settings.text_stream and not q.ready and not q.closed:
+                self.timeline.waiting_for_text()  # the writer's sentence is not out yet
             return await q.take()
         while not q.ready:
             if q.closed:

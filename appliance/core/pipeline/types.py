@@ -99,6 +99,9 @@ class JobSettings:
     stretch_speed: float | None = None
     """A speed past what the voice does well (``appliance.model.stretch``): the voice renders
     at ``scales`` (its limit) and each clause is time-stretched so the whole is this fast."""
+    text_stream: bool = False
+    """Its text streams in: a listener that runs dry for want of text heard a text wait,
+    not a stall."""
     eager: bool = False
     """Text that streams in: a sentence is spoken from its draft while it is still being
     written (``text_start: eager``, :mod:`.eager`)."""
@@ -136,6 +139,8 @@ class JobStats:
     parts: dict[str, float] = field(default_factory=dict)
     text_stream: bool = False
     """Its text streams in: the text-wait figures below are reported."""
+    eager: bool = False
+    """Its sentences may start from drafts: the eager figures below are reported."""
     text_waits: int = 0
     """Times the listener ran dry waiting for text (an eager start waits at a word gap)."""
     text_wait_ms: float = 0.0
@@ -184,9 +189,9 @@ class JobStats:
                 text_waits=self.text_waits,
                 text_wait_ms=round(self.text_wait_ms, 1),
                 keepalives=self.keepalives,
-                eager_sentences=self.eager_sentences,
-                eager_encodes=self.eager_encodes,
             )
+        if self.eager:
+            out.update(eager_sentences=self.eager_sentences, eager_encodes=self.eager_encodes)
         return out
 
 

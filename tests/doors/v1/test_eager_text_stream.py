@@ -350,3 +350,14 @@ def test_a_bad_text_start_is_refused(daemon: Daemon) -> None:
         for bad in ({"text_start": "soon"}, {"keepalive_ms": 5}):
             ev = w.call({"op": "synthesize", "id": 1, "text_stream": True, **bad})
             assert ev["event"] == "error" and ev["code"] == "bad_request", ev
+
+
+def test_waiting_for_the_writer_is_a_text_wait_with_either_start(daemon: Daemon) -> None:
+    """A one-word sentence, then the writer thinks for a second: the listener runs dry for
+    want of text, which ``end.stats`` counts as a text wait (``sentence`` counted it as a
+    stall, though synthesis kept up); the eager figures only where the start is eager."""
+    pieces: list[str | float] = ["Sure! ", 1.2, *paced("The pharmacy opens at nine.", 0.03)]
+    for start in ("sentence", "eager"):
+        stats = feed(daemon.socket, pieces, text_start=start).end["stats"]
+        assert stats["text_waits"] >= 1 and stats["text_wait_ms"] > 300, (start, stats)
+        assert ("eager_sentences" in stats) == (start == "eager"), stats
