@@ -408,7 +408,8 @@ class _Sentence:
 
     def _wants(self, draft: Draft) -> bool:
         """Encode this draft: nothing plays yet, or it has more words than what plays
-        and the playhead will soon reach what plays' last gap."""
+        and the audio left is short (:data:`REENCODE_LEFT_S` with :data:`MIN_GROWTH` more
+        words, :data:`URGENT_LEFT_S` with any)."""
         made = self.made if self.made is not None else self.cur
         if draft.version <= self.asked:
             return False
