@@ -287,34 +287,48 @@ def _cpu_s(pid: int) -> float:
 
 
 def _v1_rows(sock: str, pid: int, replies: list[str], whole: Whole) -> list[dict[str, Any]]:
+    """Each reply fed with each start in turn (the daemon's CPU read around each run), so
+    that a machine whose speed drifts over the minutes weighs on both starts alike."""
     rows = []
     for rate in RATES:
-        for start in STARTS:
-            cpu0, runs, refused = _cpu_s(pid), [], 0
-            for text in replies:
+        runs: dict[str, list[tuple[str, Run]]] = {start: [] for start in STARTS}
+        cpu = dict.fromkeys(STARTS, 0.0)
+        refused = dict.fromkeys(STARTS, 0)
+        for text in replies:
+            for start in STARTS:
+                cpu0 = _cpu_s(pid)
                 try:
-                    runs.append((text, asyncio.run(feed_v1(sock, tokens(text), rate, start))))
+                    runs[start].append(
+                        (text, asyncio.run(feed_v1(sock, tokens(text), rate, start)))
+                    )
                 except TtsdError:  # busy: a loaded machine's admission said no
-                    refused += 1
-            cpu = _cpu_s(pid) - cpu0
-            audio_s = sum(r.stats["audio_ms"] for _, r in runs) / 1000
-            firsts = [r.first_ms for _, r in runs]
-            row: dict[str, Any] = {
-                "door": "v1",
-                "rate": rate,
-                "start": start,
-                "first_p50_ms": _pct(firsts, 50),
-                "first_p95_ms": _pct(firsts, 95),
-                "cpu_per_audio_s": cpu / audio_s,
-                "compute_per_audio_s": sum(r.stats["compute_ms"] for _, r in runs) / 1000 / audio_s,
-                "stalls": sum(r.stats["stalls"] for _, r in runs),
-                "text_waits": sum(r.stats.get("text_waits", 0) for _, r in runs),
-                "refused": refused,
-            }
-            if start == "eager":
-                row.update(quality(runs, whole))
-            rows.append(row)
+                    refused[start] += 1
+                cpu[start] += _cpu_s(pid) - cpu0
+        for start in STARTS:
+            rows.append(_v1_row(rate, start, runs[start], cpu[start], refused[start], whole))
     return rows
+
+
+def _v1_row(
+    rate: float, start: str, runs: list[tuple[str, Run]], cpu: float, refused: int, whole: Whole
+) -> dict[str, Any]:
+    audio_s = sum(r.stats["audio_ms"] for _, r in runs) / 1000
+    firsts = [r.first_ms for _, r in runs]
+    row: dict[str, Any] = {
+        "door": "v1",
+        "rate": rate,
+        "start": start,
+        "first_p50_ms": _pct(firsts, 50),
+        "first_p95_ms": _pct(firsts, 95),
+        "cpu_per_audio_s": cpu / audio_s,
+        "compute_per_audio_s": sum(r.stats["compute_ms"] for _, r in runs) / 1000 / audio_s,
+        "stalls": sum(r.stats["stalls"] for _, r in runs),
+        "text_waits": sum(r.stats.get("text_waits", 0) for _, r in runs),
+        "refused": refused,
+    }
+    if start == "eager":
+        row.update(quality(runs, whole))
+    return row
 
 
 def _wyoming_rows(port: int, replies: list[str], peer: bool) -> list[dict[str, Any]]:
