@@ -353,9 +353,12 @@ class SynthesisJob:
         audio = self.output.render(shaped, final)
         await self.timeline.send(audio, span, sentence_end, final, emit)
 
-    def submit(self, fn: Callable[[], Any], kind: str) -> asyncio.Future[tuple[Any, WorkTiming]]:
-        """Run ``fn`` on a worker, due now (a start strategy's items)."""
-        return self._submit(fn, kind)
+    def submit(
+        self, fn: Callable[[], Any], kind: str, later_s: float = 0.0
+    ) -> asyncio.Future[tuple[Any, WorkTiming]]:
+        """Run ``fn`` on a worker for a start strategy, due when the listener runs dry (or
+        ``later_s`` after)."""
+        return self._submit(fn, kind, later_s)
 
     def _submit(
         self, fn: Callable[[], Any], kind: str, ahead_s: float = 0.0, urgent: bool = False

@@ -404,7 +404,9 @@ class _Sentence:
         log.debug(
             "encode %s", "whole" if self.whole_asked and self.clause else self.draft.clause.text
         )
-        self.making = host.submit(work, "encode")
+        # Due when the audio made runs out: the provisional audio still to send plays first
+        # (a burst of eager streams serves the decodes of those about to run dry first).
+        self.making = host.submit(work, "encode", self._playable_s(self.cur))
 
     def _wants(self, draft: Draft) -> bool:
         """Encode this draft: nothing plays yet, or it has more words than what plays
@@ -435,8 +437,14 @@ class _Sentence:
     def _runway_s(self, cur: Take) -> float:
         """Audio left before the listener runs dry: what it holds and what ``cur`` may still
         play past the playhead."""
+        return self.host.buffer_s() + self._playable_s(cur)
+
+    def _playable_s(self, cur: Take | None) -> float:
+        """Audio ``cur`` may still play past the playhead."""
+        if cur is None or cur.playable == 0:
+            return 0.0
         left_frames = cur.frames[cur.playable - 1] - (cur.frames[self.at] if self.at >= 0 else 0)
-        return self.host.buffer_s() + left_frames * self.host.ctx.frame_ms / 1000.0
+        return left_frames * self.host.ctx.frame_ms / 1000.0
 
     def _join(self, take: Take) -> bool:
         """Let ``take`` take over at the playhead's gap, if it has the same text before it

@@ -90,8 +90,11 @@ class StartHost(Protocol):
     timeline: Timeline
     output: Output
 
-    def submit(self, fn: Callable[[], Any], kind: str) -> asyncio.Future[tuple[Any, WorkTiming]]:
-        """Run ``fn`` on a worker, due now (the listener is waiting)."""
+    def submit(
+        self, fn: Callable[[], Any], kind: str, later_s: float = 0.0
+    ) -> asyncio.Future[tuple[Any, WorkTiming]]:
+        """Run ``fn`` on a worker, due when the listener runs dry (the listener is waiting),
+        or ``later_s`` after that (audio that plays before its result is already made)."""
         ...
 
     async def send(

@@ -102,7 +102,7 @@ class Host:
         self.target = ctx.plan.first_target
         self.grown: list[int] = []
 
-    def submit(self, fn: Callable[[], Any], kind: str) -> asyncio.Future[Any]:
+    def submit(self, fn: Callable[[], Any], kind: str, later_s: float = 0.0) -> asyncio.Future[Any]:
         async def run() -> tuple[Any, WorkTiming]:
             return await asyncio.to_thread(fn), WorkTiming(0.0, 0.0, 0.0, False)
 
