@@ -412,19 +412,29 @@ class _Sentence:
         """Encode this draft: nothing plays yet, or it has more words than what plays
         and the audio left is short (:data:`REENCODE_LEFT_S` with :data:`MIN_GROWTH` more
         words, :data:`URGENT_LEFT_S` with any)."""
-        made = self.made if self.made is not None else self.cur
-        if draft.version <= self.asked:
+        made = self._latest
+        if not self._newer(draft):
             return False
         if made is None:
             return draft.words >= MIN_WORDS
-        if draft.words <= len(made.clause.word_spans):
-            return False
         cur = self.cur
         if cur is None or cur.playable == 0:
             return cur is not None
         left = self._runway_s(cur)
         grown = draft.words - len(made.clause.word_spans)
         return left < URGENT_LEFT_S or (left < REENCODE_LEFT_S and grown >= MIN_GROWTH)
+
+    @property
+    def _latest(self) -> Take | None:
+        """The encoding made last: one that has not joined yet, else the one playing."""
+        return self.made if self.made is not None else self.cur
+
+    def _newer(self, draft: Draft) -> bool:
+        """``draft`` is not encoded yet and has more words than the encoding made last."""
+        made = self._latest
+        return draft.version > self.asked and (
+            made is None or draft.words > len(made.clause.word_spans)
+        )
 
     def _wants_newer(self) -> bool:
         """A newer draft would be encoded now if it had grown (the text stream drafts
@@ -563,7 +573,7 @@ class _Sentence:
         if cur is not None and self.making is None and self.clause is None and cur.playable:
             if not self.host.clauses.draft_wanted:
                 due.append(self._runway_s(cur) - REENCODE_LEFT_S)
-            elif self.draft.version > self.asked and self.draft.words > len(cur.clause.word_spans):
+            elif self._newer(self.draft):
                 due.append(self._runway_s(cur) - URGENT_LEFT_S)
         return max(0.005, min(due)) if due else None
 
