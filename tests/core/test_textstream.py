@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from appliance.clients.client import AsyncClient, Client
+from appliance.clients.client import AsyncClient, Client, encode
 from tests.asr import recognize, wer
 from tests.conftest import Daemon, DaemonFactory
 from tests.wire import Wire
@@ -153,10 +153,15 @@ def test_append_and_finish_to_streams_that_are_not_open(daemon: Daemon) -> None:
         other.send({"op": "append", "target": 5, "text": "Still mine."})
         other.send({"op": "finish", "target": 5})
         assert other.until(5)[-1]["event"] == "end"
-        # a finished stream refuses more text, and still ends exactly once
-        w.send({"op": "synthesize", "id": 4, "text_stream": True, "text": "Last one."})
-        w.send({"op": "finish", "target": 4})
-        w.send({"op": "append", "target": 4, "text": " more"})
+        # a finished stream refuses more text, and still ends exactly once (in one write:
+        # sent apart, a loaded client could be slower than the short stream's end, and
+        # the append would then meet no stream at all)
+        msgs = [
+            {"op": "synthesize", "id": 4, "text_stream": True, "text": "Last one."},
+            {"op": "finish", "target": 4},
+            {"op": "append", "target": 4, "text": " more"},
+        ]
+        w.send_raw(b"".join(encode(m) for m in msgs))
         evs = w.until(4, ("end",))  # the refusal carries the id and is not its end
         refusals = [e for e in evs if e["event"] == "error"]
         assert len(refusals) == 1 and refusals[0]["refused"] is True, evs
