@@ -46,6 +46,7 @@ from appliance.core.pipeline.types import (
     EncodedClause,
     JobSettings,
     JobStats,
+    Place,
     Voiced,
     VoiceRuntime,
 )
@@ -169,7 +170,7 @@ class SynthesisJob:
             # A text stream's last chunk was not known as last: the stretcher's tail now.
             tail = self.output.render(Shaped(np.zeros(0, np.float32)), final=True)
             if len(tail):
-                await self.timeline.send(tail, self.timeline.last_span, False, True, emit)
+                await self.timeline.send(tail, Place(self.timeline.last_span, final=True), emit)
 
     async def _encoded(self, clause: Clause) -> EncodedClause:
         """The clause's encoding: prefetched, or the request's first item (urgent: work
@@ -242,8 +243,7 @@ class SynthesisJob:
                 self.stats.keepalives += 1
                 silence = np.zeros(round(KEEPALIVE_S * self.voice.sample_rate), np.float32)
                 end = self.timeline.last_span[1]
-                span = (end, end)
-                await self.send(Shaped(silence), span, False, False, emit)
+                await self.send(Shaped(silence), Place((end, end)), emit)
                 return
             timeout = due if timeout is None else min(timeout, due)
         await self.clauses.changed(None if timeout is None else max(0.0, timeout))
@@ -309,8 +309,12 @@ class SynthesisJob:
                 volume=self.settings.volume,
                 rate=rate,
             )
-            span = chunk_span(clause, a, b, voiced.total)
-            await self.send(shaped, span, last and clause.sentence_end, last and not more, emit)
+            place = Place(
+                chunk_span(clause, a, b, voiced.total),
+                sentence_end=last and clause.sentence_end,
+                final=last and not more,
+            )
+            await self.send(shaped, place, emit)
             clause_out_s += (b - a) * hop / rate
             self._prefetch(clause_audio_s - clause_out_s)
 
@@ -341,17 +345,9 @@ class SynthesisJob:
         out: FloatArray = audio if lead is None else joined(lead, audio, self.voice.hop)
         return out
 
-    async def send(
-        self,
-        shaped: Shaped,
-        span: tuple[int, int],
-        sentence_end: bool,
-        final: bool,
-        emit: Emit,
-    ) -> None:
+    async def send(self, shaped: Shaped, place: Place, emit: Emit) -> None:
         """Render one chunk's samples (the time-stretch) and send it on the timeline."""
-        audio = self.output.render(shaped, final)
-        await self.timeline.send(audio, span, sentence_end, final, emit)
+        await self.timeline.send(self.output.render(shaped, place.final), place, emit)
 
     def submit(
         self, fn: Callable[[], Any], kind: str, later_s: float = 0.0

@@ -52,7 +52,7 @@ import numpy as np
 from appliance.core.pipeline import encode
 from appliance.core.pipeline.shape import Shaped, fade, gain, joined, silence_samples
 from appliance.core.pipeline.start import Heard, JoinWords, StartHost, take_over
-from appliance.core.pipeline.types import Emit, EncodedClause, Provisional, Voiced
+from appliance.core.pipeline.types import Emit, EncodedClause, Place, Provisional, Voiced
 from appliance.model.engine.windows import decode_span
 
 log = logging.getLogger(__name__)
@@ -506,7 +506,7 @@ class _Sentence:
         self._place_words(cur, pa, cur.seams[b], before, lead)
         span = self._span(cur, b)
         volume = ctx.settings.volume * clause.volume
-        await host.send(Shaped(gain(send, volume), before), span, False, False, self.emit)
+        await host.send(Shaped(gain(send, volume), before), Place(span), self.emit)
         log.debug("sent to %d (%s) buffer %.3f", b, span, host.buffer_s())
         host.grow(cur.frames[b] - (cur.frames[self.at] if self.at >= 0 else 0))
         self.at, self.key = b, cur.keys[b]
@@ -582,7 +582,7 @@ class _Sentence:
         tail, self.tail = fade(self.tail, 0, len(self.tail)), None
         cur = self.cur
         assert cur is not None
-        await self.host.send(Shaped(tail), (self.key, self.key), False, False, self.emit)
+        await self.host.send(Shaped(tail), Place((self.key, self.key)), self.emit)
 
     def _take_over(self, take: Take) -> Voiced:
         host = self.host

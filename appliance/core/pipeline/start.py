@@ -66,6 +66,7 @@ from appliance.core.pipeline.types import (
     EncodedClause,
     JobStats,
     PendingWords,
+    Place,
     Provisional,
     Voiced,
 )
@@ -97,14 +98,7 @@ class StartHost(Protocol):
         or ``later_s`` after that (audio that plays before its result is already made)."""
         ...
 
-    async def send(
-        self,
-        shaped: Shaped,
-        span: tuple[int, int],
-        sentence_end: bool,
-        final: bool,
-        emit: Emit,
-    ) -> None:
+    async def send(self, shaped: Shaped, place: Place, emit: Emit) -> None:
         """Render and send one chunk."""
         ...
 
@@ -233,7 +227,7 @@ async def play_provisional(
     before = silence_samples(clause.pause_before_ms, ctx.voice.sample_rate)
     span = chunk_span(clause, 0, take.seam, len(encoded.ids))
     audio = gain(take.audio, ctx.settings.volume * clause.volume)
-    await host.send(Shaped(audio, before), span, False, False, emit)
+    await host.send(Shaped(audio, before), Place(span), emit)
     host.stats.windows += 1
     host.grow(take.frames)
     return Heard(len(marks), words_end)

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING
 
 from appliance.core import wordtimes
 from appliance.core.chunkplan import IdTest, pause_frames, position_frames
-from appliance.core.pipeline.types import Emit, JobStats, PendingWords, Voiced, WordKeep
+from appliance.core.pipeline.types import (
+    Emit,
+    JobStats,
+    PendingWords,
+    Place,
+    Voiced,
+    WordKeep,
+)
 from appliance.core.visemetimes import VisemeTrack
 from appliance.speech import Chunk, FloatArray, IntArray, Mark, Viseme, Word
 
@@ -228,18 +235,12 @@ class Timeline:
 
     # -- chunks
 
-    async def send(
-        self,
-        audio: FloatArray,
-        span: tuple[int, int],
-        sentence_end: bool,
-        final: bool,
-        emit: Emit,
-    ) -> None:
+    async def send(self, audio: FloatArray, place: Place, emit: Emit) -> None:
         """Count a stall if the listener ran dry, attach the marks and words that fall in
         the chunk, emit it."""
         stats = self.stats
-        self.last_span = span
+        self.last_span = place.span
+        final = place.final
         now = time.monotonic()
         origin = self._origin()
         if self._text_wait and origin is not None:
@@ -263,8 +264,8 @@ class Timeline:
             sample_rate=self.rate,
             offset_ms=self.audio_out_s * 1000,
             duration_ms=dur_s * 1000,
-            text_span=span,
-            sentence_end=sentence_end,
+            text_span=place.span,
+            sentence_end=place.sentence_end,
             final=final,
             marks=self._take_marks(end_ms, everything=final),
             words=self._take_words(end_ms, everything=final),

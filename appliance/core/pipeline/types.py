@@ -298,4 +298,16 @@ class Voiced:
 
 
 Emit = Callable[[Chunk], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a chunk stands in the request: the characters it says, and whether it ends a
+    sentence or the request (its ``Chunk``'s ``text_span``, ``sentence_end``, ``final``)."""
+
+    span: tuple[int, int]
+    sentence_end: bool = False
+    final: bool = False
+
+
 """Hands one chunk to its door (which applies back-pressure by taking its time)."""

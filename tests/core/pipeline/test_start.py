@@ -21,6 +21,7 @@ from appliance.core.pipeline.types import (
     Emit,
     EncodedClause,
     JobStats,
+    Place,
     VoiceCosts,
     Voiced,
     VoiceRuntime,
@@ -108,10 +109,8 @@ class Host:
 
         return asyncio.ensure_future(run())
 
-    async def send(
-        self, shaped: Shaped, span: tuple[int, int], end: bool, final: bool, emit: Emit
-    ) -> None:
-        await self.timeline.send(self.output.render(shaped, final), span, end, final, emit)
+    async def send(self, shaped: Shaped, place: Place, emit: Emit) -> None:
+        await self.timeline.send(self.output.render(shaped, place.final), place, emit)
 
     def plan(self, clause: Any, encoded: EncodedClause, start: int = 0) -> Voiced:
         assert encoded.enc is not None

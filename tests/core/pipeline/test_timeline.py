@@ -12,7 +12,7 @@ import pytest
 from appliance.core import wordtimes
 from appliance.core.pipeline.shape import Output
 from appliance.core.pipeline.timeline import STALL_JITTER_S, Timeline
-from appliance.core.pipeline.types import EncodedClause, JobStats, PendingWords, Voiced
+from appliance.core.pipeline.types import EncodedClause, JobStats, PendingWords, Place, Voiced
 from appliance.speech import Chunk, Mark
 from appliance.text.frontend import Clause, ClauseMark
 
@@ -34,7 +34,7 @@ def send_all(tl: Timeline, sizes: list[int], final_last: bool = True) -> list[Ch
     async def run() -> None:
         for k, n in enumerate(sizes):
             last = final_last and k == len(sizes) - 1
-            await tl.send(np.zeros(n, np.float32), (0, 1), last, last, emit)
+            await tl.send(np.zeros(n, np.float32), Place((0, 1), last, last), emit)
 
     asyncio.run(run())
     return out
