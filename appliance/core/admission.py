@@ -104,6 +104,23 @@ class StreamLoad:
 
 
 @dataclass(frozen=True)
+class Lateness:
+    """How late the scheduler's real-time work runs, in seconds: on average over
+    ``admission_window_s`` (``mean_s``) and the most urgent item queued now (``overdue_s``)."""
+
+    mean_s: float = 0.0
+    overdue_s: float = 0.0
+
+    @property
+    def behind_s(self) -> float:
+        return max(self.mean_s, self.overdue_s)
+
+
+ON_TIME = Lateness()
+"""No real-time work late (what a daemon with nothing queued reports)."""
+
+
+@dataclass(frozen=True)
 class Decision:
     admit: bool
     retry_after_ms: int = 0
@@ -167,14 +184,8 @@ class Admission:
         n = sum(1 for s in streams if s.realtime and s.producing)
         return (n + 1) * rtf / self.workers
 
-    def decide(
-        self,
-        cfg: SchedulerConfig,
-        streams: list[StreamLoad],
-        mean_lateness_s: float,
-        overdue_s: float,
-    ) -> Decision:
-        d = self.judge(cfg, streams, mean_lateness_s, overdue_s)
+    def decide(self, cfg: SchedulerConfig, streams: list[StreamLoad], late: Lateness) -> Decision:
+        d = self.judge(cfg, streams, late)
         if d.admit:
             self.admitted += 1
         else:
@@ -182,18 +193,12 @@ class Admission:
         self.last = d
         return d
 
-    def judge(
-        self,
-        cfg: SchedulerConfig,
-        streams: list[StreamLoad],
-        mean_lateness_s: float,
-        overdue_s: float,
-    ) -> Decision:
+    def judge(self, cfg: SchedulerConfig, streams: list[StreamLoad], late: Lateness) -> Decision:
         """The decision :meth:`decide` would take now, counting nothing (a balancer's
         check asks it: appliance.core.capacity)."""
         load = self.projected_load(streams)
         backlog_s = cfg.admission_backlog_ms / 1000.0
-        behind = backlog_s > 0 and max(mean_lateness_s, overdue_s) > backlog_s
+        behind = backlog_s > 0 and late.behind_s > backlog_s
         if not any(s.realtime and s.producing for s in streams):
             d = Decision(True, load=load)  # alone: nobody a refusal would protect
         elif load > cfg.admission_max_load:
@@ -206,8 +211,8 @@ class Admission:
         elif behind:
             d = Decision(
                 False,
-                _clamp_ms(max(mean_lateness_s, overdue_s) * 1000.0),
-                f"real-time work is {max(mean_lateness_s, overdue_s) * 1000:.0f} ms behind",
+                _clamp_ms(late.behind_s * 1000.0),
+                f"real-time work is {late.behind_s * 1000:.0f} ms behind",
                 load,
             )
         else:

@@ -67,7 +67,7 @@ def capacity_of(service: Service) -> Capacity:
         return Capacity("drain", reason=f"{cap_streams} requests in flight")
     cfg = rt.config.scheduler
     streams = service.stream_loads()
-    decision = service.admission.judge(cfg, streams, *service.admission_lateness())
+    decision = service.admission.judge(cfg, streams, service.admission_lateness())
     if not decision.admit:
         return Capacity("drain", reason=decision.reason)
     rtf = service.admission.rtf(streams)

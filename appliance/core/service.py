@@ -32,7 +32,14 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.core.admission import RTF_PRIOR, Admission, CpuShare, Decision, StreamLoad
+from appliance.core.admission import (
+    RTF_PRIOR,
+    Admission,
+    CpuShare,
+    Decision,
+    Lateness,
+    StreamLoad,
+)
 from appliance.core.registry import DoorCount, StreamRegistry
 from appliance.core.reports import Reports
 from appliance.core.runtime import Runtime
@@ -548,15 +555,14 @@ class Service:
     def admit(self) -> Decision:
         """Admission decision for one new real-time request."""
         cfg = self.runtime.config.scheduler
-        return self.admission.decide(cfg, self.stream_loads(), *self.admission_lateness())
+        return self.admission.decide(cfg, self.stream_loads(), self.admission_lateness())
 
-    def admission_lateness(self) -> tuple[float, float]:
-        """What admission weighs of the scheduler: its mean lateness over
-        ``admission_window_s`` and the work overdue now, in seconds (the balancer's
+    def admission_lateness(self) -> Lateness:
+        """What admission weighs of the scheduler (the balancer's
         :func:`~appliance.core.capacity.capacity_of` judges with the same)."""
         sched = self.runtime.scheduler
         window_s = self.runtime.config.scheduler.admission_window_s
-        return sched.mean_lateness_s(window_s), sched.overdue_s()
+        return Lateness(sched.mean_lateness_s(window_s), sched.overdue_s())
 
     def stream_loads(self) -> list[StreamLoad]:
         return [s.load() for s in self.streams]

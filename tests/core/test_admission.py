@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from appliance.core.admission import Admission, CpuShare, StreamLoad, process_cpu_s
+from appliance.core.admission import (
+    ON_TIME,
+    Admission,
+    CpuShare,
+    Lateness,
+    StreamLoad,
+    process_cpu_s,
+)
 from appliance.ops.config import SchedulerConfig
 
 
@@ -43,13 +50,13 @@ def test_wall_time_inflated_by_contention_no_longer_refuses_streams() -> None:
     cfg = SchedulerConfig(admission_max_load=0.4, admission_backlog_ms=0)
     live = streams(3, wall_rtf=0.25)
     # Wall time only: (3 + 1) * 0.25 / 2 workers = 0.5 > 0.4, refused.
-    assert not Admission(2, rtf_prior=0.25).decide(cfg, live, 0.0, 0.0).admit
+    assert not Admission(2, rtf_prior=0.25).decide(cfg, live, ON_TIME).admit
     # The workers were busy 10 s while the daemon used 5 CPU seconds: each stream
     # costs half what its wall time says, and the fourth fits.
     c = Clocks()
     admission = Admission(2, rtf_prior=0.25, cpu_share=c.share())
     c.busy, c.cpu = 10.0, 5.0
-    d = admission.decide(cfg, live, 0.0, 0.0)
+    d = admission.decide(cfg, live, ON_TIME)
     assert d.admit and abs(d.load - 0.25) < 1e-3
 
 
@@ -64,15 +71,15 @@ def test_a_stream_alone_is_admitted_however_slow_the_box_and_the_next_is_judged(
     cfg = SchedulerConfig(admission_max_load=0.4, admission_backlog_ms=1000)
     slow = Admission(2, rtf_prior=1.3)  # each stream would claim 0.65 of the workers
     # Nothing producing: neither the projection nor a stale backlog refuses.
-    assert slow.decide(cfg, [], mean_lateness_s=5.0, overdue_s=5.0).admit
+    assert slow.decide(cfg, [], Lateness(mean_s=5.0, overdue_s=5.0)).admit
     finished = [StreamLoad(True, False, compute_s=13.0, audio_s=10.0)]
-    assert slow.decide(cfg, finished, 5.0, 5.0).admit
+    assert slow.decide(cfg, finished, Lateness(5.0, 5.0)).admit
     batch = [StreamLoad(False, True, compute_s=13.0, audio_s=10.0)]
-    assert slow.decide(cfg, batch, 0.0, 0.0).admit
+    assert slow.decide(cfg, batch, ON_TIME).admit
     # One producing: the newcomer is judged by both rules.
     live = [StreamLoad(True, True, compute_s=13.0, audio_s=10.0)]
-    refused = slow.decide(cfg, live, 0.0, 0.0)
+    refused = slow.decide(cfg, live, ON_TIME)
     assert not refused.admit and "projected load" in refused.reason
     roomy = SchedulerConfig(admission_max_load=8.0, admission_backlog_ms=1000)
-    behind = slow.decide(roomy, live, 2.0, 0.0)
+    behind = slow.decide(roomy, live, Lateness(2.0, 0.0))
     assert not behind.admit and "behind" in behind.reason
