@@ -36,7 +36,7 @@ from typing import Any
 
 from appliance.clients.client import AsyncClient
 from appliance.text.cuts.blocks import markdown_release_point
-from appliance.text.cuts.stream import SegmentRule, release_point
+from appliance.text.cuts.stream import Occasion, SegmentRule, release_point
 from appliance.text.frontend import FrontendLimits, prepare
 
 TEXTS = {
@@ -87,7 +87,7 @@ def first_release(toks: list[str], markdown: bool = False) -> tuple[int, str]:
     text = ""
     for k, t in enumerate(toks):
         text += t
-        n = rule(text, _RULE, first=True)
+        n = rule(text, _RULE, Occasion(first=True))
         if n:
             return k, text[:n]
     return len(toks) - 1, text

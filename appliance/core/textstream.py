@@ -20,7 +20,14 @@ from collections.abc import Awaitable, Callable
 from appliance.core.pipeline.clauses import ClauseQueue
 from appliance.errors import ErrorCode, ServiceError
 from appliance.text.cuts.blocks import markdown_release_point
-from appliance.text.cuts.stream import SegmentRule, draftable, release_point, word_cut
+from appliance.text.cuts.stream import (
+    ON_TEXT,
+    Occasion,
+    SegmentRule,
+    draftable,
+    release_point,
+    word_cut,
+)
 from appliance.text.frontend import Clause
 
 log = logging.getLogger(__name__)
@@ -100,7 +107,7 @@ class TextFeed:
         self.text += text
         self._timeout.cancel()
         self._timeout = asyncio.get_running_loop().call_later(self._timeout_s, self._timed_out)
-        self._release(flush=flush)
+        self._release(Occasion(flush=flush))
         self._arm_idle()
         if self._queue.draft_wanted:
             self._queue_draft()
@@ -118,7 +125,7 @@ class TextFeed:
         self._timeout.cancel()
         if self._idle is not None:
             self._idle.cancel()
-        self._release(flush=True)
+        self._release(Occasion(flush=True))
         self._segments.put_nowait(None)
 
     def close(self) -> None:
@@ -131,14 +138,12 @@ class TextFeed:
 
     # -- inside
 
-    def _release(self, flush: bool = False, idle: bool = False, low: bool = False) -> None:
+    def _release(self, why: Occasion = ON_TEXT) -> None:
         while self._spoken < len(self.text):
             pending = self.text[self._spoken :]
             first = self._first and not self._eager
-            n = self._release_point(
-                pending, self._rule, first=first, idle=idle, flush=flush, low=low
-            )
-            if idle and self._eager:
+            n = self._release_point(pending, self._rule, dataclasses.replace(why, first=first))
+            if why.idle and self._eager:
                 n = max(n, word_cut(pending, self._markdown))
             if n <= 0:
                 return
@@ -152,7 +157,7 @@ class TextFeed:
             self._idle.cancel()
         if self._spoken < len(self.text) and self._rule.idle_ms > 0:
             self._idle = asyncio.get_running_loop().call_later(
-                self._rule.idle_ms / 1000.0, self._release, False, True
+                self._rule.idle_ms / 1000.0, self._release, Occasion(idle=True)
             )
         self._watch_low_water()
 
@@ -167,7 +172,7 @@ class TextFeed:
             self._low = None
             left = self._audio_left()
             if left is not None and left * 1000.0 < self._rule.low_water_ms:
-                self._release(low=True)
+                self._release(Occasion(low=True))
             self._watch_low_water()
 
         self._low = asyncio.get_running_loop().call_later(0.05, check)

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 
 from appliance.text.cuts.clause import long_sentence_cut
-from appliance.text.cuts.stream import SegmentRule, release_point, safe_cut
+from appliance.text.cuts.stream import ON_TEXT, Occasion, SegmentRule, release_point, safe_cut
 
 # Delimiters read as closing quotes by the plain rule (same length: positions carry over).
 _AS_QUOTES = str.maketrans({"*": '"', "_": '"', "~": '"', "`": '"'})
@@ -197,20 +197,12 @@ def _paragraph(first_line: str) -> bool:
     return not _BLOCK_START.match(first_line) and not _FENCE.match(first_line)
 
 
-def markdown_release_point(
-    pending: str,
-    rule: SegmentRule,
-    *,
-    first: bool,
-    idle: bool = False,
-    flush: bool = False,
-    low: bool = False,
-) -> int:
+def markdown_release_point(pending: str, rule: SegmentRule, why: Occasion = ON_TEXT) -> int:
     """How many leading characters of ``pending`` (Markdown not yet spoken) to speak now.
 
     ``pending`` always starts where a segment may start (a block's start, or inside a
     paragraph after a sentence): the text feed releases nothing else."""
-    if flush:
+    if why.flush:
         return len(pending)
     scan = _scan(pending)
     done = [b for b in scan.boundaries if 0 < b <= len(pending)]
@@ -222,7 +214,7 @@ def markdown_release_point(
     first_line = block.split("\n", 1)[0]
     if not _paragraph(first_line):
         return long_sentence_cut(block, rule.max_chars) if len(block) > rule.max_chars else 0
-    n = release_point(block.translate(_AS_QUOTES), rule, first=first, idle=idle, low=low)
+    n = release_point(block.translate(_AS_QUOTES), rule, why)
     if n == len(pending) and pending[-1] in _DELIMITERS:
         return 0  # "**Sure!*": the closing run may not be whole yet
     return n if n > 0 and safe_cut(pending[:n]) else 0

@@ -35,6 +35,25 @@ class SegmentRule:
     low_water_ms: float = 400.0
 
 
+@dataclass(frozen=True)
+class Occasion:
+    """Why the text feed asks what to release now."""
+
+    first: bool = False
+    """Nothing released yet: a first segment may end at a clause mark after
+    :attr:`SegmentRule.first_chars`."""
+    idle: bool = False
+    """No new text for :attr:`SegmentRule.idle_ms`: up to the last clause mark, else word."""
+    low: bool = False
+    """The listener is running out of audio: up to the last clause mark."""
+    flush: bool = False
+    """The writer asked for everything written so far."""
+
+
+ON_TEXT = Occasion()
+"""Text came, nothing else: whole sentences (or a cut of an over-long one)."""
+
+
 def _sentence_cut(pending: str) -> int:
     """End (in ``pending``) of the last whole sentence that is followed by whitespace."""
     cuts = _known_cuts(pending)
@@ -106,19 +125,9 @@ def _scan_cuts(text: str, start: int) -> tuple[int, ...]:
     return tuple(cuts)
 
 
-def release_point(
-    pending: str,
-    rule: SegmentRule,
-    *,
-    first: bool,
-    idle: bool = False,
-    flush: bool = False,
-    low: bool = False,
-) -> int:
-    """How many leading characters of ``pending`` (text not yet spoken) to speak now.
-
-    ``idle``: no new text for a while; ``low``: the listener is running out of audio."""
-    if flush:
+def release_point(pending: str, rule: SegmentRule, why: Occasion = ON_TEXT) -> int:
+    """How many leading characters of ``pending`` (text not yet spoken) to speak now."""
+    if why.flush:
         return len(pending)
     cut = _sentence_cut(pending)
     if cut:
@@ -126,15 +135,15 @@ def release_point(
     final = ends_finally(pending)
     if final:
         return final
-    if first:
+    if why.first:
         for m in _CLAUSE_MARK.finditer(pending):
             if m.end() >= rule.first_chars:
                 return m.end()
-    if idle or low:
+    if why.idle or why.low:
         marks = [m.end() for m in _CLAUSE_MARK.finditer(pending)]
         if marks:
             return marks[-1]
-    if idle:
+    if why.idle:
         space = max(pending.rfind(" "), pending.rfind("\n"))
         return space if space > 0 else 0
     if len(pending) > rule.max_chars:

@@ -10,7 +10,7 @@ import pytest
 
 from appliance.errors import ServiceError
 from appliance.text.cuts.blocks import markdown_release_point
-from appliance.text.cuts.stream import SegmentRule
+from appliance.text.cuts.stream import Occasion, SegmentRule
 from appliance.text.frontend import FrontendLimits, prepare
 from tests.text.markdown_cases import CASES
 
@@ -55,7 +55,7 @@ LIMITS = FrontendLimits(max_chars=20000, sentence_chars=300)
     ],
 )
 def test_markdown_release_point(pending: str, released: str) -> None:
-    n = markdown_release_point(pending, RULE, first=False)
+    n = markdown_release_point(pending, RULE)
     assert pending[:n] == released
 
 
@@ -65,19 +65,19 @@ def test_a_held_fence_costs_little_per_append() -> None:
     for held in ("```python\n" + "x = 1\n" * 3000, "| a |\n|---|\n" + "| b |\n" * 3000):
         t0 = time.thread_time()  # CPU, not wall: a busy box adds nothing
         for _ in range(200):
-            assert markdown_release_point(held, RULE, first=False) == 0
+            assert markdown_release_point(held, RULE) == 0
         assert (time.thread_time() - t0) / 200 < 0.005
 
 
 def test_flush_releases_an_open_fence_or_table() -> None:
     for pending in ("```\nnever closed", "| a |\n|---|\n| b |"):
-        assert markdown_release_point(pending, RULE, first=False) == 0
-        assert markdown_release_point(pending, RULE, first=False, flush=True) == len(pending)
+        assert markdown_release_point(pending, RULE) == 0
+        assert markdown_release_point(pending, RULE, Occasion(flush=True)) == len(pending)
 
 
 def test_a_long_list_item_is_cut_as_the_plain_rule_cuts() -> None:
     item = "- " + "word, " * 100
-    n = markdown_release_point(item, RULE, first=False)
+    n = markdown_release_point(item, RULE)
     assert 0 < n <= RULE.max_chars
 
 
@@ -97,7 +97,7 @@ def _stream_segments(source: str, seed: int) -> list[str]:
         flush = pos >= len(source)
         while spoken < len(text):
             pending = text[spoken:]
-            n = markdown_release_point(pending, RULE, first=first, flush=flush)
+            n = markdown_release_point(pending, RULE, Occasion(first=first, flush=flush))
             if n <= 0:
                 break
             if pending[:n].strip():
@@ -135,7 +135,7 @@ def test_hostile_streams_are_decided_in_bounded_time(source: str) -> None:
     t0 = time.thread_time()  # this thread's CPU: what a busy box adds does not count
     spoken, first = 0, True
     while spoken < len(source):
-        n = markdown_release_point(source[spoken:], RULE, first=first)
+        n = markdown_release_point(source[spoken:], RULE, Occasion(first=first))
         if n <= 0:
             break
         spoken, first = spoken + n, False

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from appliance.text.cuts import stream as textstream
-from appliance.text.cuts.stream import SegmentRule, release_point
+from appliance.text.cuts.stream import Occasion, SegmentRule, release_point
 
 RULE = SegmentRule(first_chars=40, max_chars=250, idle_ms=300)
 
@@ -74,27 +74,27 @@ RULE = SegmentRule(first_chars=40, max_chars=250, idle_ms=300)
     ],
 )
 def test_release_point(pending: str, first: bool, released: str) -> None:
-    n = release_point(pending, RULE, first=first)
+    n = release_point(pending, RULE, Occasion(first=first))
     assert pending[:n] == released
 
 
 def test_release_point_idle_flush_and_cap() -> None:
     # idle: up to the last clause mark, else the last word boundary (a word being typed waits)
-    assert release_point("some words her", RULE, first=False, idle=True) == len("some words")
-    assert release_point("some, words her", RULE, first=False, idle=True) == len("some,")
-    assert release_point("oneword", RULE, first=False, idle=True) == 0
+    assert release_point("some words her", RULE, Occasion(idle=True)) == len("some words")
+    assert release_point("some, words her", RULE, Occasion(idle=True)) == len("some,")
+    assert release_point("oneword", RULE, Occasion(idle=True)) == 0
     # the listener running dry: a clause mark, never a bare space
-    assert release_point("some, words her", RULE, first=False, low=True) == len("some,")
-    assert release_point("some words her", RULE, first=False, low=True) == 0
+    assert release_point("some, words her", RULE, Occasion(low=True)) == len("some,")
+    assert release_point("some words her", RULE, Occasion(low=True)) == 0
     # flush: everything
-    assert release_point("some words her", RULE, first=False, flush=True) == 14
+    assert release_point("some words her", RULE, Occasion(flush=True)) == 14
     # hard cap: cut as the frontend cuts a sentence that long (a comma before a space)
     text = "word " * 60
-    n = release_point(text, RULE, first=False)
+    n = release_point(text, RULE)
     assert 0 < n <= RULE.max_chars and text[n] == " "
-    assert release_point("x" * 300, RULE, first=False) == RULE.max_chars
+    assert release_point("x" * 300, RULE) == RULE.max_chars
     commas = "word " * 10 + "and, " + "word " * 50
-    assert commas[: release_point(commas, RULE, first=False)].endswith("and,")
+    assert commas[: release_point(commas, RULE)].endswith("and,")
 
 
 @pytest.mark.timeout(60)
@@ -107,7 +107,7 @@ def test_a_long_append_is_released_in_linear_time(text: str) -> None:
     t0 = time.thread_time()  # this thread's CPU: what a busy box adds does not count
     spoken, first = 0, True
     while spoken < len(text):
-        n = release_point(text[spoken:], RULE, first=first)
+        n = release_point(text[spoken:], RULE, Occasion(first=first))
         if n <= 0:
             break
         spoken, first = spoken + n, False
@@ -153,7 +153,7 @@ def test_sentence_cuts_do_not_depend_on_what_was_asked_before(text: str, steps: 
         end = min(len(text), end + step)
         while spoken < end:
             pending = text[spoken:end]
-            n = release_point(pending, RULE, first=first)
+            n = release_point(pending, RULE, Occasion(first=first))
             remembered = textstream._sentence_cut(pending)
             textstream._recent = ()
             assert remembered == textstream._sentence_cut(pending)
