@@ -330,7 +330,7 @@ def ends_finally(text: str) -> int:
         letters = word.replace("'", "").replace("-", "")
         if len(letters) < 2 or not letters.isalpha() or word.lower() in ABBREVIATIONS:
             return 0
-    elif not any(c.isalnum() for c in word):
+    elif not _sayable(word):
         return 0
     return m.end() if is_sentence_end_at(text, m.start()) else 0
 
@@ -428,6 +428,23 @@ class FrontendLimits:
     """The latency option's cut of the first sentence; 0: off (see :func:`split_clauses`)."""
 
 
+def _sayable(text: str) -> bool:
+    """Has ``text`` anything a voice would say (a letter or a digit; punctuation alone is
+    silent)?"""
+    return any(c.isalnum() for c in text)
+
+
+def _nothing_to_speak(what: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.EMPTY_TEXT, f"{what} has nothing to speak")
+
+
+def _said(clauses: list[Clause], what: str) -> list[Clause]:
+    """``clauses``, if there are any (the ``what`` had something to speak)."""
+    if not clauses:
+        raise _nothing_to_speak(what)
+    return clauses
+
+
 def _check_source(text: str, limits: FrontendLimits) -> None:
     """The checks before any parsing: length, UTF-8, not blank."""
     if len(text) > limits.max_chars:
@@ -467,13 +484,10 @@ def prepare(
         )
     _check_source(text, limits)
     mt = clean(text)
-    if not any(c.isalnum() for c in mt.text):
-        raise ProtocolError(ErrorCode.EMPTY_TEXT, "text has nothing to speak")
+    if not _sayable(mt.text):
+        raise _nothing_to_speak("text")
     words = lexicon.for_language(language) if lexicon is not None else None
-    clauses = _plain_clauses(check_script(mt, language), language, limits, words, True)
-    if not clauses:
-        raise ProtocolError(ErrorCode.EMPTY_TEXT, "text has nothing to speak")
-    return clauses
+    return _said(_plain_clauses(check_script(mt, language), language, limits, words, True), "text")
 
 
 def _plain_clauses(
@@ -492,7 +506,7 @@ def _plain_clauses(
         )
         first = False
         for k, part in enumerate(parts):
-            if not any(c.isalnum() for c in part.text):
+            if not _sayable(part.text):
                 continue
             clauses.append(_clause(part, k == len(parts) - 1, words))
     return clauses
@@ -516,16 +530,14 @@ def prepare_markdown(
     clauses: list[Clause] = []
     for block in markdown.parse(source, options):
         mt = clean_mapped(block.text)
-        if any(c.isalnum() for c in mt.text):
+        if _sayable(mt.text):
             made = _plain_clauses(check_script(mt, language), language, limits, words, not clauses)
             clauses.extend(made)
         if block.pause_after_ms and clauses:
             last = clauses[-1]
             pause = min(ssml.MAX_BREAK_MS, last.pause_after_ms + block.pause_after_ms)
             clauses[-1] = dataclasses.replace(last, pause_after_ms=pause)
-    if not clauses:
-        raise ProtocolError(ErrorCode.EMPTY_TEXT, "Markdown has nothing to speak")
-    return clauses
+    return _said(clauses, "Markdown")
 
 
 def _clause(
@@ -785,8 +797,8 @@ def prepare_ssml(
     """
     doc = ssml.parse(source, limits.max_chars)
     whole = clean_mapped(doc.text)
-    if not any(c.isalnum() for c in whole.text):
-        raise ProtocolError(ErrorCode.EMPTY_TEXT, "SSML has nothing to speak")
+    if not _sayable(whole.text):
+        raise _nothing_to_speak("SSML")
     check_script(whole, language)
     words = lexicon.for_language(language) if lexicon is not None else None
     special: _SpanIndex[ssml.SayAsSpan | ssml.PhonemeSpan] = _SpanIndex(
@@ -833,7 +845,7 @@ def prepare_ssml(
             pending_marks.clear()
             clauses.extend(made)
     if not clauses:
-        raise ProtocolError(ErrorCode.EMPTY_TEXT, "SSML has nothing to speak")
+        raise _nothing_to_speak("SSML")
     flush_marks_to_end()
     if not clauses[-1].sentence_end:
         clauses[-1] = dataclasses.replace(clauses[-1], sentence_end=True)
@@ -865,11 +877,7 @@ def _segment_clauses(
             sentence, limits.sentence_chars, limits.first_clause_chars if first else 0
         )
         first = False
-        parts.extend(
-            (p, k == len(pieces) - 1)
-            for k, p in enumerate(pieces)
-            if any(c.isalnum() for c in p.text)
-        )
+        parts.extend((p, k == len(pieces) - 1) for k, p in enumerate(pieces) if _sayable(p.text))
     spans = [p.span(0, len(p)) for p, _ in parts]
 
     def clause_of(src: int) -> int:
