@@ -43,7 +43,7 @@ from appliance.core.pipeline.types import (
     VoiceRuntime,
 )
 from appliance.model.engine.base import Encoded, Scales
-from appliance.model.engine.bounded import encode_bounded, fused_bounded
+from appliance.model.engine.bounded import Pieces
 from appliance.model.engine.windows import Beside, decode_span
 from appliance.speech import FloatArray, IntArray
 
@@ -95,16 +95,13 @@ def anchored(ctx: EncodeContext, ids: IntArray, scales: Scales) -> Scales:
 def bounded(
     ctx: EncodeContext, ids: IntArray, scales: Scales, prior: bool
 ) -> tuple[IntArray, Encoded]:
-    v, s = ctx.voice, ctx.settings
-    return encode_bounded(
-        v.model,
-        ids,
-        anchored(ctx, ids, scales),
-        s.speaker,
-        s.max_phonemes,
-        v.phonemizer.is_boundary,
-        prior,
-    )
+    scales = anchored(ctx, ids, scales)
+    return pieces(ctx).encode(ctx.voice.model, ids, scales, ctx.settings.speaker, prior)
+
+
+def pieces(ctx: EncodeContext) -> Pieces:
+    """How this request's ids beyond ``engine.max_phonemes`` are cut."""
+    return Pieces(ctx.settings.max_phonemes, ctx.voice.phonemizer.is_boundary)
 
 
 def rate_scales(ctx: EncodeContext, ids: IntArray, speed: float) -> Scales:
@@ -257,8 +254,7 @@ def _scales(ctx: EncodeContext, clause: Clause, ids: IntArray) -> Scales:
 
 
 def _fused(ctx: EncodeContext, ids: IntArray, scales: Scales) -> EncodedClause:
-    v, s = ctx.voice, ctx.settings
-    audio = fused_bounded(v.model, ids, scales, s.speaker, s.max_phonemes, v.phonemizer.is_boundary)
+    audio = pieces(ctx).fused(ctx.voice.model, ids, scales, ctx.settings.speaker)
     return EncodedClause(ids, None, audio)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,25 +29,60 @@ from appliance.speech import FloatArray, IntArray
 IdTest = Callable[[int], bool]
 
 
-def piece_ranges(ids: IntArray, max_ids: int, is_cut: IdTest) -> list[tuple[int, int]]:
-    """[start, end) ranges of ``ids``' inner ids (between the start pair and the end id),
-    each short enough that with the 3 wrapper ids it stays within ``max_ids``.
+@dataclass(frozen=True)
+class Pieces:
+    """How ids beyond the bound are cut: at most ``max_ids`` ids in one call (with the
+    wrapper ids), a piece ending after the last id ``is_cut`` accepts (a word gap, a
+    pause) where it has one."""
 
-    A piece ends after the last id ``is_cut`` accepts (a word gap, a pause) and its pad;
-    a piece with none is cut at the bound (at an even offset: a phoneme and its pad stay
-    together)."""
-    room = max(2, max_ids - 3)
-    start, end = 2, len(ids) - 1
-    out: list[tuple[int, int]] = []
-    while end - start > room:
-        stop = start + room
-        cut = next((k + 2 for k in range(stop - 2, start, -1) if is_cut(int(ids[k]))), 0)
-        if cut <= start or cut > stop:
-            cut = start + room - room % 2
-        out.append((start, cut))
-        start = cut
-    out.append((start, end))
-    return out
+    max_ids: int
+    is_cut: IdTest
+
+    def ranges(self, ids: IntArray) -> list[tuple[int, int]]:
+        """[start, end) ranges of ``ids``' inner ids (between the start pair and the end
+        id), each short enough that with the 3 wrapper ids it stays within ``max_ids``.
+
+        A piece ends after the last id ``is_cut`` accepts and its pad; a piece with none
+        is cut at the bound (at an even offset: a phoneme and its pad stay together)."""
+        room = max(2, self.max_ids - 3)
+        start, end = 2, len(ids) - 1
+        out: list[tuple[int, int]] = []
+        while end - start > room:
+            stop = start + room
+            cut = next((k + 2 for k in range(stop - 2, start, -1) if self.is_cut(int(ids[k]))), 0)
+            if cut <= start or cut > stop:
+                cut = start + room - room % 2
+            out.append((start, cut))
+            start = cut
+        out.append((start, end))
+        return out
+
+    def encode(
+        self, model: VoiceModel, ids: IntArray, scales: Scales, speaker: int | None, prior: bool
+    ) -> tuple[IntArray, Encoded]:
+        """``model.encode_prior`` (``prior``) or ``model.encode`` of ``ids``, in pieces.
+        Returns the ids the durations belong to (``ids`` itself, or the pieces' ids one
+        after the other) and the joined result."""
+        run = model.encode_prior if prior else model.encode
+        if len(ids) <= self.max_ids:
+            return ids, run(ids, scales, speaker)
+        ranges = self.ranges(ids)
+        pieces = [_wrap(ids, a, b) for a, b in ranges]
+        parts = [
+            run(p, _piece_scales(scales, a, b), speaker)
+            for p, (a, b) in zip(pieces, ranges, strict=True)
+        ]
+        return np.concatenate(pieces), _joined(parts)
+
+    def fused(
+        self, model: VoiceModel, ids: IntArray, scales: Scales, speaker: int | None
+    ) -> FloatArray:
+        """``model.fused`` of ``ids`` in pieces (a voice that cannot stream), the pieces'
+        audio one after the other."""
+        if len(ids) <= self.max_ids:
+            return model.fused(ids, scales, speaker)
+        pieces = [_wrap(ids, a, b) for a, b in self.ranges(ids)]
+        return np.concatenate([model.fused(p, scales, speaker) for p in pieces])
 
 
 def _wrap(ids: IntArray, a: int, b: int) -> IntArray:
@@ -62,28 +98,8 @@ def _piece_scales(scales: Scales, a: int, b: int) -> Scales:
     return dataclasses.replace(scales, anchors=inside)
 
 
-def encode_bounded(
-    model: VoiceModel,
-    ids: IntArray,
-    scales: Scales,
-    speaker: int | None,
-    max_ids: int,
-    is_cut: IdTest,
-    prior: bool,
-) -> tuple[IntArray, Encoded]:
-    """``model.encode_prior`` (``prior``) or ``model.encode`` of ``ids``, in pieces of at
-    most ``max_ids``.  Returns the ids the durations belong to (``ids`` itself, or the
-    pieces' ids one after the other) and the joined result."""
-    run = model.encode_prior if prior else model.encode
-    if len(ids) <= max_ids:
-        return ids, run(ids, scales, speaker)
-    ranges = piece_ranges(ids, max_ids, is_cut)
-    pieces = [_wrap(ids, a, b) for a, b in ranges]
-    parts = [
-        run(p, _piece_scales(scales, a, b), speaker)
-        for p, (a, b) in zip(pieces, ranges, strict=True)
-    ]
-    joined = np.concatenate(pieces)
+def _joined(parts: list[Encoded]) -> Encoded:
+    """The pieces' encodings as one, frame after frame."""
     durations = np.concatenate([e.durations for e in parts])
     g = parts[0].g
     bases = [e.base_frames for e in parts if e.base_frames is not None]
@@ -91,24 +107,8 @@ def encode_bounded(
     z_ps = [e.z_p for e in parts if e.z_p is not None]
     if len(z_ps) == len(parts):  # the flow is left to run windowed over the joined latent
         z_p = np.concatenate(z_ps, axis=2)
-        return joined, Encoded(
+        return Encoded(
             z=np.empty_like(z_p), durations=durations, g=g, z_p=z_p, ready=0, base_frames=base
         )
     z = np.concatenate([e.z for e in parts], axis=2)  # (one backend: all complete, or none)
-    return joined, Encoded(z=z, durations=durations, g=g, base_frames=base)
-
-
-def fused_bounded(
-    model: VoiceModel,
-    ids: IntArray,
-    scales: Scales,
-    speaker: int | None,
-    max_ids: int,
-    is_cut: IdTest,
-) -> FloatArray:
-    """``model.fused`` of ``ids`` in pieces of at most ``max_ids`` (a voice that cannot
-    stream), the pieces' audio one after the other."""
-    if len(ids) <= max_ids:
-        return model.fused(ids, scales, speaker)
-    pieces = [_wrap(ids, a, b) for a, b in piece_ranges(ids, max_ids, is_cut)]
-    return np.concatenate([model.fused(p, scales, speaker) for p in pieces])
+    return Encoded(z=z, durations=durations, g=g, base_frames=base)

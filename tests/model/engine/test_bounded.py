@@ -10,7 +10,7 @@ import psutil
 
 from appliance.core.wordtimes import spoken_words
 from appliance.model.engine.base import Encoded, Scales, VoiceModel
-from appliance.model.engine.bounded import encode_bounded, fused_bounded, piece_ranges
+from appliance.model.engine.bounded import Pieces
 from appliance.model.engine.windows import decode_span
 from appliance.speech import IntArray
 from appliance.text.phonemize import Phonemizer
@@ -28,7 +28,7 @@ def test_pieces_are_bounded_and_cut_after_word_gaps() -> None:
     voice, _ = real_voice()
     ph = Phonemizer(voice.info)
     ids = ph.ids(TEXT)
-    ranges = piece_ranges(ids, 64, ph.is_space)
+    ranges = Pieces(64, ph.is_space).ranges(ids)
     assert ranges[0][0] == 2 and ranges[-1][1] == len(ids) - 1
     assert all(b - a + 3 <= 64 for a, b in ranges)
     assert all(ranges[i][1] == ranges[i + 1][0] for i in range(len(ranges) - 1))
@@ -36,7 +36,7 @@ def test_pieces_are_bounded_and_cut_after_word_gaps() -> None:
         assert ph.is_space(int(ids[b - 2]))  # each piece ends with a word gap and its pad
     # A "word" with no gap at all is cut at the bound, a phoneme and its pad together.
     word = np.asarray([1, 0, *([14, 0] * 200), 2], dtype=np.int64)
-    ranges = piece_ranges(word, 64, ph.is_space)
+    ranges = Pieces(64, ph.is_space).ranges(word)
     assert all(b - a + 3 <= 64 and (b - a) % 2 == 0 for a, b in ranges[:-1])
 
 
@@ -47,17 +47,17 @@ def test_a_long_clause_is_encoded_in_bounded_pieces_and_joined() -> None:
     scales = Scales(0.0, 1.0, 0.0)
 
     model = RecordingModel(cpu)
-    joined, enc = encode_bounded(model, ids, scales, None, 100, ph.is_space, prior=False)
+    joined, enc = Pieces(100, ph.is_space).encode(model, ids, scales, None, prior=False)
     assert len(model.encodes) >= 3 and max(model.encodes) <= 100
     assert len(joined) == sum(model.encodes) and enc.durations.shape == joined.shape
     assert enc.frames == int(enc.durations.sum())
     audio = decode_span(cpu, enc, 0, enc.frames, 16, voice.info.hop_length)
     assert audio.shape[0] == enc.frames * voice.info.hop_length
     # Within the bound nothing changes: one call, the ids as they are.
-    same, whole = encode_bounded(cpu, ids, scales, None, 1024, ph.is_space, prior=False)
+    same, whole = Pieces(1024, ph.is_space).encode(cpu, ids, scales, None, prior=False)
     assert same is ids and whole.frames == cpu.encode(ids, scales, None).frames
     # A voice that cannot stream: the fused model in pieces.
-    assert fused_bounded(cpu, ids, scales, None, 100, ph.is_space).shape[0] > 0
+    assert Pieces(100, ph.is_space).fused(cpu, ids, scales, None).shape[0] > 0
 
 
 def test_one_request_cannot_take_gigabytes_in_the_encoder(
@@ -103,8 +103,8 @@ def test_each_piece_gets_its_own_word_starts() -> None:
     starts = tuple(a for a, _ in spoken_words(ids, ph.kinds))
     model = _AnchorsSeen(cpu)
     scales = Scales(0.0, 1.0, 0.0, rate=1.25, anchors=starts)
-    encode_bounded(model, ids, scales, None, 100, ph.is_space, prior=True)
-    ranges = piece_ranges(ids, 100, ph.is_space)
+    Pieces(100, ph.is_space).encode(model, ids, scales, None, prior=True)
+    ranges = Pieces(100, ph.is_space).ranges(ids)
     assert len(model.calls) == len(ranges) >= 3
     for (piece, anchors), (a, b) in zip(model.calls, ranges, strict=True):
         assert anchors == tuple(p - a + 2 for p in starts if a <= p < b)
