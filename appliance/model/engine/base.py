@@ -152,11 +152,13 @@ class VoiceModel(ABC):
 
     @abstractmethod
     def flow(self, window: Window) -> FloatArray:
-        """A window of ``z_p`` → ``z`` [1, C, W - left - right], exact inside ``flow_context``."""
+        """``window.z`` (``z_p``) [1, C, W] → ``z`` [1, C, W - left - right], ``window.margins``
+        left out; exact inside ``flow_context``."""
 
     @abstractmethod
     def decode(self, window: Window) -> FloatArray:
-        """A window of ``z`` → float32 samples [(W - left - right) * hop]."""
+        """``window.z`` [1, C, W] → float32 samples [(W - left - right) * hop], those of
+        ``window.margins`` left out."""
 
     @abstractmethod
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:

@@ -140,7 +140,7 @@ def decode_span(
         run_end = min(end, run_start + size)
         lo, hi = max(0, run_start - context), min(total, run_end + context)
         margins = (run_start - lo, hi - run_end)
-        window = Window(enc.z[:, :, lo:hi], enc.g, margins, urgent)
+        window = Window(enc.z[:, :, lo:hi], enc.g, margins, urgent=urgent)
         runs.append(functools.partial(model.decode, window))
     later = [beside(run) for run in runs[1:]] if beside is not None else runs[1:]
     pieces = [runs[0](), *(run() for run in later)]
