@@ -200,7 +200,7 @@ class _VoiceAt:
         self.defaults = voice.info
 
     def speak(self, text: str, speed: float, voice_share: float, seed: int) -> np.ndarray:
-        from appliance.model.engine.base import Scales
+        from appliance.model.engine.base import Scales, Window
         from appliance.model.stretch import Stretcher
         from appliance.text.frontend import FrontendLimits, prepare
 
@@ -213,7 +213,7 @@ class _VoiceAt:
             enc = self.model.encode(ids, scales, None)
             base += enc.base_frames or float(enc.durations.sum())
             got += float(enc.durations.sum())
-            parts.append(self.model.decode(enc.z, enc.g))
+            parts.append(self.model.decode(Window(enc.z, enc.g)))
         audio = np.concatenate(parts)
         factor = speed * got / base
         if factor > 1.001:

@@ -19,7 +19,7 @@ from appliance.core.runtime import Runtime
 from appliance.core.service import Service
 from appliance.core.streaming import SynthesisJob, VoiceRuntime
 from appliance.core.warmup import ClauseWarmUp, IdleWarmUp
-from appliance.model.engine.base import Scales
+from appliance.model.engine.base import Scales, Window
 from appliance.model.engine.interrupt import Interrupted
 from appliance.model.engine.onnx import OnnxVoiceModel, _session
 from appliance.model.engine.pool import FailoverVoiceModel
@@ -71,9 +71,9 @@ def test_the_daemons_flow_crops_its_margins_after_each_layer(runtime: Runtime) -
     z_p = voice.model.encode_prior(ids, voice.defaults, voice.default_speaker).z_p
     assert z_p is not None and z_p.shape[2] > 100
     window = np.ascontiguousarray(z_p[:, :, :100])
-    whole = voice.model.flow(window, None)
+    whole = voice.model.flow(Window(window, None))
     for left, right in ((0, 32), (32, 32), (5, 32), (32, 3)):
-        got = voice.model.flow(window, None, (left, right))
+        got = voice.model.flow(Window(window, None, (left, right)))
         np.testing.assert_allclose(got, whole[:, :, left : 100 - right], rtol=0, atol=1e-6)
 
 
@@ -144,10 +144,11 @@ def test_the_daemons_model_decodes_ahead_in_2d_and_first_chunks_in_1d(
     lean_model = own(meta.margin_decoder_path, meta.lean_decoder_path, 1)
     parallel_model = own(meta.margin_decoder_path, None, 2)
     for margins in ((0, 0), (0, 10), (10, 10)):
-        lean = lean_model.decode(z, None, False, margins)
-        parallel = parallel_model.decode(z, None, True, margins)
-        np.testing.assert_array_equal(voice.model.decode(z, None, False, margins), lean)
-        np.testing.assert_array_equal(voice.model.decode(z, None, True, margins), parallel)
+        ahead, urgent = Window(z, None, margins), Window(z, None, margins, urgent=True)
+        lean = lean_model.decode(ahead)
+        parallel = parallel_model.decode(urgent)
+        np.testing.assert_array_equal(voice.model.decode(ahead), lean)
+        np.testing.assert_array_equal(voice.model.decode(urgent), parallel)
         assert lean.shape == ((30 - sum(margins)) * 256,)
         assert not np.array_equal(lean, parallel)  # two graphs, really
         assert float(np.max(np.abs(lean - parallel))) < 1e-5
@@ -161,7 +162,7 @@ def test_the_daemons_model_decodes_ahead_in_2d_and_first_chunks_in_1d(
     )
     assert meta.decoder_path is not None
     plain = _session(meta.decoder_path, 2).run(None, {meta.cut.z: z})[0].reshape(-1)
-    assert float(np.max(np.abs(voice.model.decode(z, None, True) - plain))) < 1e-5
+    assert float(np.max(np.abs(voice.model.decode(Window(z, None, urgent=True)) - plain))) < 1e-5
 
 
 @pytest.mark.parametrize(
@@ -605,23 +606,15 @@ class _CountingModel(RecordingModel):
         self.flows = 0
         self.stop_at = stop_at
 
-    def flow(
-        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
-    ) -> FloatArray:
+    def flow(self, window: Window) -> FloatArray:
         self.flows += 1
-        return super().flow(z_p, g, margins)
+        return super().flow(window)
 
-    def decode(
-        self,
-        z: FloatArray,
-        g: FloatArray | None,
-        urgent: bool = False,
-        margins: tuple[int, int] = (0, 0),
-    ) -> FloatArray:
+    def decode(self, window: Window) -> FloatArray:
         if len(self.decodes) == self.stop_at:
             self.stop_at = -1
             raise Interrupted("decoder")
-        return super().decode(z, g, urgent, margins)
+        return super().decode(window)
 
     def runs(self) -> int:
         return len(self.encodes) + len(self.decodes) + self.flows

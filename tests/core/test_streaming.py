@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from appliance.core.pipeline.shape import fade
-from appliance.model.engine.base import Scales
+from appliance.model.engine.base import Scales, Window
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.engine.windows import ensure_latent
 from appliance.model.voices import Voice, bundled_voice_path, load_voice
@@ -269,7 +269,7 @@ def test_a_long_clause_s_flow_runs_in_bounded_windows_that_equal_the_whole(
     ids = Phonemizer(_voice.info).ids(LONG)
     enc = model.encode_prior(ids, Scales(0.0, 1.0, 0.0), None)
     assert enc.z_p is not None and enc.frames > 4 * 80
-    full = model.flow(enc.z_p, None)
+    full = model.flow(Window(enc.z_p, None))
     ensure_latent(model, enc, 20)
     steps = []
     while enc.ready < enc.frames:
@@ -288,12 +288,12 @@ def test_flow_context_makes_windows_exact_and_less_does_not(
     ids = Phonemizer(voice.info).ids(LONG[:120])
     enc = model.encode_prior(ids, Scales(0.0, 1.0, 0.0), None)
     assert enc.z_p is not None
-    full = model.flow(enc.z_p, None)
+    full = model.flow(Window(enc.z_p, None))
     a, b = 40, 60
 
     def window(context: int) -> float:
         assert enc.z_p is not None
-        z = model.flow(enc.z_p[:, :, a - context : b + context], None)
+        z = model.flow(Window(enc.z_p[:, :, a - context : b + context], None))
         return float(np.abs(z[:, :, context : context + b - a] - full[:, :, a:b]).max())
 
     assert window(32) <= 1e-4

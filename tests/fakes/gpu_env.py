@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.model.engine.base import VoiceModel
+from appliance.model.engine.base import VoiceModel, Window
 from appliance.model.engine.gpu_select import load_gpu_pool
 from appliance.model.engine.trt_seam import TrtRuntime
 from appliance.ops.config import Config, parse_config
@@ -52,7 +52,7 @@ def stream_windows(
             before(i)
         end = min(start + window, frames)
         left, right = max(0, start - context), min(frames, end + context)
-        audio = model.decode(z[:, :, left:right], None)
+        audio = model.decode(Window(z[:, :, left:right], None))
         hop = audio.shape[0] // (right - left)
         pieces.append(audio[(start - left) * hop : (end - left) * hop])
     return np.concatenate(pieces)

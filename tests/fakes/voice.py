@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from appliance.model.engine.base import Encoded, Scales, VoiceModel
+from appliance.model.engine.base import Encoded, Scales, VoiceModel, Window
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.voices import Voice, bundled_voice_path, load_voice
 from appliance.speech import FloatArray, IntArray
@@ -87,20 +87,12 @@ class RecordingModel(VoiceModel):
         self.encodes.append(len(ids))
         return self.inner.encode_prior(ids, scales, speaker)
 
-    def flow(
-        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
-    ) -> FloatArray:
-        return self.inner.flow(z_p, g, margins)
+    def flow(self, window: Window) -> FloatArray:
+        return self.inner.flow(window)
 
-    def decode(
-        self,
-        z: FloatArray,
-        g: FloatArray | None,
-        urgent: bool = False,
-        margins: tuple[int, int] = (0, 0),
-    ) -> FloatArray:
-        self.decodes.append((int(z.shape[2]), urgent))
-        return self.inner.decode(z, g, urgent, margins)
+    def decode(self, window: Window) -> FloatArray:
+        self.decodes.append((window.frames, window.urgent))
+        return self.inner.decode(window)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         return self.inner.fused(ids, scales, speaker)

@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
+from appliance.model.engine.base import Window
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.margins import METADATA_KEY, MarginCrops, add_margin_crops, read_crops
 from appliance.model.voices import Voice, bundled_voice_path, cut_lean_decoder, load_voice
@@ -118,9 +119,9 @@ def test_a_cropped_window_gives_the_samples_of_the_whole_one(
     rng = np.random.default_rng(11)
     z = rng.standard_normal((1, 192, 26)).astype(np.float32)
     for cropped, whole in pairs:
-        want = whole.decode(z, None, False, margins)
-        got = cropped.decode(z, None, False, margins)
+        want = whole.decode(Window(z, None, margins))
+        got = cropped.decode(Window(z, None, margins))
         assert got.shape == want.shape == ((26 - sum(margins)) * 256,)
         assert float(np.max(np.abs(got - want))) < 1e-5
     with pytest.raises(ValueError):
-        pairs[0][0].decode(z, None, False, (13, 13))
+        Window(z, None, (13, 13))

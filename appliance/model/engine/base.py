@@ -86,6 +86,36 @@ class Encoded:
         return int(self.z.shape[2])
 
 
+@dataclass(frozen=True, eq=False)
+class Window:
+    """A window of latent frames, the one argument of :meth:`VoiceModel.flow` and
+    :meth:`VoiceModel.decode`.  It holds the arrays it is given, never a copy."""
+
+    z: FloatArray
+    """Latent [1, C, W]: ``z_p`` for the flow, ``z`` for the decoder."""
+    g: FloatArray | None
+    """Speaker conditioning for multi-speaker voices, else None."""
+    margins: tuple[int, int] = (0, 0)
+    """(left, right), the window's first and last frames that are context only; their
+    frames (the flow) or samples (the decoder) are not returned, so a backend need not
+    compute them (see :mod:`appliance.model.margins`).  They leave at least one frame."""
+    urgent: bool = False
+    """The decoder only: a listener is waiting for this very window (a request's first
+    chunk), so the backend may spend more CPU to have it sooner; otherwise the window is
+    decoded ahead of need and the cheapest way is the right one."""
+
+    def __post_init__(self) -> None:
+        left, right = self.margins
+        if left < 0 or right < 0 or left + right >= self.frames:
+            raise ValueError(
+                f"margins {self.margins} leave nothing of a window of {self.frames} frames"
+            )
+
+    @property
+    def frames(self) -> int:
+        return int(self.z.shape[2])
+
+
 class VoiceModel(ABC):
     """One voice loaded on one backend.
 
@@ -121,29 +151,14 @@ class VoiceModel(ABC):
         """
 
     @abstractmethod
-    def flow(
-        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
-    ) -> FloatArray:
-        """A window of ``z_p`` [1, C, W] → ``z`` [1, C, W - left - right], exact inside
-        ``flow_context``; ``margins`` (left, right) as in :meth:`decode`."""
+    def flow(self, window: Window) -> FloatArray:
+        """``window.z`` (``z_p``) [1, C, W] → ``z`` [1, C, W - left - right], ``window.margins``
+        left out; exact inside ``flow_context``."""
 
     @abstractmethod
-    def decode(
-        self,
-        z: FloatArray,
-        g: FloatArray | None,
-        urgent: bool = False,
-        margins: tuple[int, int] = (0, 0),
-    ) -> FloatArray:
-        """A window of latent [1, C, W] → float32 samples [(W - left - right) * hop].
-
-        ``urgent``: a listener is waiting for this very window (a request's first chunk),
-        so the backend may spend more CPU to have it sooner; otherwise the window is
-        decoded ahead of need and the cheapest way is the right one.
-        ``margins``: (left, right), the window's first and last frames that are context
-        only; their samples are not returned, so a backend need not compute them (see
-        :mod:`appliance.model.margins`).
-        """
+    def decode(self, window: Window) -> FloatArray:
+        """``window.z`` [1, C, W] → float32 samples [(W - left - right) * hop], those of
+        ``window.margins`` left out."""
 
     @abstractmethod
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
@@ -164,10 +179,3 @@ def drop_margins(samples: FloatArray, frames: int, margins: tuple[int, int]) -> 
         raise BackendError(f"{samples.shape[0]} samples do not cover {frames} frames")
     hop = samples.shape[0] // frames
     return samples[left * hop : (frames - right) * hop]
-
-
-def check_margins(frames: int, margins: tuple[int, int]) -> None:
-    """A window's margins leave at least one of its frames (ValueError otherwise)."""
-    left, right = margins
-    if left < 0 or right < 0 or left + right >= frames:
-        raise ValueError(f"margins {margins} leave nothing of a window of {frames} frames")

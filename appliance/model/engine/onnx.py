@@ -18,7 +18,7 @@ from appliance.model.engine.base import (
     Encoded,
     Scales,
     VoiceModel,
-    check_margins,
+    Window,
     drop_margins,
 )
 from appliance.model.margins import MarginCrops, read_crops
@@ -119,12 +119,12 @@ def _run(
 def _add_crops(
     crops: MarginCrops | None,
     feeds: dict[str, np.ndarray],
-    frames: int,
-    margins: tuple[int, int],
+    window: Window,
 ) -> tuple[int, tuple[int, int]]:
     """Feed a part that crops its margins (:mod:`appliance.model.margins`): what no later layer
     needs is left out inside the graph.  Returns the frames its output covers and the
     margins still to trim from it (what the last crop kept)."""
+    frames, margins = window.frames, window.margins
     if crops is None:
         return frames, margins
     extra, left, right = crops.feeds(frames, *margins)
@@ -285,7 +285,7 @@ class OnnxVoiceModel(VoiceModel):
         if self._prior is not None:
             enc = self.encode_prior(ids, scales, speaker)
             assert enc.z_p is not None
-            enc.z[...] = self.flow(enc.z_p, enc.g)
+            enc.z[...] = self.flow(Window(enc.z_p, enc.g))
             enc.z_p, enc.ready = None, enc.frames
             return enc
         if self._encoder is None or self._cut is None:
@@ -301,21 +301,17 @@ class OnnxVoiceModel(VoiceModel):
             z=np.empty_like(z_p), durations=durations, g=g, z_p=z_p, ready=0, base_frames=base
         )
 
-    def flow(
-        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
-    ) -> FloatArray:
+    def flow(self, window: Window) -> FloatArray:
         if self._flow is None or self._cut is None or self._cut.z_p is None:
             raise BackendError(f"{self.backend_name}: this voice has no separate flow")
         assert self._cut.mask is not None
-        frames = int(z_p.shape[2])
-        check_margins(frames, margins)
         feeds = {
-            self._cut.z_p: z_p,
+            self._cut.z_p: window.z,
             # One unpadded utterance: every frame is valid.
-            self._cut.mask: np.ones((1, 1, frames), dtype=np.float32),
+            self._cut.mask: np.ones((1, 1, window.frames), dtype=np.float32),
         }
-        frames, (left, right) = _add_crops(self.margin_crops("flow"), feeds, frames, margins)
-        z = self._run_latent(self._flow, feeds, z_p, g, "flow")
+        frames, (left, right) = _add_crops(self.margin_crops("flow"), feeds, window)
+        z = self._run_latent(self._flow, feeds, window, "flow")
         if z.shape[2] != frames:
             raise BackendError(f"cropped flow gave {z.shape[2]} frames for {frames}")
         return z[:, :, left : frames - right]
@@ -331,22 +327,14 @@ class OnnxVoiceModel(VoiceModel):
         session = self._flow if part == "flow" else self._decoder_for(part == "urgent")
         return self._crops.get(id(session)) if session is not None else None
 
-    def decode(
-        self,
-        z: FloatArray,
-        g: FloatArray | None,
-        urgent: bool = False,
-        margins: tuple[int, int] = (0, 0),
-    ) -> FloatArray:
-        session = self._decoder_for(urgent)
+    def decode(self, window: Window) -> FloatArray:
+        session = self._decoder_for(window.urgent)
         if session is None or self._cut is None:
             raise BackendError("this voice has no verified encoder/decoder split")
-        frames = int(z.shape[2])
-        check_margins(frames, margins)
-        feeds: dict[str, np.ndarray] = {self._cut.z: z}
-        crops = self.margin_crops("urgent" if urgent else "ahead")
-        frames, margins = _add_crops(crops, feeds, frames, margins)
-        audio = self._run_latent(session, feeds, z, g, "decoder").reshape(-1)
+        feeds: dict[str, np.ndarray] = {self._cut.z: window.z}
+        crops = self.margin_crops("urgent" if window.urgent else "ahead")
+        frames, margins = _add_crops(crops, feeds, window)
+        audio = self._run_latent(session, feeds, window, "decoder").reshape(-1)
         if crops is not None and audio.shape[0] != frames * crops.points[-1][0]:
             # Each stage is taken to multiply the length by its stride: one that does not
             # would leave the crops in the wrong places (the cut's check catches it first).
@@ -357,16 +345,15 @@ class OnnxVoiceModel(VoiceModel):
         self,
         session: ort.InferenceSession,
         feeds: dict[str, np.ndarray],
-        latent: FloatArray,
-        g: FloatArray | None,
+        window: Window,
         what: str,
     ) -> FloatArray:
-        """Run a part fed by ``latent`` (flow, decoder), adding the speaker conditioning;
+        """Run a part fed by ``window`` (flow, decoder), adding the speaker conditioning;
         a long run gives its arena back (:data:`SHRINK_ABOVE_FRAMES`)."""
         assert self._cut is not None
-        if self._cut.g is not None and g is not None:
-            feeds[self._cut.g] = g
-        shrink = int(latent.shape[2]) > SHRINK_ABOVE_FRAMES
+        if self._cut.g is not None and window.g is not None:
+            feeds[self._cut.g] = window.g
+        shrink = window.frames > SHRINK_ABOVE_FRAMES
         return np.asarray(_run(session, feeds, what, shrink)[0], dtype=np.float32)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
-from appliance.model.engine.base import BackendError, Encoded, Scales, VoiceModel
+from appliance.model.engine.base import BackendError, Encoded, Scales, VoiceModel, Window
 from appliance.speech import FloatArray, IntArray
 
 log = logging.getLogger(__name__)
@@ -153,26 +153,18 @@ class FailoverVoiceModel(VoiceModel):
             "encode", lambda m: m.encode_prior(ids, scales, speaker), _unseeded(scales)
         )
 
-    def flow(
-        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
-    ) -> FloatArray:
+    def flow(self, window: Window) -> FloatArray:
         # The prior may have run on the CPU while the GPU was down and the GPU be back
         # now: a primary without a (compatible) flow leaves the window to the CPU.
         context = self._cpu.flow_context
         return self._run(
             "flow",
-            lambda m: m.flow(z_p, g, margins),
+            lambda m: m.flow(window),
             usable=lambda m: 0 < m.flow_context <= context,
         )
 
-    def decode(
-        self,
-        z: FloatArray,
-        g: FloatArray | None,
-        urgent: bool = False,
-        margins: tuple[int, int] = (0, 0),
-    ) -> FloatArray:
-        return self._run("window", lambda m: m.decode(z, g, urgent, margins))
+    def decode(self, window: Window) -> FloatArray:
+        return self._run("window", lambda m: m.decode(window))
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         return self._run("fused", lambda m: m.fused(ids, scales, speaker))

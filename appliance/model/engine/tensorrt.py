@@ -38,7 +38,7 @@ from appliance.model.engine.base import (
     Encoded,
     Scales,
     VoiceModel,
-    check_margins,
+    Window,
     drop_margins,
 )
 from appliance.model.engine.pool import UnsupportedInput
@@ -633,9 +633,7 @@ class TensorRTVoiceModel(VoiceModel):
     def encode_prior(self, ids: IntArray, scales: Scales, speaker: int | None) -> Encoded:
         return self.encode(ids, scales, speaker)
 
-    def flow(
-        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
-    ) -> FloatArray:
+    def flow(self, window: Window) -> FloatArray:
         raise BackendError(f"{self.backend_name} has no separate flow")
 
     def _decode_exact(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
@@ -657,18 +655,11 @@ class TensorRTVoiceModel(VoiceModel):
         hop = samples.shape[0] // int(z.shape[2])
         return samples[: frames * hop]
 
-    def decode(
-        self,
-        z: FloatArray,
-        g: FloatArray | None,
-        urgent: bool = False,
-        margins: tuple[int, int] = (0, 0),
-    ) -> FloatArray:
+    def decode(self, window: Window) -> FloatArray:
         # One engine serves every window: ``urgent`` changes nothing on the GPU, and the
         # engine decodes the margins too (its shapes are the profile's).
-        frames = int(z.shape[2])
-        check_margins(frames, margins)
-        return drop_margins(self._decode_whole(z, g), frames, margins)
+        audio = self._decode_whole(window.z, window.g)
+        return drop_margins(audio, window.frames, window.margins)
 
     def _decode_whole(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
         frames = int(z.shape[2])
@@ -689,7 +680,7 @@ class TensorRTVoiceModel(VoiceModel):
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         enc = self.encode(ids, scales, speaker)
-        return self.decode(enc.z, enc.g)
+        return self.decode(Window(enc.z, enc.g))
 
     def graph_stats(self) -> dict[str, int]:
         """Decoder CUDA graphs: how many are held, replays vs plain enqueues, captures.

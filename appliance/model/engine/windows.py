@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from appliance.model.engine.base import Encoded, VoiceModel
+from appliance.model.engine.base import Encoded, VoiceModel, Window
 from appliance.speech import FloatArray
 
 MAX_FLOW_FRAMES = 1024
@@ -47,7 +47,7 @@ def ensure_latent(model: VoiceModel, enc: Encoded, upto: int, ahead: bool = True
         if total - hi < 2 * c:
             hi = total  # a tail this short would cost more in overlap than it holds
     a, b = max(0, lo - c), min(total, hi + c)
-    enc.z[:, :, lo:hi] = model.flow(enc.z_p[:, :, a:b], enc.g, (lo - a, b - hi))
+    enc.z[:, :, lo:hi] = model.flow(Window(enc.z_p[:, :, a:b], enc.g, (lo - a, b - hi)))
     enc.ready = hi
     if hi == total:
         enc.z_p = None
@@ -110,7 +110,7 @@ def decode_span(
 
     Consecutive calls on one clause (as a stream makes them) may be served from audio
     a previous call decoded ahead (``enc.ahead``); the samples are the same either way.
-    ``urgent``: a listener waits for exactly these frames (see ``VoiceModel.decode``).
+    ``urgent``: a listener waits for exactly these frames (see :attr:`Window.urgent`).
     ``ahead``: the cores are free for decoding (and running the flow) beyond ``b``;
     when other work waits for them, a call does no more than its own frames need.
     ``beside``: offers a run to another core (its result: the run's samples); given,
@@ -140,7 +140,8 @@ def decode_span(
         run_end = min(end, run_start + size)
         lo, hi = max(0, run_start - context), min(total, run_end + context)
         margins = (run_start - lo, hi - run_end)
-        runs.append(functools.partial(model.decode, enc.z[:, :, lo:hi], enc.g, urgent, margins))
+        window = Window(enc.z[:, :, lo:hi], enc.g, margins, urgent=urgent)
+        runs.append(functools.partial(model.decode, window))
     later = [beside(run) for run in runs[1:]] if beside is not None else runs[1:]
     pieces = [runs[0](), *(run() for run in later)]
     fresh = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)

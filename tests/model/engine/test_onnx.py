@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from appliance.model.engine import interrupt
-from appliance.model.engine.base import BackendError
+from appliance.model.engine.base import BackendError, Window
 from appliance.model.engine.interrupt import Interrupted, StopToken
 from appliance.model.engine.onnx import _session
 from tests.fakes.voice import real_voice
@@ -73,13 +73,13 @@ def test_a_stopped_decode_raises_interrupted_and_the_model_runs_on() -> None:
     timer = threading.Timer(0.02, token.stop)
     timer.start()
     with interrupt.stoppable(token), pytest.raises(Interrupted):
-        model.decode(z, None)
+        model.decode(Window(z, None))
     timer.join()
     stopped_after = time.monotonic() - started
     # The same decode, not stopped: it runs to the end (and took longer than the stop).
     t0 = time.monotonic()
     with interrupt.stoppable(StopToken()):
-        audio = model.decode(z, None)
+        audio = model.decode(Window(z, None))
     assert audio.size == 1200 * 256
     assert stopped_after < time.monotonic() - t0
 
@@ -87,7 +87,7 @@ def test_a_stopped_decode_raises_interrupted_and_the_model_runs_on() -> None:
 def test_without_a_token_a_bad_input_is_a_backend_error() -> None:
     _, model = real_voice()
     with pytest.raises(BackendError):
-        model.decode(np.zeros((1, 3, 10), dtype=np.float32), None)
+        model.decode(Window(np.zeros((1, 3, 10), dtype=np.float32), None))
     token = StopToken()
     with interrupt.stoppable(token), pytest.raises(BackendError):
-        model.decode(np.zeros((1, 3, 10), dtype=np.float32), None)
+        model.decode(Window(np.zeros((1, 3, 10), dtype=np.float32), None))

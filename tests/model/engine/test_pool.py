@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from appliance.model.engine.base import Encoded, Scales, VoiceModel
+from appliance.model.engine.base import Encoded, Scales, VoiceModel, Window
 from appliance.model.engine.gpu_select import gpu_health
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.engine.pool import FailoverVoiceModel, UnsupportedInput
@@ -167,22 +167,14 @@ class Scripted(VoiceModel):
         self._call("encode_prior")
         return self.cpu.encode_prior(ids, scales, speaker)
 
-    def flow(
-        self, z_p: FloatArray, g: FloatArray | None, margins: tuple[int, int] = (0, 0)
-    ) -> FloatArray:
+    def flow(self, window: Window) -> FloatArray:
         self._call("flow")
-        return self.cpu.flow(z_p, g, margins)
+        return self.cpu.flow(window)
 
-    def decode(
-        self,
-        z: FloatArray,
-        g: FloatArray | None,
-        urgent: bool = False,
-        margins: tuple[int, int] = (0, 0),
-    ) -> FloatArray:
-        name = "decode urgent" if urgent else "decode"
-        self._call(f"{name} margins" if margins != (0, 0) else name)
-        return self.cpu.decode(z, g, urgent, margins)
+    def decode(self, window: Window) -> FloatArray:
+        name = "decode urgent" if window.urgent else "decode"
+        self._call(f"{name} margins" if window.margins != (0, 0) else name)
+        return self.cpu.decode(window)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         self.called.append("fused")
@@ -203,7 +195,7 @@ class WholeEncoder(Scripted):
         self._call("encode_prior")
         return self.cpu.encode(ids, scales, speaker)
 
-    def flow(self, z_p: FloatArray, g: FloatArray | None) -> FloatArray:
+    def flow(self, window: Window) -> FloatArray:
         raise AssertionError("a primary without a flow was asked for one")
 
 
@@ -242,10 +234,10 @@ def test_the_pool_forwards_every_member_of_the_interface() -> None:
     assert not missing, f"FailoverVoiceModel inherits {missing} instead of forwarding it"
 
 
-def _flow_window(model: VoiceModel) -> tuple[Encoded, FloatArray]:
+def _flow_window(model: VoiceModel) -> tuple[Encoded, Window]:
     enc = model.encode_prior(IDS, GATE_SCALES, None)
     assert enc.z_p is not None
-    return enc, enc.z_p[:, :, :48]
+    return enc, Window(enc.z_p[:, :, :48], None)
 
 
 @pytest.mark.parametrize("up", [True, False], ids=["gpu-up", "gpu-down"])
@@ -258,14 +250,14 @@ def test_each_call_reaches_the_primary_while_up_and_the_cpu_otherwise(up: bool) 
     ref_enc = cpu.encode_prior(IDS, GATE_SCALES, None)
     assert ref_enc.z_p is not None and ref_enc.ready == 0
     z_p = ref_enc.z_p[:, :, :48]
-    full = cpu.encode(IDS, GATE_SCALES, None)
+    z = cpu.encode(IDS, GATE_SCALES, None).z[:, :, :48]
     calls: dict[str, Callable[[VoiceModel], Any]] = {
         "encode": lambda m: m.encode(IDS, GATE_SCALES, None).z,
         "encode_prior": lambda m: m.encode_prior(IDS, GATE_SCALES, None).z_p,
-        "flow": lambda m: m.flow(z_p, None),
-        "decode": lambda m: m.decode(full.z[:, :, :48], None),
-        "decode urgent": lambda m: m.decode(full.z[:, :, :48], None, True),
-        "decode urgent margins": lambda m: m.decode(full.z[:, :, :48], None, True, (0, 10)),
+        "flow": lambda m: m.flow(Window(z_p, None)),
+        "decode": lambda m: m.decode(Window(z, None)),
+        "decode urgent": lambda m: m.decode(Window(z, None, urgent=True)),
+        "decode urgent margins": lambda m: m.decode(Window(z, None, (0, 10), urgent=True)),
         "fused": lambda m: m.fused(IDS, GATE_SCALES, None),
     }
     for name, call in calls.items():
@@ -293,7 +285,7 @@ def test_flow_on_a_primary_without_one_runs_on_the_cpu_and_the_gpu_stays_up() ->
     # A clause whose prior ran on the CPU (the GPU was down then) and whose flow
     # windows come after the GPU is back: they must still run, on the CPU.
     _, window = _flow_window(cpu)
-    np.testing.assert_array_equal(pool.flow(window, None), cpu.flow(window, None))
+    np.testing.assert_array_equal(pool.flow(window), cpu.flow(window))
     assert pool.state()["gpu"] == "ok" and pool.state()["failovers"] == 0
     pool.close()
 
@@ -326,7 +318,7 @@ def test_flow_error_on_the_primary_is_rerun_on_the_cpu() -> None:
     pool = FailoverVoiceModel(primary, cpu)
     _, window = _flow_window(cpu)
     primary.fail = RuntimeError("CUDA error: an illegal memory access")
-    np.testing.assert_array_equal(pool.flow(window, None), cpu.flow(window, None))
+    np.testing.assert_array_equal(pool.flow(window), cpu.flow(window))
     state = pool.state()
     assert (state["gpu"], state["rerun_flows"], state["failovers"]) == ("down", 1, 1)
     pool.close()
@@ -368,7 +360,7 @@ def test_encode_error_fails_over_and_recovers_without_watchdog() -> None:
     assert (state["gpu"], state["rerun_encodes"], state["failovers"]) == ("down", 1, 1)
     assert "illegal memory access" in state["gpu_down_reason"]
     now[0] = 6.0  # without a watchdog, time since the failure counts as healthy
-    pool.decode(enc.z[:, :, :48], None)
+    pool.decode(Window(enc.z[:, :, :48], None))
     wait_for(lambda: pool.state()["gpu"] == "ok")
     pool.close()
 
@@ -408,8 +400,6 @@ def test_alarm_during_recovery_keeps_the_cpu() -> None:
 def test_no_primary_is_a_plain_cpu_pass_through() -> None:
     _, cpu = real_voice()
     pool = FailoverVoiceModel(None, cpu)
-    enc = pool.encode(IDS, GATE_SCALES, None)
-    np.testing.assert_array_equal(
-        pool.decode(enc.z[:, :, :48], None), cpu.decode(enc.z[:, :, :48], None)
-    )
+    window = Window(pool.encode(IDS, GATE_SCALES, None).z[:, :, :48], None)
+    np.testing.assert_array_equal(pool.decode(window), cpu.decode(window))
     assert (pool.state()["gpu"], pool.state()["backend"]) == ("absent", "onnx-cpu")

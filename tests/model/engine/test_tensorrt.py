@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from appliance.model.engine.base import BackendError
+from appliance.model.engine.base import BackendError, Window
 from appliance.model.engine.engine_cache import EngineCache
 from appliance.model.engine.gpu_select import gpu_health, load_gpu_pool, prepare_engines
 from appliance.model.engine.pool import FailoverVoiceModel, UnsupportedInput
@@ -149,7 +149,8 @@ def test_accuracy_gate_refuses_tensorrt(tmp_path: Path, caplog: pytest.LogCaptur
     assert status["status"] == "degraded"
     assert "refusing TensorRT" in status["reason"] and "fp32" in status["reason"]
     assert model.state()["backend"] == "onnx-cpu"  # type: ignore[attr-defined]
-    assert model.decode(cpu.encode(IDS, GATE_SCALES, None).z[:, :, :48], None).shape == (48 * 256,)
+    window = Window(cpu.encode(IDS, GATE_SCALES, None).z[:, :, :48], None)
+    assert model.decode(window).shape == (48 * 256,)
     assert any("GPU backend unavailable" in w for w in warnings_in(caplog))
 
 
@@ -169,11 +170,11 @@ def test_windows_match_the_cpu(tmp_path: Path) -> None:
     padded = np.zeros((1, z.shape[1], 16), dtype=np.float32)
     padded[:, :, :10] = short
     np.testing.assert_allclose(
-        gpu.decode(short, None), cpu.decode(padded, None)[: 10 * 256], atol=1e-6
+        gpu.decode(Window(short, None)), cpu.decode(Window(padded, None))[: 10 * 256], atol=1e-6
     )
     # Longer than the engine's maximum (128 frames): pieces with 16 frames of context.
     assert z.shape[2] > 128
-    np.testing.assert_allclose(gpu.decode(z, None), cpu.decode(z, None), atol=1e-4)
+    np.testing.assert_allclose(gpu.decode(Window(z, None)), cpu.decode(Window(z, None)), atol=1e-4)
     with pytest.raises(UnsupportedInput):
         gpu.encode(np.ones(Config().engine.max_phonemes + 1, dtype=np.int64), GATE_SCALES, None)
 
@@ -204,7 +205,8 @@ def test_cpu_only_box_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
     assert status["status"] == "ok"
     health = gpu_health(model, status)
     assert (health["backend"], health["gpu"], health["status"]) == ("onnx-cpu", "absent", "ok")
-    assert model.decode(cpu.encode(IDS, GATE_SCALES, None).z[:, :, :48], None).shape == (48 * 256,)
+    window = Window(cpu.encode(IDS, GATE_SCALES, None).z[:, :, :48], None)
+    assert model.decode(window).shape == (48 * 256,)
 
 
 def test_tensorrt_requested_without_gpu_is_degraded(caplog: pytest.LogCaptureFixture) -> None:
@@ -292,9 +294,9 @@ def test_graph_replays_match_the_plain_path_and_the_cpu(plans: tuple[bytes, byte
     windows = [z[:, :, s : s + n] for s in (0, 30, 60, 90, 120) for n in (64, 48)]
     outputs = []
     for window in windows:
-        got = gpu.decode(window, None)
+        got = gpu.decode(Window(window, None))
         np.testing.assert_array_equal(got, plain(gpu, window))  # sample for sample
-        np.testing.assert_allclose(got, cpu.decode(window, None), atol=1e-5)
+        np.testing.assert_allclose(got, cpu.decode(Window(window, None)), atol=1e-5)
         outputs.append(got)
     # First use plain, second captured (its warm-up answers it), then three replays each.
     stats = gpu.graph_stats()
@@ -346,7 +348,9 @@ def test_capture_error_falls_back_to_the_plain_path(plans: tuple[bytes, bytes]) 
     cuda.capture_error = cudaError_t.cudaErrorStreamCaptureUnsupported
     for start in (0, 40, 80):
         window = z[:, :, start : start + 64]
-        np.testing.assert_allclose(gpu.decode(window, None), cpu.decode(window, None), atol=1e-5)
+        np.testing.assert_allclose(
+            gpu.decode(Window(window, None)), cpu.decode(Window(window, None)), atol=1e-5
+        )
     stats = gpu.graph_stats()
     assert stats["capture_failures"] == 1 and stats["graph_replays"] == 0
     assert stats["graphs"] == 0 and stats["plain_runs"] == 3
@@ -354,7 +358,9 @@ def test_capture_error_falls_back_to_the_plain_path(plans: tuple[bytes, bytes]) 
     # The failure was that shape's; another shape still gets its graph.
     for start in (0, 40, 80):
         window = z[:, :, start : start + 40]
-        np.testing.assert_allclose(gpu.decode(window, None), cpu.decode(window, None), atol=1e-5)
+        np.testing.assert_allclose(
+            gpu.decode(Window(window, None)), cpu.decode(Window(window, None)), atol=1e-5
+        )
     assert gpu.graph_stats()["graph_replays"] == 1
     gpu.close()
 
@@ -364,11 +370,11 @@ def test_gpu_lost_during_a_replay_fails_over_to_the_cpu(plans: tuple[bytes, byte
     gpu, cuda = fresh_gpu(plans)
     window = latent()[:, :, :64]
     for _ in range(3):
-        gpu.decode(window, None)
+        gpu.decode(Window(window, None))
     assert gpu.graph_stats()["graph_replays"] == 1
     cuda.lost = True
     with pytest.raises(BackendError) as err:
-        gpu.decode(window, None)
+        gpu.decode(Window(window, None))
     assert not isinstance(err.value, UnsupportedInput)  # a GPU fault, not an input the GPU refuses
     assert "cudaGraphLaunch" in str(err.value)
     gpu.close()
@@ -394,7 +400,7 @@ def test_close_destroys_graphs_and_frees_their_buffers(plans: tuple[bytes, bytes
     gpu, cuda = fresh_gpu(plans)
     z = latent()
     for n in (64, 48, 64, 48):
-        gpu.decode(z[:, :, :n], None)
+        gpu.decode(Window(z[:, :, :n], None))
     assert gpu.graph_stats()["graphs"] == 2
     assert len(cuda.graph_execs) == 2 and not cuda.graphs  # templates go after instantiation
     assert cuda.host_allocs and cuda.allocs
@@ -410,12 +416,14 @@ def test_graph_cache_is_bounded(
     gpu, cuda = fresh_gpu(plans)
     z = latent()
     for n in (40, 40, 48, 48, 64, 64):  # the third captured shape evicts the first
-        gpu.decode(z[:, :, :n], None)
+        gpu.decode(Window(z[:, :, :n], None))
     stats = gpu.graph_stats()
     assert stats["graphs"] == 2 and stats["evictions"] == 1 and stats["captures"] == 3
     assert len(cuda.graph_execs) == 2
     window = z[:, :, 10:58]
-    np.testing.assert_allclose(gpu.decode(window, None), cpu.decode(window, None), atol=1e-5)
+    np.testing.assert_allclose(
+        gpu.decode(Window(window, None)), cpu.decode(Window(window, None)), atol=1e-5
+    )
     assert gpu.graph_stats()["graph_replays"] == 1
     gpu.close()
 
