@@ -115,6 +115,11 @@ class Window:
     def frames(self) -> int:
         return int(self.z.shape[2])
 
+    def kept(self, samples: FloatArray) -> FloatArray:
+        """The decoder's ``samples`` for all of this window's frames, without the margins'
+        (:func:`drop_margins`)."""
+        return drop_margins(samples, self.frames, self.margins)
+
 
 class VoiceModel(ABC):
     """One voice loaded on one backend.

@@ -33,14 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.model.engine.base import (
-    BackendError,
-    Encoded,
-    Scales,
-    VoiceModel,
-    Window,
-    drop_margins,
-)
+from appliance.model.engine.base import BackendError, Encoded, Scales, VoiceModel, Window
 from appliance.model.engine.pool import UnsupportedInput
 from appliance.model.engine.trt_seam import TrtRuntime
 from appliance.speech import FloatArray, IntArray
@@ -659,7 +652,7 @@ class TensorRTVoiceModel(VoiceModel):
         # One engine serves every window: ``urgent`` changes nothing on the GPU, and the
         # engine decodes the margins too (its shapes are the profile's).
         audio = self._decode_whole(window.z, window.g)
-        return drop_margins(audio, window.frames, window.margins)
+        return window.kept(audio)
 
     def _decode_whole(self, z: FloatArray, g: FloatArray | None) -> FloatArray:
         frames = int(z.shape[2])
