@@ -6,10 +6,11 @@
 - ``STATUS=`` at most every :data:`STATUS_EVERY_S` as requests end.
 - The watchdog: pings while the inference workers' heartbeat is fresh (a hung inference
   call stops them, and systemd restarts the service).
-- Freed heap handed back (``malloc_trim``) at most every :data:`TRIM_EVERY_S` and about
-  that long after a request ended, busy or idle, so RSS stays flat over long runs; not
-  while real-time work is queued or running, unless that lasts :data:`TRIM_WAIT_S`
-  (see :meth:`Upkeep._trim`).
+- Freed memory handed back (:meth:`~appliance.core.runtime.Runtime.release_memory`: ONNX
+  Runtime's free arena regions, then ``malloc_trim``) at most every :data:`TRIM_EVERY_S`
+  and about that long after a request ended, busy or idle, so RSS stays flat over long
+  runs; not while real-time work is queued or running, unless that lasts
+  :data:`TRIM_WAIT_S` (see :meth:`Upkeep._trim`).
 
 Lifecycle: one per daemon once its service is built; every task it starts is given to the
 daemon (``keep``), which cancels them at its stop.
@@ -24,7 +25,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from appliance.ops import memory
 from appliance.ops.notify import Notifier, settle_owed, watchdog_interval_s, watchdog_loop
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class Upkeep:
             waited += TRIM_RETRY_S
         self._last_trim = time.monotonic()
         self._trim_due = None
-        await asyncio.get_running_loop().run_in_executor(None, memory.trim)
+        await asyncio.get_running_loop().run_in_executor(None, self._runtime().release_memory)
 
 
 def status_line(runtime: Runtime) -> str:

@@ -45,6 +45,7 @@ from appliance.model.engine.gpu_select import gpu_health
 from appliance.model.engine.select import load_voice_model
 from appliance.model.engine.threads import Pinning, cpu_threads, pinning
 from appliance.model.voices import discover, load_voice
+from appliance.ops import memory
 from appliance.ops.config import Config
 from appliance.ops.metrics import Metrics
 from appliance.ops.notify import Notifier
@@ -368,6 +369,14 @@ class Runtime:
             "voices_skipped": [{"file": f, "reason": r} for f, r in sorted(self.skipped.items())],
             "normalizer_languages": list(supported_languages()),
         }
+
+    def release_memory(self) -> None:
+        """Give back what runs left allocated and nothing holds: each voice's backend's
+        (ONNX Runtime's free arena regions), then glibc's free heap.  A few ms: off the
+        loop, at a quiet moment (:class:`appliance.upkeep.Upkeep`)."""
+        for v in self.voices.values():
+            v.model.release_memory()
+        memory.trim()
 
     def close(self) -> None:
         if self.player is not None:

@@ -147,3 +147,32 @@ def test_a_trim_waits_while_real_time_work_is_queued(monkeypatch: Any) -> None:
         return held, after, len(trims)
 
     assert asyncio.run(scenario()) == (0, 1, 2)
+
+
+def test_a_trim_hands_back_the_backends_free_memory_first(monkeypatch: Any) -> None:
+    """The upkeep's trim is the runtime's release: each voice's backend gives back what its
+    runs left (ONNX Runtime's free arena regions), then glibc's heap is trimmed."""
+    done: list[str] = []
+
+    def trim() -> bool:
+        done.append("heap")
+        return True
+
+    monkeypatch.setattr(memory, "trim", trim)
+    monkeypatch.setattr(upkeep_module, "TRIM_EVERY_S", 0.0)
+    runtime = Runtime(parse_config({}), {}, "none", Scheduler(1), Metrics())
+    real = Runtime.release_memory
+
+    def release(rt: Runtime) -> None:
+        done.append("release")
+        real(rt)
+
+    monkeypatch.setattr(Runtime, "release_memory", release)
+    tasks: set[asyncio.Task[Any]] = set()
+
+    async def scenario() -> None:
+        Upkeep(Notifier.disabled(), lambda: runtime, tasks.add).on_request_done()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(scenario())
+    assert done == ["release", "heap"]

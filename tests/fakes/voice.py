@@ -97,5 +97,8 @@ class RecordingModel(VoiceModel):
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         return self.inner.fused(ids, scales, speaker)
 
+    def release_memory(self) -> None:
+        self.inner.release_memory()
+
     def close(self) -> None:
         """Nothing: the wrapped model belongs to its builder."""

@@ -170,6 +170,11 @@ class VoiceModel(ABC):
         """The whole model in one call: phoneme ids → float32 samples."""
 
     @abstractmethod
+    def release_memory(self) -> None:
+        """Give back what runs left allocated and nothing holds (at a quiet moment, on any
+        thread; a run going on meanwhile is safe)."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release device resources."""
 

@@ -116,6 +116,12 @@ def _run(
         raise BackendError(f"{what} failed: {exc}") from exc
 
 
+def _zeros(session: ort.InferenceSession, name: str) -> FloatArray:
+    """Zeros for the input ``name``, one frame wide (its one dimension not fixed)."""
+    shape = next(i.shape for i in session.get_inputs() if i.name == name)
+    return np.zeros([d if isinstance(d, int) else 1 for d in shape], dtype=np.float32)
+
+
 def _add_crops(
     crops: MarginCrops | None,
     feeds: dict[str, np.ndarray],
@@ -362,6 +368,23 @@ class OnnxVoiceModel(VoiceModel):
         if "sid" not in {i.name for i in session.get_inputs()}:
             feeds.pop("sid", None)
         return np.asarray(_run(session, feeds, "model")[0], dtype=np.float32).reshape(-1)
+
+    def release_memory(self) -> None:
+        """The shared arena's free regions (:func:`shared_cpu_arena`) go back: those that
+        runs too short to shrink it (:data:`SHRINK_ABOVE_FRAMES`, :data:`SHRINK_ABOVE_IDS`)
+        left there.  Any session's run can shrink it: a decoder run over one frame of zeros
+        (~1.5 ms).  Over 3 000 mixed requests the daemon kept 180–208 MB after its heap
+        trims, by which runs had come last; with this, 178–187 MB (docs/speed.md)."""
+        session = self._decoder_for(False)
+        if session is None or self._cut is None:
+            return
+        cut = self._cut
+        window = Window(_zeros(session, cut.z), _zeros(session, cut.g) if cut.g else None)
+        feeds: dict[str, np.ndarray] = {cut.z: window.z}
+        _add_crops(self.margin_crops("ahead"), feeds, window)
+        if cut.g is not None and window.g is not None:
+            feeds[cut.g] = window.g
+        _run(session, feeds, "arena release", shrink=True)
 
     def close(self) -> None:
         """Nothing to release: the sessions go with the object."""

@@ -169,6 +169,12 @@ class FailoverVoiceModel(VoiceModel):
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         return self._run("fused", lambda m: m.fused(ids, scales, speaker))
 
+    def release_memory(self) -> None:
+        self._cpu.release_memory()
+        primary = self._primary
+        if primary is not None:
+            primary.release_memory()
+
     def close(self) -> None:
         """Stop the watchdog and release both models."""
         if self._watchdog is not None:

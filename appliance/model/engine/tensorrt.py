@@ -682,6 +682,9 @@ class TensorRTVoiceModel(VoiceModel):
         """
         return {"graphs": self._decoder.graphs, **self._decoder.stats}
 
+    def release_memory(self) -> None:
+        """Nothing: the engines' buffers are sized when they are built and kept for them."""
+
     def close(self) -> None:
         with self._lock:
             self._encoder.close()

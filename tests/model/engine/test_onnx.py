@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from appliance.model.engine import interrupt
-from appliance.model.engine.base import BackendError, Window
+from appliance.model.engine.base import BackendError, Scales, Window
 from appliance.model.engine.interrupt import Interrupted, StopToken
-from appliance.model.engine.onnx import _session
-from tests.fakes.voice import real_voice
+from appliance.model.engine.onnx import SHRINK_ABOVE_IDS, _session
+from appliance.ops import memory
+from tests.fakes.voice import flow_voice, real_voice
 
 
 def test_sessions_cache_no_memory_pattern_per_shape() -> None:
@@ -91,3 +92,28 @@ def test_without_a_token_a_bad_input_is_a_backend_error() -> None:
     token = StopToken()
     with interrupt.stoppable(token), pytest.raises(BackendError):
         model.decode(Window(np.zeros((1, 3, 10), dtype=np.float32), None))
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmRSS"))
+
+
+def test_release_memory_gives_back_what_short_runs_left_in_the_arena() -> None:
+    """Runs too short to shrink the shared arena leave its regions resident, a heap trim
+    or not; the quiet moment's release gives them back, and the model runs on unchanged
+    (the daemon kept 179-208 MB after its heap trims over 1 200 mixed requests, by which
+    runs had come last: docs/speed.md)."""
+    _, model = flow_voice()
+    scales = Scales(0.667, 1.0, 0.8)
+    z = _long_latent(60)
+    before_release = model.decode(Window(z, None, (10, 10)))
+    for n in (60, 120, SHRINK_ABOVE_IDS - 8):  # each short enough to leave the arena grown
+        ids = np.array([1, 0, *[20, 0] * (n // 2), 2], dtype=np.int64)
+        model.encode_prior(ids, scales, None)
+    memory.trim()
+    held = _rss_mb()
+    model.release_memory()
+    memory.trim()
+    assert _rss_mb() < held - 1.0
+    assert np.array_equal(model.decode(Window(z, None, (10, 10))), before_release)

@@ -180,6 +180,9 @@ class Scripted(VoiceModel):
         self.called.append("fused")
         return self.cpu.fused(ids, scales, speaker)
 
+    def release_memory(self) -> None:
+        self.called.append("release_memory")
+
     def close(self) -> None:
         self.closed = True
 
