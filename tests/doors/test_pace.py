@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import statistics
 import time
 
 import pytest
@@ -81,7 +82,10 @@ def test_late_audio_restarts_the_schedule() -> None:
 
     t = asyncio.run(run())
     gaps = [b - a for a, b in itertools.pairwise(t[8:])]
-    assert len(gaps) == 9 and min(gaps) > 0.015, gaps
+    # Paced: the ten frames span ~9 x 20 ms, where a burst to catch up would send them at
+    # once.  One gap may be short after a late wake-up (12 ms beside a CPU hog): the
+    # schedule stays absolute, so the frame after a late one leaves on time.
+    assert len(gaps) == 9 and sum(gaps) > 0.15 and statistics.median(gaps) > 0.015, gaps
 
 
 def _word(offset_ms: float, i: int) -> Word:
