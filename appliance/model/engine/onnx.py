@@ -353,13 +353,14 @@ class OnnxVoiceModel(VoiceModel):
         feeds: dict[str, np.ndarray],
         window: Window,
         what: str,
+        shrink: bool = False,
     ) -> FloatArray:
         """Run a part fed by ``window`` (flow, decoder), adding the speaker conditioning;
-        a long run gives its arena back (:data:`SHRINK_ABOVE_FRAMES`)."""
+        a long run (:data:`SHRINK_ABOVE_FRAMES`), or one asked to, gives its arena back."""
         assert self._cut is not None
         if self._cut.g is not None and window.g is not None:
             feeds[self._cut.g] = window.g
-        shrink = window.frames > SHRINK_ABOVE_FRAMES
+        shrink = shrink or window.frames > SHRINK_ABOVE_FRAMES
         return np.asarray(_run(session, feeds, what, shrink)[0], dtype=np.float32)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
@@ -382,9 +383,7 @@ class OnnxVoiceModel(VoiceModel):
         window = Window(_zeros(session, cut.z), _zeros(session, cut.g) if cut.g else None)
         feeds: dict[str, np.ndarray] = {cut.z: window.z}
         _add_crops(self.margin_crops("ahead"), feeds, window)
-        if cut.g is not None and window.g is not None:
-            feeds[cut.g] = window.g
-        _run(session, feeds, "arena release", shrink=True)
+        self._run_latent(session, feeds, window, "arena release", shrink=True)
 
     def close(self) -> None:
         """Nothing to release: the sessions go with the object."""
