@@ -62,6 +62,11 @@ class FlowWatch:
         """Until the stream has once run steadily since :meth:`reset`, or ``timeout_s``."""
         return self._steady.wait(timeout_s)
 
+    def paused(self, now: float) -> bool:
+        """Whether the callback arriving ``now`` comes after a pause (read before
+        :meth:`note`): the device asked for nothing for longer than twice its latency."""
+        return self.flowing_since is not None and now - self.last_callback > self._gap_s
+
     def steady_now(self, now: float) -> bool:
         """Whether the callbacks come steadily *now* (an underrun restarts the run)."""
         return self._run_frames >= self._steady_frames and now - self.last_callback < self._gap_s

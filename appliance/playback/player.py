@@ -216,9 +216,10 @@ class Player:
     def stats(self) -> dict[str, Any]:
         r, sup = self._render, self._supervisor
         return {
-            "underruns": r.status_underflows + r.starved,
+            "underruns": r.status_underflows + r.starved + r.paused,
             "status_underflows": r.status_underflows,
             "starved": r.starved,
+            "paused": r.paused,
             "callbacks": r.callbacks,
             "callback_errors": r.callback_errors,
             "device_losses": sup.device_losses if sup is not None else 0,
@@ -241,5 +242,5 @@ class Player:
             "blocksize": info.blocksize if info else None,
             "flowing": self._lineup.state == "ok" and r.flow.flowing(time.monotonic()),
             "priority": r.priority_applied,
-            "underruns": r.status_underflows + r.starved,
+            "underruns": r.status_underflows + r.starved + r.paused,
         }

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -51,8 +52,10 @@ class Renderer:
         cfg: PlaybackConfig,
         lineup: Lineup,
         wake: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._cfg = cfg
+        self._clock = clock
         self._lineup = lineup
         self._wake = wake
         self.flow = FlowWatch()
@@ -63,6 +66,7 @@ class Renderer:
         self.callbacks = 0
         self.status_underflows = 0
         self.starved = 0
+        self.paused = 0
         self.callback_errors = 0
         self.priority_applied = "not yet"
 
@@ -75,7 +79,11 @@ class Renderer:
 
     def callback(self, outdata: Any, frames: int, time_info: Any, status: Any) -> None:
         """PortAudio's stream callback: ``outdata`` is (frames, channels) float32."""
-        now = time.monotonic()
+        now = self._clock()
+        # A pause in the callbacks mid-utterance is a dry spell PortAudio does not flag:
+        # through ALSA's pulse plugin the sound server can stall (a busy machine) and then
+        # ask again ~2 s later, every sample (and mark) that much later; counted below.
+        paused = self.flow.paused(now)
         first = self.flow.note(now, frames)
         self.callbacks += 1
         if first:
@@ -84,7 +92,7 @@ class Renderer:
             )
         buf: F32 = outdata[:, 0]
         try:
-            pos = self._fill(buf, frames, now, bool(status.output_underflow))
+            pos = self._fill(buf, frames, now, bool(status.output_underflow), paused)
         except Exception as exc:  # must not kill the stream; reported by the supervisor
             self.callback_errors += 1
             self._post(("error", None, exc))
@@ -93,12 +101,16 @@ class Renderer:
         if outdata.shape[1] > 1:
             outdata[:, 1:] = outdata[:, :1]
 
-    def _fill(self, buf: F32, frames: int, now: float, underflow: bool) -> int:
+    def _fill(self, buf: F32, frames: int, now: float, underflow: bool, paused: bool) -> int:
         """Samples into ``buf[:frames]``, one utterance after another; how many."""
         lineup = self._lineup
-        if underflow:
-            self.status_underflows += 1
-            if lineup.playing is not None and lineup.playing._started:
+        if underflow or paused:
+            speaking = lineup.playing is not None and lineup.playing._started
+            if underflow:
+                self.status_underflows += 1
+            elif speaking:
+                self.paused += 1
+            if speaking and lineup.playing is not None:
                 lineup.playing.underruns += 1
         pos = 0
         while pos < frames:

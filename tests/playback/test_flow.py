@@ -25,10 +25,19 @@ def test_steady_after_enough_audio_without_a_pause() -> None:
 def test_a_pause_starts_the_run_again() -> None:
     flow = watch()
     flow.note(100.0, 60)
+    assert flow.paused(101.9)  # read before the callback is noted
     flow.note(101.9, 60)  # ALSA's pulse plugin sat ~1.9 s after its first callbacks
     assert not flow.steady_now(101.9)
     flow.note(101.95, 60)
     assert flow.steady_now(101.95)
+
+
+def test_a_pause_is_a_gap_over_twice_the_latency_after_the_first_callback() -> None:
+    flow = watch()  # gaps up to 0.1 s
+    assert not flow.paused(105.0)  # no callback yet: a start-up wait is no pause
+    flow.note(105.0, 20)
+    assert not flow.paused(105.09)
+    assert flow.paused(105.11)
 
 
 def test_a_long_latency_asks_for_four_latencies_of_audio() -> None:
