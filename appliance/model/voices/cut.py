@@ -215,28 +215,41 @@ def _run_graph(model: Any, feeds: Probe) -> list[np.ndarray]:
     return outs
 
 
-def _optimised(
-    model: Any, feeds: Probe | None, what: str, want: list[np.ndarray] | None = None
-) -> Any:
-    """``model`` with its layer norms fused (:mod:`appliance.model.layernorm`) and its
-    convolutions run 2-D (:func:`appliance.model.conv2d.wrap_convs`): both, either, or
-    neither, the first whose outputs stay within :data:`CUT_TOLERANCE` of the original's
-    on ``feeds`` (``want``: those outputs, when the caller has them already).  Without
-    ``feeds`` nothing can be checked: ``model`` as it is."""
+def _rewrites(model: Any, already: str) -> list[tuple[Any, str]]:
+    """``model`` with its layer norms fused and its convolutions 2-D, with either, and as
+    it is, each with a note of what was done (``already``: what was done before)."""
     from appliance.model.conv2d import wrap_convs
     from appliance.model.layernorm import fuse_layer_norms
 
-    if feeds is None:
-        return model
     fused, norms = fuse_layer_norms(model)
     both, convs = wrap_convs(fused)
     wrapped, _ = wrap_convs(model)
-    fused_note, wrapped_note = f"{norms} layer norms fused", f"{convs} convolutions 2-D"
-    candidates = [
-        (both, f"{fused_note}, {wrapped_note}" if norms else wrapped_note),
+    notes = [already, f"{norms} layer norms fused" if norms else "", f"{convs} convolutions 2-D"]
+    fused_note = ", ".join(n for n in notes[:2] if n)
+    return [
+        (both, ", ".join(n for n in notes if n)),
         (fused, fused_note),
-        (wrapped, wrapped_note),
+        (wrapped, ", ".join(n for n in (notes[0], notes[2]) if n)),
+        (model, already),
     ]
+
+
+def _optimised(
+    model: Any, feeds: Probe | None, what: str, want: list[np.ndarray] | None = None
+) -> Any:
+    """``model`` with its relative attention banded (:mod:`appliance.model.relattn`), its
+    layer norms fused (:mod:`appliance.model.layernorm`) and its convolutions run 2-D
+    (:func:`appliance.model.conv2d.wrap_convs`): the first of those combinations, all of
+    them first, whose outputs stay within :data:`CUT_TOLERANCE` of the original's on
+    ``feeds`` (``want``: those outputs, when the caller has them already).  Without
+    ``feeds`` nothing can be checked: ``model`` as it is."""
+    from appliance.model.relattn import band_relative_attention
+
+    if feeds is None:
+        return model
+    banded, bands = band_relative_attention(model)
+    candidates = _rewrites(banded, f"{bands} attention layers banded") if bands else []
+    candidates += _rewrites(model, "")
     if want is None:
         try:
             want = _run_graph(model, feeds)

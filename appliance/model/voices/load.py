@@ -44,7 +44,7 @@ from appliance.voicetypes import CutNames, FlowSplit, Voice, VoiceInfo
 log = logging.getLogger("appliance.model.voices")
 
 
-_CUT_FORMAT = 12  # bump when the cut or the check changes (12: unrounded durations out)
+_CUT_FORMAT = 13  # bump when the cut or the check changes (13: relative attention banded)
 
 
 def _cached(info: VoiceInfo, model_path: Path, digest: str, slot: Path) -> Voice | None:
