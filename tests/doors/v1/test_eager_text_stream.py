@@ -216,9 +216,15 @@ def test_once_a_sentence_is_written_the_rest_is_the_whole_sentence(
         assert float(np.max(rms)) <= 1.5 * level_max, s
 
 
+@pytest.mark.solo
 def test_an_eager_reply_is_as_intelligible_as_whole_sentences(daemon: Daemon, whole: Any) -> None:
     """pocketsphinx hears an eager reply (every shape, streamed) no worse than the whole
-    sentences' renderings: word error rate within +0.05."""
+    sentences' renderings: word error rate within +0.05.
+
+    Solo: on a loaded box the whole sentence's encoding takes over later, so more words can be
+    spoken from drafts (by design: the listener keeps hearing speech, ``WHOLE_WAIT_S``);
+    beside the parallel suite and a CPU hog it measured 29 errors against 24 of 97 words,
+    what the load decides (how many words are drafted), not what the drafts sound like."""
     errs = {"eager": 0, "whole": 0}
     words = 0
     for shape, text in SHAPES.items():
