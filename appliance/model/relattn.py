@@ -5,8 +5,8 @@ within a window of ``w`` positions (``window_size`` 4: ``emb_rel_k`` and ``emb_r
 ``[1, 2w + 1, d]``).  The exporter writes them as PyTorch computes them: the embeddings
 padded with zeros to every offset of the sentence (``2T - 1``), a ``[T, d] × [d, 2T - 1]``
 product for the keys' logits, and pads and reshapes of ``[T, 2T]`` tensors to move them
-between relative and absolute positions, and back for the values.  At 555 phonemes those
-pads, slices and products over zeros took ~25 of the prior's ~110 ms (docs/speed.md).
+between relative and absolute positions, and back for the values.  At 555 phonemes the
+prior took 92 ms on two threads, and 73 ms with its attention banded (docs/speed.md).
 
 Rewritten, each layer computes the ``2w + 1`` offsets that are not zero, ``[T, d] × [d,
 2w + 1]`` and ``[T, 2w + 1] × [2w + 1, d]``, and shifts them between relative and absolute
@@ -103,7 +103,7 @@ class _Graph:
 
 def _layers(graph: onnx.GraphProto, shared: set[str]) -> list[_Layer]:
     g = _Graph(graph)
-    keys: dict[str, tuple[str, str, str]] = {}  # query → (logits end, emb_k, the key product)
+    keys: dict[str, tuple[str, str]] = {}  # query → (its logits' last skew, emb_k)
     values: dict[str, tuple[str, str]] = {}  # softmax → (values' product, emb_v)
     for n in graph.node:
         if n.op_type != "MatMul":
@@ -112,11 +112,11 @@ def _layers(graph: onnx.GraphProto, shared: set[str]) -> list[_Layer]:
         if emb is None:
             continue
         if emb.endswith("emb_rel_k") and (end := g.skew_forward(n.output[0])) is not None:
-            keys[n.input[0]] = (end, emb, n.output[0])
+            keys[n.input[0]] = (end, emb)
         elif emb.endswith("emb_rel_v") and (probs := g.skew_back(n.input[0])) is not None:
             values[probs] = (n.output[0], emb)
     layers = []
-    for query, (end, emb_k, _) in keys.items():
+    for query, (end, emb_k) in keys.items():
         add = g.readers(end)[0]
         scores = add.input[1] if add.input[0] == end else add.input[0]
         softmax = _softmax_of(g, scores)
@@ -205,6 +205,10 @@ class _Banding:
         emb_k = np.asarray(self._inits[layer.emb_k], np.float32)[0]  # [2w + 1, d]
         emb_v = np.asarray(self._inits[layer.emb_v], np.float32)[0]
         t = self._length(layer.query)
+        # Shared by the keys' and the values' skews.
+        self._const("flat", np.array([0, 0, -1]))
+        self._const("zero", [0])
+        self._const("ax3", [3])
         rows = self._node(
             "Concat", [self._const("zz", np.array([0, 0])), t, self._const("m1", [-1])], "rows"
         )
@@ -219,18 +223,16 @@ class _Banding:
         band = self._node("MatMul", [layer.query, self._const("emb_k_t", emb_k.T.copy())], "k")
         pads = self._node("Concat", [self._const("zeros7", np.zeros(7, np.int64)), t], "kpads")
         wide = self._node("Pad", [band, pads], "kpad")  # [B, H, T, T + 2w + 1]
-        flat = self._node("Reshape", [wide, self._const("flat", np.array([0, 0, -1]))], "kflat")
+        flat = self._node("Reshape", [wide, self._name("flat")], "kflat")
         keep = self._node(
             "Mul", [t, self._node("Add", [t, self._const("w2", [2 * w])], "kw")], "kn"
         )
-        cut = self._node(
-            "Slice", [flat, self._const("zero", [0]), keep, self._const("ax2", [2])], "kcut"
-        )
+        cut = self._node("Slice", [flat, self._name("zero"), keep, self._const("ax2", [2])], "kcut")
         square = self._node("Reshape", [cut, rows], "ksq")  # [B, H, T, T + 2w]
         end = self._node("Add", [t, self._const("w", [w])], "kend")
         self._node(
             "Slice",
-            [square, self._const("w0", [w]), end, self._const("ax3", [3])],
+            [square, self._const("w0", [w]), end, self._name("ax3")],
             "kabs",
             layer.logits_out,
         )

@@ -80,9 +80,10 @@ class Renderer:
     def callback(self, outdata: Any, frames: int, time_info: Any, status: Any) -> None:
         """PortAudio's stream callback: ``outdata`` is (frames, channels) float32."""
         now = self._clock()
-        # A pause in the callbacks mid-utterance is a dry spell PortAudio does not flag:
-        # through ALSA's pulse plugin the sound server can stall (a busy machine) and then
-        # ask again ~2 s later, every sample (and mark) that much later; counted below.
+        # A pause in the callbacks mid-utterance is a dry spell PortAudio may not flag:
+        # through ALSA's pulse plugin an underrun inside the sound server is not reported
+        # (on a busy box a test heard an SSML mark 1.9 s late with none counted, the
+        # plugin's pause after a start, flow.py); every later sample is that late.
         paused = self.flow.paused(now)
         first = self.flow.note(now, frames)
         self.callbacks += 1
