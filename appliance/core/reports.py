@@ -110,6 +110,7 @@ class Reports:
             playback=playback,
             health=str(health["status"]),
             serving=bool(health["serving"]),
+            cpu_wait=rt.scheduler.cpu_wait.share,
         )
 
     def health(self) -> dict[str, Any]:

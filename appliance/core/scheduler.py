@@ -65,6 +65,7 @@ from typing import Any, Generic, TypeVar
 from appliance.core.newcomers import NewcomerRule
 from appliance.core.parts import Part, Parts
 from appliance.model.engine.interrupt import Interrupted, StopToken, stoppable
+from appliance.ops.cpuwait import RunQueueWait
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,8 @@ class Scheduler:
         self.busy_s = 0.0
         """Worker-seconds spent running items (for utilisation)."""
         self._optional_limit = max(1, self._n - 1)
+        self.cpu_wait = RunQueueWait()
+        """How long the process's threads wait for a CPU (read by the workers)."""
         # (finished, seconds past deadline) of recent real-time items, for admission.
         self._lateness: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)
         self.heartbeat = time.monotonic()
@@ -205,6 +208,7 @@ class Scheduler:
                 "newcomers_ahead": self.newcomers.ahead,
                 "cancelled_items": self.cancelled,
                 "busy_s": round(self.busy_s, 3),
+                "cpu_wait": None if (w := self.cpu_wait.share) is None else round(w, 3),
             }
 
     def heartbeat_age(self) -> float:
@@ -371,6 +375,7 @@ class Scheduler:
         self._pin(k)
         wake = threading.Condition(self._lock)
         while (item := self._next(k, wake)) is not None:
+            self.cpu_wait.sample()  # at most once a second, by whichever worker comes first
             if isinstance(item, Part):
                 ran_s = item.run()
                 with self._lock:

@@ -82,6 +82,8 @@ class LiveNumbers:
     """``Player.stats()`` plus its ``state``; None when playback is off."""
     health: str = "ok"
     serving: bool = True
+    cpu_wait: float | None = None
+    """Share of the threads' runnable time spent waiting for a CPU (appliance.ops.cpuwait)."""
 
 
 class _LiveCollector:
@@ -132,6 +134,12 @@ class _LiveCollector:
         yield GaugeMetricFamily(
             "ttsd_serving", "1 while new requests are taken", 1 if live.serving else 0
         )
+        if live.cpu_wait is not None:
+            yield GaugeMetricFamily(
+                "ttsd_cpu_wait_ratio",
+                "Share of the daemon threads' runnable time spent waiting for a CPU",
+                live.cpu_wait,
+            )
         p = live.playback
         if p is not None:
             yield CounterMetricFamily(

@@ -85,6 +85,7 @@ def test_live_numbers_are_read_at_scrape_time() -> None:
             playback={"underruns": 5, "state": "off"},
             health="degraded",
             serving=False,
+            cpu_wait=0.25,
         )
 
     m.watch(live)
@@ -100,6 +101,7 @@ def test_live_numbers_are_read_at_scrape_time() -> None:
     assert _value(m, "ttsd_health", {"status": "degraded"}) == 1
     assert _value(m, "ttsd_health", {"status": "ok"}) == 0
     assert _value(m, "ttsd_serving") == 0
+    assert _value(m, "ttsd_cpu_wait_ratio") == 0.25
 
 
 def test_exposition_parses() -> None:

@@ -88,6 +88,10 @@ def test_metrics_parse_move_and_match_stats(http_daemon: HttpDaemon) -> None:
     for code, count in st["errors"].items():
         assert count == total(again, "ttsd_errors_total", code=code), code
     assert st["frontends"]["http"]["connections"] >= 0
+    # The run-queue wait: once the workers have run for a while, a share, on both sides.
+    wait = st["scheduler"]["cpu_wait"]
+    assert wait is None or 0.0 <= wait <= 1.0
+    assert (wait is None) == (("ttsd_cpu_wait_ratio", ()) not in again)
 
 
 @pytest.mark.parametrize("fmt", ["wav", "opus"])
