@@ -49,7 +49,14 @@ def test_on_the_clock_after_the_start_buffer() -> None:
     assert len(t) == 50
     assert t[1] - t[0] < 0.01  # 40 ms start buffer: 2 frames at once
     late = [t[k] - (t[0] + (k - 1) * 0.02) for k in range(2, 50)]
-    assert min(late) >= -0.001 and max(late) < 0.02, (min(late), max(late))
+    # On the clock: never early, and no drift along the 48 frames (paced one frame after
+    # the last send, each wake-up's ~1 ms overshoot would add up to tens of ms).  One
+    # wake-up may come late on a busy box (23 ms beside the full suite and a CPU hog):
+    # the frames after it are back on their slots.
+    assert min(late) >= -0.001, late
+    assert statistics.median(late) < 0.01, late
+    assert statistics.median(late[-10:]) - statistics.median(late[:10]) < 0.005, late
+    assert max(late) < 0.1, late
 
 
 def test_uneven_rate_is_exact_on_average() -> None:
