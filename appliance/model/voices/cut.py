@@ -224,12 +224,16 @@ def _rewrites(model: Any, already: str) -> list[tuple[Any, str]]:
     fused, norms = fuse_layer_norms(model)
     both, convs = wrap_convs(fused)
     wrapped, _ = wrap_convs(model)
-    notes = [already, f"{norms} layer norms fused" if norms else "", f"{convs} convolutions 2-D"]
-    fused_note = ", ".join(n for n in notes[:2] if n)
+    norms_note = f"{norms} layer norms fused" if norms else ""
+    convs_note = f"{convs} convolutions 2-D"
+
+    def note(*done: str) -> str:
+        return ", ".join(d for d in (already, *done) if d)
+
     return [
-        (both, ", ".join(n for n in notes if n)),
-        (fused, fused_note),
-        (wrapped, ", ".join(n for n in (notes[0], notes[2]) if n)),
+        (both, note(norms_note, convs_note)),
+        (fused, note(norms_note)),
+        (wrapped, note(convs_note)),
         (model, already),
     ]
 
