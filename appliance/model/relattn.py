@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from appliance.model import graphs
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -48,14 +50,12 @@ class _Layer:
 
 
 class _Graph:
-    """Who produces and who consumes each tensor of one graph."""
+    """Who produces and who consumes each tensor of one graph (:mod:`appliance.model.graphs`),
+    and the exporter's paths between a relative term and its attention layer."""
 
     def __init__(self, graph: onnx.GraphProto) -> None:
-        self.producer = {o: n for n in graph.node for o in n.output}
-        self.consumers: dict[str, list[onnx.NodeProto]] = {}
-        for n in graph.node:
-            for i in n.input:
-                self.consumers.setdefault(i, []).append(n)
+        self.producer = graphs.producers(graph)
+        self.consumers = graphs.consumers(graph)
 
     def readers(self, name: str) -> list[onnx.NodeProto]:
         """The nodes that read ``name``'s values (not only its shape)."""
@@ -165,8 +165,8 @@ def band_relative_attention(model: onnx.ModelProto) -> tuple[onnx.ModelProto, in
     graph.node.extend(producers)
     for i, layer in enumerate(layers):
         _Banding(graph, f"band{i}", inits).add(layer)
-    _sort(graph)
-    _prune(graph)
+    graphs.topological_sort(graph, "banded graph")
+    graphs.prune(graph)  # the exporter's zero padding
     return out, len(layers)
 
 
@@ -267,39 +267,3 @@ class _Banding:
             [shape, self._const("two", np.array([2])), self._const("three", np.array([3]))],
             "t",
         )
-
-
-def _prune(graph: onnx.GraphProto) -> None:
-    """Drop the nodes and initializers nothing uses any more (the exporter's zero padding)."""
-    needed = {o.name for o in graph.output}
-    keep = []
-    for n in reversed(graph.node):
-        if set(n.output) & needed:
-            keep.append(n)
-            needed.update(n.input)
-    keep.reverse()
-    del graph.node[:]
-    graph.node.extend(keep)
-    inits = [t for t in graph.initializer if t.name in needed]
-    del graph.initializer[:]
-    graph.initializer.extend(inits)
-
-
-def _sort(graph: onnx.GraphProto) -> None:
-    """The nodes in an order where each comes after what it reads (ONNX asks for it)."""
-    ready = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
-    pending = list(graph.node)
-    done: list[onnx.NodeProto] = []
-    while pending:
-        rest = []
-        for n in pending:
-            if all(i in ready for i in n.input):
-                done.append(n)
-                ready.update(n.output)
-            else:
-                rest.append(n)
-        if len(rest) == len(pending):
-            raise ValueError("the banded graph has a cycle or a missing input")
-        pending = rest
-    del graph.node[:]
-    graph.node.extend(done)
