@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from appliance.model import graphs
+
 if TYPE_CHECKING:
     import onnx
 
@@ -39,10 +41,7 @@ def fuse_layer_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     ):
         return model, 0
     inits = {t.name: t for t in graph.initializer}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for n in graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    consumers = graphs.consumers(graph)
 
     def only(name: str, op: str) -> onnx.NodeProto | None:
         c = consumers.get(name, [])
@@ -108,10 +107,7 @@ def fuse_layer_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     out.graph.node.extend(nodes)
     # The exponents and epsilons the fused nodes took with them (ONNX Runtime would
     # warn about each unused initializer every time a session loads the graph).
-    used = {i for n in nodes for i in n.input} | {v.name for v in (*graph.output, *graph.input)}
-    kept = [t for t in out.graph.initializer if t.name in used]
-    del out.graph.initializer[:]
-    out.graph.initializer.extend(kept)
+    graphs.prune_initializers(out.graph)
     for o in out.opset_import:
         if o.domain in ("", "ai.onnx"):
             o.version = max(o.version, LAYER_NORM_OPSET)
