@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from appliance.model import graphs
+
 if TYPE_CHECKING:
     import onnx
 
@@ -166,7 +168,7 @@ def _with_crops(
         raise ValueError(f"the {what} has operators outside the ONNX domain")
     g.initializer.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), _AXES))
     crops = MarginCrops(tuple((scale, keep) for _, scale, keep in points))
-    producer = {name: i for i, n in enumerate(g.node) for name in n.output}
+    producer = graphs.producer_positions(g)
     inserted: dict[int, list[onnx.NodeProto]] = {}  # after the node that makes the tensor
     followed = follow
     for k, (src, _, _) in enumerate(points):

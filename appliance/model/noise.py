@@ -32,19 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from appliance.model import graphs
 from appliance.speech import FloatArray, IntArray
 
 METADATA_KEY = "ttsd.noise"
 MEAN, STD = "noise_mean", "noise_std"
 UNROUNDED = "durations_unrounded"
-
-
-def _consumers(graph: Any) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for i in node.input:
-            out.setdefault(i, []).append(node)
-    return out
 
 
 def _default_normal(node: Any) -> bool:
@@ -57,7 +50,7 @@ def _default_normal(node: Any) -> bool:
 def _prior_chain(graph: Any, node: Any, z_p: str) -> tuple[str, str, str] | None:
     """(mean, exp(logs), scale) when ``node``'s noise reaches ``z_p`` as
     ``Add(m, Mul(Mul(ε, e), s))`` (operands in any order)."""
-    consumers = _consumers(graph)
+    consumers = graphs.consumers(graph)
     t = node.output[0]
     factors = []
     for _ in range(2):
