@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.model import graphs
 from appliance.model.voices.discover import VoiceError
 from appliance.ops import atomic
 from appliance.text.phonemize import Phonemizer
@@ -51,36 +52,6 @@ def find_cut(model: Any) -> CutNames:
     return CutNames(z=z, durations=durations, g=g, inputs=inputs, output=graph.output[0].name)
 
 
-def _producers(graph: Any) -> dict[str, Any]:
-    return {out: node for node in graph.node for out in node.output}
-
-
-def _ancestors(producers: dict[str, Any], tensor: str) -> set[str]:
-    """Tensors ``tensor`` is computed from (itself included); ``producers`` from _producers."""
-    seen: set[str] = set()
-    todo = [tensor]
-    while todo:
-        t = todo.pop()
-        if t in seen or not t:
-            continue
-        seen.add(t)
-        node = producers.get(t)
-        if node is not None:
-            todo.extend(node.input)
-    return seen
-
-
-def _descendant_nodes(graph: Any, tensor: str) -> list[Any]:
-    """Nodes that depend on ``tensor``, in graph order."""
-    reached = {tensor}
-    out = []
-    for node in graph.node:  # ONNX graphs are stored topologically sorted
-        if any(i in reached for i in node.input):
-            out.append(node)
-            reached.update(node.output)
-    return out
-
-
 def _conv_reach(node: Any, initializers: dict[str, Any]) -> int:
     from appliance.model.margins import conv_reach
 
@@ -94,15 +65,10 @@ def find_flow(model: Any, names: CutNames) -> CutNames:
     """Locate the flow's input ``z_p``, its mask and its receptive field (see the module doc)."""
     graph = model.graph
     initializers = {i.name: i for i in graph.initializer}
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for i in node.input:
-            consumers.setdefault(i, []).append(node)
+    consumers = graphs.consumers(graph)
     # Tensors that change with the inputs (not folded constants).
-    dynamic = set(i.name for i in graph.input)
-    for node in graph.node:
-        if any(i in dynamic for i in node.input):
-            dynamic.update(node.output)
+    inputs = {i.name for i in graph.input}
+    dynamic = inputs | {o for n in graphs.descendant_nodes(graph, inputs) for o in n.output}
     # Tensors computed from the speaker conditioning alone (the flow's per-layer
     # projections of g): the flow part computes them from g, its input.
     from_g = {names.g} if names.g else set()
@@ -110,9 +76,9 @@ def find_flow(model: Any, names: CutNames) -> CutNames:
         moving = [i for i in node.input if i in dynamic]
         if from_g and moving and all(i in from_g for i in moving):
             from_g.update(node.output)
-    producers = _producers(graph)
-    before_durations = _ancestors(producers, names.durations)
-    upstream_of_z = _ancestors(producers, names.z)
+    producers = graphs.producers(graph)
+    before_durations = graphs.ancestors(producers, names.durations)
+    upstream_of_z = graphs.ancestors(producers, names.z)
     candidates: list[str] = []
     for node in graph.node:
         if node.op_type != "RandomNormalLike":
@@ -131,7 +97,8 @@ def find_flow(model: Any, names: CutNames) -> CutNames:
     for z_p in dict.fromkeys(candidates):
         if z_p not in upstream_of_z:
             continue
-        flow = [n for n in _descendant_nodes(graph, z_p) if n.output[0] in upstream_of_z]
+        after = graphs.descendant_nodes(graph, [z_p])
+        flow = [n for n in after if n.output[0] in upstream_of_z]
         inside = {o for n in flow for o in n.output} | {z_p}
         outside = {
             i
