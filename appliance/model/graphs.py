@@ -10,8 +10,9 @@ reads it or changes it in place.  None of them looks inside a node's subgraphs (
 meet one checks for it first.  Tensor names are compared as they are, ``""`` (an omitted
 optional input) included, unless a function says otherwise.
 
-Plain functions of their arguments, no state between calls: the cut runs them when a
-voice is first loaded, in whichever worker thread or process loads it.
+Plain functions of their arguments, no state between calls and no locks: the cut runs
+them when a voice is first prepared (at start, on a reload, when one is added), on
+whichever worker thread loads it; two threads may walk two graphs at once.
 """
 
 from __future__ import annotations

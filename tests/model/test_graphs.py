@@ -112,7 +112,7 @@ def test_prune_keeps_an_initializer_the_graph_outputs() -> None:
     assert [t.name for t in g.initializer] == ["k"]
 
 
-def test_prune_initializers_keeps_the_nodes_and_what_they_inputs_and_outputs_name() -> None:
+def test_prune_initializers_keeps_those_read_or_named_as_graph_inputs_or_outputs() -> None:
     g = _chain()
     for name in ("unread", "also_input", "also_output"):
         g.initializer.append(numpy_helper.from_array(np.array([2.0], np.float32), name))
