@@ -6,9 +6,10 @@ The graph rewrites (:mod:`appliance.model.relattn`, :mod:`appliance.model.layern
 (:mod:`appliance.model.voices.cut`) all look tensors up by name; these are the maps and
 walks they share.  Each function takes an ``onnx.GraphProto`` and says whether it only
 reads it or changes it in place.  None of them looks inside a node's subgraphs (``If``,
-``Loop``): the graphs a Piper voice is exported as have none, and a caller that could
-meet one checks for it first.  Tensor names are compared as they are, ``""`` (an omitted
-optional input) included, unless a function says otherwise.
+``Loop``), so a subgraph's reads of outer names go unseen: the graphs a Piper voice is
+exported as have none (:mod:`appliance.model.relattn` checks before it rewrites).
+Tensor names are compared as they are, ``""`` (an omitted optional input) included,
+unless a function says otherwise.
 
 Plain functions of their arguments, no state between calls and no locks: the cut runs
 them when a voice is first prepared (at start, on a reload, when one is added), on
