@@ -15,6 +15,16 @@ Two rules, either one refuses (see docs/scheduling.md):
   the daemon is behind whatever the projection says, and refuses until it
   has caught up.
 
+Beside other work on the box the projection's limit shrinks.  Its costs are CPU time, which
+a CPU hog does not raise, while the CPU the daemon can get falls: beside two ``yes`` hogs
+on two cores streams stalled within the limit (docs/scheduling.md, "Admission beside other
+work").  The scheduler's run-queue wait (:mod:`appliance.ops.cpuwait`: the share of the
+daemon threads' runnable time spent waiting for a CPU) measures it.  Up to
+``admission_cpu_wait`` the limit holds in full (the daemon's own threads outnumber the
+cores at moments: 0.1–0.4 on a quiet box); beyond it, the limit is
+``max_load × (1 − wait) / (1 − admission_cpu_wait)``, in proportion to the CPU time the
+threads get when they could run.  Without a reading (no schedstat) it holds in full.
+
 Neither rule refuses a stream when no other real-time stream is producing: with
 nobody to protect, a refusal only turns a late answer into none (a busy box's
 first request measured 0.65 against 0.40 and was refused while the daemon sat
@@ -104,20 +114,23 @@ class StreamLoad:
 
 
 @dataclass(frozen=True)
-class Lateness:
-    """How late the scheduler's real-time work runs, in seconds: on average over
-    ``admission_window_s`` (``mean_s``) and the most urgent item queued now (``overdue_s``)."""
+class Pressure:
+    """What admission weighs of the scheduler: how late its real-time work runs, in
+    seconds, on average over ``admission_window_s`` (``mean_s``) and the most urgent item
+    queued now (``overdue_s``); and the share of its threads' runnable time spent waiting
+    for a CPU (``cpu_wait``, None when it cannot be read)."""
 
     mean_s: float = 0.0
     overdue_s: float = 0.0
+    cpu_wait: float | None = None
 
     @property
     def behind_s(self) -> float:
         return max(self.mean_s, self.overdue_s)
 
 
-ON_TIME = Lateness()
-"""No real-time work late (what a daemon with nothing queued reports)."""
+QUIET = Pressure()
+"""No real-time work late, no wait read (what a daemon with nothing queued reports)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,18 @@ class Decision:
     retry_after_ms: int = 0
     reason: str = ""
     load: float = 0.0
+    limit: float = 0.0
+    """The projection's limit it was judged against (``admission_max_load``, shrunk
+    beside other work)."""
+
+
+def load_limit(cfg: SchedulerConfig, pressure: Pressure) -> float:
+    """``admission_max_load``, shrunk by the run-queue wait beyond ``admission_cpu_wait``
+    (see the module)."""
+    wait, free = pressure.cpu_wait, cfg.admission_cpu_wait
+    if wait is None or wait <= free or free >= 1.0:
+        return cfg.admission_max_load
+    return cfg.admission_max_load * (1.0 - min(wait, 1.0)) / (1.0 - free)
 
 
 class Admission:
@@ -184,8 +209,10 @@ class Admission:
         n = sum(1 for s in streams if s.realtime and s.producing)
         return (n + 1) * rtf / self.workers
 
-    def decide(self, cfg: SchedulerConfig, streams: list[StreamLoad], late: Lateness) -> Decision:
-        d = self.judge(cfg, streams, late)
+    def decide(
+        self, cfg: SchedulerConfig, streams: list[StreamLoad], pressure: Pressure
+    ) -> Decision:
+        d = self.judge(cfg, streams, pressure)
         if d.admit:
             self.admitted += 1
         else:
@@ -193,30 +220,35 @@ class Admission:
         self.last = d
         return d
 
-    def judge(self, cfg: SchedulerConfig, streams: list[StreamLoad], late: Lateness) -> Decision:
+    def judge(
+        self, cfg: SchedulerConfig, streams: list[StreamLoad], pressure: Pressure
+    ) -> Decision:
         """The decision :meth:`decide` would take now, counting nothing (a balancer's
         check asks it: appliance.core.capacity)."""
         load = self.projected_load(streams)
+        limit = load_limit(cfg, pressure)
         backlog_s = cfg.admission_backlog_ms / 1000.0
-        behind = backlog_s > 0 and late.behind_s > backlog_s
+        behind = backlog_s > 0 and pressure.behind_s > backlog_s
         if not any(s.realtime and s.producing for s in streams):
-            d = Decision(True, load=load)  # alone: nobody a refusal would protect
-        elif load > cfg.admission_max_load:
+            d = Decision(True, load=load, limit=limit)  # alone: nobody a refusal would protect
+        elif load > limit:
             d = Decision(
                 False,
                 self._retry_after_ms(streams),
-                f"projected load {load:.2f} exceeds {cfg.admission_max_load:.2f}",
+                f"projected load {load:.2f} exceeds {limit:.2f}{_shrunk(cfg, pressure, limit)}",
                 load,
+                limit,
             )
         elif behind:
             d = Decision(
                 False,
-                _clamp_ms(late.behind_s * 1000.0),
-                f"real-time work is {late.behind_s * 1000:.0f} ms behind",
+                _clamp_ms(pressure.behind_s * 1000.0),
+                f"real-time work is {pressure.behind_s * 1000:.0f} ms behind",
                 load,
+                limit,
             )
         else:
-            d = Decision(True, load=load)
+            d = Decision(True, load=load, limit=limit)
         return d
 
     @staticmethod
@@ -228,14 +260,23 @@ class Admission:
         ]
         return _clamp_ms(min(remaining) * 1000.0 if remaining else 1000.0)
 
-    def snapshot(self, streams: list[StreamLoad]) -> dict[str, Any]:
+    def snapshot(self, streams: list[StreamLoad], limit: float) -> dict[str, Any]:
+        """``limit``: the projection's limit now (:func:`load_limit`)."""
         return {
             "rtf_estimate": round(self.rtf(streams), 4),
             "load": round(self.projected_load(streams) - self.rtf(streams) / self.workers, 3),
+            "limit": round(limit, 3),
             "admitted": self.admitted,
             "busy_rejections": self.rejected,
             "last_reason": self.last.reason if self.last is not None else "",
         }
+
+
+def _shrunk(cfg: SchedulerConfig, pressure: Pressure, limit: float) -> str:
+    """What a refusal's reason adds when the limit was shrunk beside other work."""
+    if limit >= cfg.admission_max_load or pressure.cpu_wait is None:
+        return ""
+    return f" ({cfg.admission_max_load:.2f} with the CPU wait at {pressure.cpu_wait:.2f})"
 
 
 def _clamp_ms(ms: float) -> int:

@@ -5,7 +5,8 @@ registry and admission's projection (nothing is kept; O(streams) per call):
 
 - **ready** — admission would take one more real-time stream now.  ``weight_pct`` is the
   share of the box's stream capacity still free (1–100): the streams it can hold at the
-  measured cost (``admission_max_load × workers / rtf``, at most ``limits.max_streams``)
+  measured cost (``admission_max_load × workers / rtf``, the limit shrunk beside other work
+  as admission shrinks it; at most ``limits.max_streams``)
   less those producing.  ``max_streams`` is that capacity, whole streams, at least 1.
 - **drain** — no new work, in-flight streams stay: the daemon is starting (requests
   would wait for the warm-up), stopping (SIGTERM's drain notice, then the stop), or admission
@@ -67,12 +68,12 @@ def capacity_of(service: Service) -> Capacity:
         return Capacity("drain", reason=f"{cap_streams} requests in flight")
     cfg = rt.config.scheduler
     streams = service.stream_loads()
-    decision = service.admission.judge(cfg, streams, service.admission_lateness())
+    decision = service.admission.judge(cfg, streams, service.admission_pressure())
     if not decision.admit:
         return Capacity("drain", reason=decision.reason)
     rtf = service.admission.rtf(streams)
     workers = service.admission.workers
-    held = cfg.admission_max_load * workers / rtf if rtf > 0 else float(cap_streams)
+    held = decision.limit * workers / rtf if rtf > 0 else float(cap_streams)
     held = min(held, float(cap_streams))
     producing = sum(1 for s in streams if s.realtime and s.producing)
     free = max(0.0, held - producing)

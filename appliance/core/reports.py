@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
-from appliance.core.admission import Admission, StreamLoad
+from appliance.core.admission import Admission, Pressure, StreamLoad, load_limit
 from appliance.core.registry import DoorCount
 from appliance.core.runtime import Runtime
 from appliance.errors import ErrorCode
@@ -50,6 +50,8 @@ class Reported(Protocol):
     @property
     def stopping(self) -> bool: ...
 
+    def admission_pressure(self) -> Pressure: ...
+
     @property
     def draining(self) -> bool: ...
 
@@ -79,7 +81,10 @@ class Reports:
         snap["frontends"] = {d.name: {"connections": d.connections()} for d in service.doors}
         snap["streams"] = streams
         snap["scheduler"] = rt.scheduler.snapshot()
-        snap["admission"] = service.admission.snapshot([s.load() for s in service.streams])
+        snap["admission"] = service.admission.snapshot(
+            [s.load() for s in service.streams],
+            load_limit(rt.config.scheduler, service.admission_pressure()),
+        )
         snap["busy_rejections"] = rt.metrics.errors.get(ErrorCode.BUSY, 0)
         # Client underruns: finished requests plus the streams still live.
         snap["stalls"] = rt.metrics.counters.get("stalls", 0) + sum(

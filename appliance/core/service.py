@@ -37,7 +37,7 @@ from appliance.core.admission import (
     Admission,
     CpuShare,
     Decision,
-    Lateness,
+    Pressure,
     StreamLoad,
 )
 from appliance.core.registry import DoorCount, StreamRegistry
@@ -555,14 +555,14 @@ class Service:
     def admit(self) -> Decision:
         """Admission decision for one new real-time request."""
         cfg = self.runtime.config.scheduler
-        return self.admission.decide(cfg, self.stream_loads(), self.admission_lateness())
+        return self.admission.decide(cfg, self.stream_loads(), self.admission_pressure())
 
-    def admission_lateness(self) -> Lateness:
+    def admission_pressure(self) -> Pressure:
         """What admission weighs of the scheduler (the balancer's
         :func:`~appliance.core.capacity.capacity_of` judges with the same)."""
         sched = self.runtime.scheduler
         window_s = self.runtime.config.scheduler.admission_window_s
-        return Lateness(sched.mean_lateness_s(window_s), sched.overdue_s())
+        return Pressure(sched.mean_lateness_s(window_s), sched.overdue_s(), sched.cpu_wait.share)
 
     def stream_loads(self) -> list[StreamLoad]:
         return [s.load() for s in self.streams]

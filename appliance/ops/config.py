@@ -208,6 +208,10 @@ class SchedulerConfig:
     admission_max_load: float = field(default=0.4, metadata=_rng(0.05, 64, live=True))
     """Admission refuses a real-time stream when the streams still producing plus the
     newcomer would claim more than this share of the inference workers' time."""
+    admission_cpu_wait: float = field(default=0.3, metadata=_rng(0, 1, live=True))
+    """Beside other work: while the daemon's threads wait for a CPU more than this share of
+    the time they could run (``stats.scheduler.cpu_wait``), ``admission_max_load`` shrinks
+    to ``max_load × (1 − wait) / (1 − admission_cpu_wait)``; 1 turns it off."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ kernel with ``CONFIG_SCHED_INFO``).  Of the time the daemon's threads were runna
 share spent waiting was 0.12–0.37 on a quiet 2-core box (its own threads outnumber the
 cores at moments) and 0.52–0.54 beside two CPU hogs, which stalled streams that
 admission had let in (docs/scheduling.md, "Where 32 streams stand").  ``stats`` reports
-it as ``scheduler.cpu_wait`` and ``/metrics`` as ``ttsd_cpu_wait_ratio``.
+it as ``scheduler.cpu_wait`` and ``/metrics`` as ``ttsd_cpu_wait_ratio``; admission shrinks
+its load limit by it (appliance.core.admission).
 
 Threads: :meth:`RunQueueWait.sample` runs on the inference workers after each item (procfs
 reads: file I/O stays off the event loop); it reads at most once per ``min_interval_s`` and

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from appliance.core.admission import (
-    ON_TIME,
+    QUIET,
     Admission,
     CpuShare,
-    Lateness,
+    Pressure,
     StreamLoad,
+    load_limit,
     process_cpu_s,
 )
 from appliance.ops.config import SchedulerConfig
@@ -50,13 +51,13 @@ def test_wall_time_inflated_by_contention_no_longer_refuses_streams() -> None:
     cfg = SchedulerConfig(admission_max_load=0.4, admission_backlog_ms=0)
     live = streams(3, wall_rtf=0.25)
     # Wall time only: (3 + 1) * 0.25 / 2 workers = 0.5 > 0.4, refused.
-    assert not Admission(2, rtf_prior=0.25).decide(cfg, live, ON_TIME).admit
+    assert not Admission(2, rtf_prior=0.25).decide(cfg, live, QUIET).admit
     # The workers were busy 10 s while the daemon used 5 CPU seconds: each stream
     # costs half what its wall time says, and the fourth fits.
     c = Clocks()
     admission = Admission(2, rtf_prior=0.25, cpu_share=c.share())
     c.busy, c.cpu = 10.0, 5.0
-    d = admission.decide(cfg, live, ON_TIME)
+    d = admission.decide(cfg, live, QUIET)
     assert d.admit and abs(d.load - 0.25) < 1e-3
 
 
@@ -71,15 +72,45 @@ def test_a_stream_alone_is_admitted_however_slow_the_box_and_the_next_is_judged(
     cfg = SchedulerConfig(admission_max_load=0.4, admission_backlog_ms=1000)
     slow = Admission(2, rtf_prior=1.3)  # each stream would claim 0.65 of the workers
     # Nothing producing: neither the projection nor a stale backlog refuses.
-    assert slow.decide(cfg, [], Lateness(mean_s=5.0, overdue_s=5.0)).admit
+    assert slow.decide(cfg, [], Pressure(mean_s=5.0, overdue_s=5.0)).admit
     finished = [StreamLoad(True, False, compute_s=13.0, audio_s=10.0)]
-    assert slow.decide(cfg, finished, Lateness(5.0, 5.0)).admit
+    assert slow.decide(cfg, finished, Pressure(5.0, 5.0)).admit
     batch = [StreamLoad(False, True, compute_s=13.0, audio_s=10.0)]
-    assert slow.decide(cfg, batch, ON_TIME).admit
+    assert slow.decide(cfg, batch, QUIET).admit
     # One producing: the newcomer is judged by both rules.
     live = [StreamLoad(True, True, compute_s=13.0, audio_s=10.0)]
-    refused = slow.decide(cfg, live, ON_TIME)
+    refused = slow.decide(cfg, live, QUIET)
     assert not refused.admit and "projected load" in refused.reason
     roomy = SchedulerConfig(admission_max_load=8.0, admission_backlog_ms=1000)
-    behind = slow.decide(roomy, live, Lateness(2.0, 0.0))
+    behind = slow.decide(roomy, live, Pressure(2.0, 0.0))
     assert not behind.admit and "behind" in behind.reason
+
+
+def test_beside_other_work_the_limit_shrinks_with_the_cpu_the_threads_get() -> None:
+    cfg = SchedulerConfig(admission_max_load=0.4, admission_cpu_wait=0.3)
+    # No reading, or a wait the daemon's own threads make on a quiet box: the limit holds.
+    for wait in (None, 0.0, 0.2, 0.3):
+        assert load_limit(cfg, Pressure(cpu_wait=wait)) == 0.4
+    # Beyond it, in proportion to the share of their runnable time the threads run.
+    assert abs(load_limit(cfg, Pressure(cpu_wait=0.65)) - 0.4 * 0.35 / 0.7) < 1e-9
+    assert load_limit(cfg, Pressure(cpu_wait=1.0)) == 0.0
+    # 1 turns it off.
+    off = SchedulerConfig(admission_max_load=0.4, admission_cpu_wait=1.0)
+    assert load_limit(off, Pressure(cpu_wait=0.9)) == 0.4
+
+
+def test_a_newcomer_a_quiet_box_takes_is_refused_beside_a_cpu_hog_and_told_why() -> None:
+    cfg = SchedulerConfig(admission_max_load=0.4, admission_backlog_ms=0)
+    admission = Admission(2, rtf_prior=0.1)
+    live = streams(3, wall_rtf=0.1)  # (3 + 1) × 0.1 / 2 workers = 0.2
+    quiet = admission.judge(cfg, live, Pressure(cpu_wait=0.15))
+    assert quiet.admit and quiet.limit == 0.4
+    hog = admission.judge(cfg, live, Pressure(cpu_wait=0.72))  # the limit: 0.16
+    assert not hog.admit and abs(hog.limit - 0.16) < 1e-9
+    assert hog.reason == "projected load 0.20 exceeds 0.16 (0.40 with the CPU wait at 0.72)"
+    assert hog.retry_after_ms > 0
+    # Fewer streams still fit, and a stream alone is admitted whatever the wait.
+    assert admission.judge(cfg, live[:1], Pressure(cpu_wait=0.72)).admit
+    assert admission.judge(cfg, [], Pressure(cpu_wait=0.99)).admit
+    # What stats report: the limit now.
+    assert admission.snapshot(live, hog.limit)["limit"] == 0.16

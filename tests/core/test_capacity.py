@@ -3,7 +3,7 @@ a judgement that counts nothing."""
 
 from __future__ import annotations
 
-from appliance.core.admission import ON_TIME, Admission, StreamLoad
+from appliance.core.admission import QUIET, Admission, StreamLoad
 from appliance.core.capacity import Capacity
 from appliance.ops.config import SchedulerConfig
 
@@ -21,7 +21,7 @@ def test_judging_counts_nothing() -> None:
     adm = Admission(workers=2, rtf_prior=0.2)
     cfg = SchedulerConfig(admission_max_load=0.4)
     live = [StreamLoad(realtime=True, producing=True) for _ in range(4)]
-    d = adm.judge(cfg, live, ON_TIME)
+    d = adm.judge(cfg, live, QUIET)
     assert not d.admit  # (4 + 1) × 0.2 / 2 workers = 0.5 > 0.4
     assert adm.admitted == 0 and adm.rejected == 0 and adm.last is None
-    assert adm.decide(cfg, live, ON_TIME) == d and adm.rejected + adm.admitted == 1
+    assert adm.decide(cfg, live, QUIET) == d and adm.rejected + adm.admitted == 1

@@ -11,7 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.clients.client import Client
-from tests.conftest import DaemonFactory
+from appliance.ops.config import SchedulerConfig
+from tests.conftest import ROOMY_ADMISSION, DaemonFactory
 from tests.doors.http.conftest import HttpDaemon, free_port, start_http, wait_http
 
 LONG = (
@@ -92,6 +93,10 @@ def test_metrics_parse_move_and_match_stats(http_daemon: HttpDaemon) -> None:
     wait = st["scheduler"]["cpu_wait"]
     assert wait is None or 0.0 <= wait <= 1.0
     assert (wait is None) == (("ttsd_cpu_wait_ratio", ()) not in again)
+    # Admission's limit: the configured one, shrunk only by a wait past admission_cpu_wait.
+    limit, full = st["admission"]["limit"], ROOMY_ADMISSION["admission_max_load"]
+    assert 0.0 <= limit <= full
+    assert limit == full or wait > SchedulerConfig().admission_cpu_wait
 
 
 @pytest.mark.parametrize("fmt", ["wav", "opus"])
