@@ -3,12 +3,12 @@
 Two rules, either one refuses (see docs/scheduling.md):
 
 * **Projection.**  Every real-time stream that still has audio to produce will
-  need ``rtf`` worker-seconds per second of audio, and is consumed at 1x, so
+  need ``rtf`` CPU seconds per second of audio, and is consumed at 1x, so
   it claims ``rtf`` of one worker for as long as it runs.  If the streams
   already admitted plus the newcomer would claim more than ``max_load`` of
   the workers, the newcomer is refused.  ``rtf`` is measured, not assumed: the
   pooled compute/audio of the live streams and of recently finished ones, so
-  a slower machine (or one whose cores something else is using) admits fewer.
+  a slower machine admits fewer (one whose cores something else is using: below).
 * **Observed backlog** (the seed's rule).  If real-time work has on average
   finished more than ``admission_backlog_ms`` past its deadline over the last
   ``admission_window_s``, or the most urgent queued item already is that late,
@@ -38,7 +38,11 @@ contention inflates: with both workers busy, each one's intra-op threads share
 the cores, and every item seems to cost twice what it does.  Given the
 scheduler's busy time (:class:`CpuShare`), the estimate is converted to CPU
 time: the daemon's CPU seconds per second of worker busy time, measured over
-the last few seconds of work, times the wall estimate.
+the last few seconds of work, times the wall estimate.  The finished requests'
+estimate is kept in CPU time (each converted as it ends), as the warm-up measures
+it: converting it again would shrink it by the factor (beside a CPU hog, ~0.6: the
+first wave of streams was admitted at 0.043 CPU s per audio second when they cost
+0.07).
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from appliance.ops.config import SchedulerConfig
 # dominated by the first encode and says little about its steady demand.
 _MIN_AUDIO_FOR_RTF_S = 2.0
 RTF_PRIOR = 0.15
-"""Worker-seconds per second of audio assumed before anything was measured."""
+"""CPU seconds per second of audio assumed before anything was measured."""
 _RETRY_MIN_MS = 200
 _RETRY_MAX_MS = 30_000
 
@@ -180,28 +184,32 @@ class Admission:
             self._rtf_done = rtf
 
     def observe(self, compute_s: float, audio_s: float) -> None:
-        """A finished request's totals (ignored when too short to say anything)."""
+        """A finished request's totals, worker wall time (ignored when too short to say
+        anything); kept converted to CPU time."""
         if audio_s < _MIN_AUDIO_FOR_RTF_S or compute_s <= 0:
             return
-        rtf = compute_s / audio_s
+        rtf = compute_s * self._cpu_factor() / audio_s
         self._rtf_done += self._smoothing * (rtf - self._rtf_done)
         self._observed += 1
 
     def rtf(self, streams: Iterable[StreamLoad]) -> float:
-        """Worker-seconds per second of audio: live streams pooled with finished ones."""
+        """CPU seconds per second of audio: live streams pooled with finished ones."""
         compute = audio = 0.0
         for s in streams:
             if s.realtime and s.audio_s >= _MIN_AUDIO_FOR_RTF_S:
                 compute += s.compute_s
                 audio += s.audio_s
         if audio <= 0:
-            rtf = self._rtf_done
-        else:
-            # The finished-request estimate counts as a few seconds of audio so one
-            # odd live stream cannot swing it alone.
-            prior_weight = 10.0 if self._observed else 2.0
-            rtf = (compute + self._rtf_done * prior_weight) / (audio + prior_weight)
-        return rtf * (self._cpu_share.factor() if self._cpu_share is not None else 1.0)
+            return self._rtf_done
+        # The finished-request estimate counts as a few seconds of audio so one
+        # odd live stream cannot swing it alone.
+        prior_weight = 10.0 if self._observed else 2.0
+        cpu = compute * self._cpu_factor()
+        return (cpu + self._rtf_done * prior_weight) / (audio + prior_weight)
+
+    def _cpu_factor(self) -> float:
+        """CPU seconds per second of worker wall time (1 without a :class:`CpuShare`)."""
+        return self._cpu_share.factor() if self._cpu_share is not None else 1.0
 
     def projected_load(self, streams: list[StreamLoad]) -> float:
         """Share of the workers the producing real-time streams plus one more would claim."""

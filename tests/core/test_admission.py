@@ -54,11 +54,30 @@ def test_wall_time_inflated_by_contention_no_longer_refuses_streams() -> None:
     assert not Admission(2, rtf_prior=0.25).decide(cfg, live, QUIET).admit
     # The workers were busy 10 s while the daemon used 5 CPU seconds: each stream
     # costs half what its wall time says, and the fourth fits.
+    # The prior is CPU time already: 0.125, what the streams cost in CPU time.
     c = Clocks()
-    admission = Admission(2, rtf_prior=0.25, cpu_share=c.share())
+    admission = Admission(2, rtf_prior=0.125, cpu_share=c.share())
     c.busy, c.cpu = 10.0, 5.0
     d = admission.decide(cfg, live, QUIET)
     assert d.admit and abs(d.load - 0.25) < 1e-3
+
+
+def test_the_finished_requests_estimate_is_cpu_time_and_converted_once() -> None:
+    c = Clocks()
+    admission = Admission(2, rtf_prior=0.15, cpu_share=c.share())
+    admission.measured_at_start(0.07)  # the warm-up's CPU seconds per audio second
+    c.busy, c.cpu = 10.0, 6.0  # the workers' wall time is inflated: 0.6 CPU s per busy s
+    # Nothing live: the warm-up's figure as it is, not 0.07 × 0.6 (the first wave beside
+    # a CPU hog was admitted at 0.043 when streams cost 0.07).
+    assert admission.rtf([]) == 0.07
+    # A finished request's wall time is converted as it ends: 10 s for 100 s of audio
+    # at 0.6 is 0.06, and the estimate moves a fifth of the way to it.
+    admission.observe(10.0, 100.0)
+    assert abs(admission.rtf([]) - (0.07 + 0.2 * (0.06 - 0.07))) < 1e-12
+    # Live streams' wall time is converted; the finished estimate is not converted again.
+    live = streams(2, wall_rtf=0.1)  # 2 s of wall time, 1.2 CPU s, for 20 s of audio
+    expected = (2.0 * 0.6 + admission.rtf([]) * 10.0) / (20.0 + 10.0)
+    assert abs(admission.rtf(live) - expected) < 1e-12
 
 
 def test_without_a_cpu_share_the_estimate_is_unchanged() -> None:
