@@ -363,6 +363,7 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
         print("\n## Concurrency sweep (consumed in real time, 100 ms jitter buffer)\n")
         print("```\n" + bc.format_table(rows) + "\n```")
         print(f"TTFP distribution plot: {png}")
+        crowd = _crowd(bc, sock, 12.0 if quick else 30.0, proc.pid)
         nc = bc.run_newcomer(sock)
         print("\n" + bc.format_newcomer(nc))
         cost = bc.scheduler_cost()
@@ -370,6 +371,7 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
         n = soak if soak is not None else (1000 if quick else 10000)
         result: dict[str, Any] = {
             "sweep": rows,
+            "crowd": crowd,
             "plot": str(png),
             "newcomer": nc,
             "scheduler_cost": cost,
@@ -383,12 +385,23 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
                 f"growth {s['growth_mb']} MB (after the first sample: "
                 f"{s['growth_after_first_sample_mb']} MB); outcomes {s['outcomes']}"
             )
-        for r in rows:
+        for r in rows + crowd:
             r.pop("ttfp_samples", None)
         return result
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def _crowd(bc: Any, sock: str, duration_s: float, pid: int) -> list[dict[str, Any]]:
+    """Issue 46 goal 4: 32 streams asked on the quiet box, then beside one CPU hog per core
+    (admission should refuse rather than let any stall)."""
+    quiet = bc.run_sweep(sock, [32], duration_s, pid)[0]
+    rows = [quiet, bc.run_beside_hogs(sock, 32, None, duration_s, pid)]
+    print("\n## 32 streams asked: quiet, then beside a CPU hog per core (goal 4: 0 stalls)\n")
+    print("```\n" + bc.format_table(rows) + "\n```")
+    print(f"the second row beside {rows[1]['hogs']} `yes` hogs")
+    return rows
 
 
 def _bench_textstream(out: Path, runs: int) -> list[dict[str, Any]]:

@@ -16,7 +16,9 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import random
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -339,6 +341,43 @@ def run_sweep(
         return rows
 
     return asyncio.run(go())
+
+
+class CpuHogs:
+    """``n`` busy loops (``yes`` into /dev/null) for the length of a ``with`` block: the
+    other work a box runs beside the daemon."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> CpuHogs:
+        self._procs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self._procs:
+            p.kill()
+        for p in self._procs:
+            p.wait(10)
+        self._procs = []
+
+
+def run_beside_hogs(
+    socket_path: str,
+    streams: int = 32,
+    hogs: int | None = None,
+    duration_s: float = 30.0,
+    pid: int | None = None,
+) -> dict[str, Any]:
+    """One sweep level beside ``hogs`` CPU hogs (default: one per core), as
+    :func:`run_sweep`'s row with ``hogs`` added (docs/scheduling.md, "Admission beside
+    other work")."""
+    n = hogs if hogs is not None else (os.cpu_count() or 1)
+    with CpuHogs(n):
+        row = run_sweep(socket_path, [streams], duration_s, pid)[0]
+    row["hogs"] = n
+    return row
 
 
 # ------------------------------------------------------------------ a newcomer under load
