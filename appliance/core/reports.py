@@ -116,6 +116,7 @@ class Reports:
             health=str(health["status"]),
             serving=bool(health["serving"]),
             cpu_wait=rt.scheduler.cpu_wait.share,
+            admission_limit=load_limit(rt.config.scheduler, service.admission_pressure()),
         )
 
     def health(self) -> dict[str, Any]:

@@ -84,6 +84,8 @@ class LiveNumbers:
     serving: bool = True
     cpu_wait: float | None = None
     """Share of the threads' runnable time spent waiting for a CPU (appliance.ops.cpuwait)."""
+    admission_limit: float | None = None
+    """Admission's load limit in force (``admission_max_load``, shrunk beside other work)."""
 
 
 class _LiveCollector:
@@ -139,6 +141,12 @@ class _LiveCollector:
                 "ttsd_cpu_wait_ratio",
                 "Share of the daemon threads' runnable time spent waiting for a CPU",
                 live.cpu_wait,
+            )
+        if live.admission_limit is not None:
+            yield GaugeMetricFamily(
+                "ttsd_admission_load_limit",
+                "Share of the workers admission lets real-time streams claim now",
+                live.admission_limit,
             )
         p = live.playback
         if p is not None:

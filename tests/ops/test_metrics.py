@@ -86,6 +86,7 @@ def test_live_numbers_are_read_at_scrape_time() -> None:
             health="degraded",
             serving=False,
             cpu_wait=0.25,
+            admission_limit=0.31,
         )
 
     m.watch(live)
@@ -102,6 +103,7 @@ def test_live_numbers_are_read_at_scrape_time() -> None:
     assert _value(m, "ttsd_health", {"status": "ok"}) == 0
     assert _value(m, "ttsd_serving") == 0
     assert _value(m, "ttsd_cpu_wait_ratio") == 0.25
+    assert _value(m, "ttsd_admission_load_limit") == 0.31
 
 
 def test_exposition_parses() -> None:
