@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+
+from appliance.clients.client import Client
 from appliance.core.admission import (
     QUIET,
     Admission,
@@ -12,6 +15,7 @@ from appliance.core.admission import (
     process_cpu_s,
 )
 from appliance.ops.config import SchedulerConfig
+from tests.conftest import DaemonFactory
 
 
 class Clocks:
@@ -133,3 +137,26 @@ def test_a_newcomer_a_quiet_box_takes_is_refused_beside_a_cpu_hog_and_told_why()
     assert admission.judge(cfg, [], Pressure(cpu_wait=0.99)).admit
     # What stats report: the limit now.
     assert admission.snapshot(live, hog.limit)["limit"] == 0.16
+
+
+def test_the_real_daemon_shrinks_its_limit_by_the_wait_its_workers_read(
+    daemon_factory: DaemonFactory,
+) -> None:
+    # admission_cpu_wait 0: any wait shrinks the limit, so what the limit says shows the
+    # daemon's whole path (the workers' schedstat reads, the service's pressure, stats).
+    d = daemon_factory({"scheduler": {"admission_max_load": 8.0, "admission_cpu_wait": 0.0}})
+    text = "The ferry leaves at seven, and the last bus back is at half past ten tonight."
+    deadline = time.monotonic() + 60
+    with Client(d.socket) as c:
+        while True:
+            c.synthesize_all(text)
+            # The workers read the wait just after an item; nothing runs once it is read.
+            time.sleep(0.3)
+            st = c.stats()
+            if st["scheduler"]["cpu_wait"] is not None:
+                break
+            assert time.monotonic() < deadline, st["scheduler"]
+    wait, limit = st["scheduler"]["cpu_wait"], st["admission"]["limit"]
+    assert 0.0 <= wait <= 1.0
+    # The wait is rounded to 3 places and the limit too: 8 × 0.0005 + 0.0005 apart at most.
+    assert abs(limit - 8.0 * (1.0 - wait)) <= 0.0045, (wait, limit)
