@@ -363,7 +363,7 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
         print("\n## Concurrency sweep (consumed in real time, 100 ms jitter buffer)\n")
         print("```\n" + bc.format_table(rows) + "\n```")
         print(f"TTFP distribution plot: {png}")
-        crowd = _crowd(bc, sock, 12.0 if quick else 30.0, proc.pid)
+        crowd = _crowd(sock, 12.0 if quick else 30.0, proc.pid)
         nc = bc.run_newcomer(sock)
         print("\n" + bc.format_newcomer(nc))
         cost = bc.scheduler_cost()
@@ -393,9 +393,11 @@ def _bench_concurrency(out: Path, quick: bool, soak: int | None) -> dict[str, An
         proc.wait(timeout=60)
 
 
-def _crowd(bc: Any, sock: str, duration_s: float, pid: int) -> list[dict[str, Any]]:
+def _crowd(sock: str, duration_s: float, pid: int) -> list[dict[str, Any]]:
     """Issue 46 goal 4: 32 streams asked on the quiet box, then beside one CPU hog per core
     (admission should refuse rather than let any stall)."""
+    from bench import concurrency as bc
+
     quiet = bc.run_sweep(sock, [32], duration_s, pid)[0]
     rows = [quiet, bc.run_beside_hogs(sock, 32, None, duration_s, pid)]
     print("\n## 32 streams asked: quiet, then beside a CPU hog per core (goal 4: 0 stalls)\n")
