@@ -91,6 +91,7 @@ class Reports:
             int(s.get("stalls", 0)) for s in streams
         )
         snap["backend"] = rt.backend_state()
+        snap["model_runs"] = {part: c.as_dict() for part, c in rt.meter.snapshot().items()}
         if rt.player is not None:
             snap["playback"] = rt.player.stats()
         return snap
@@ -117,6 +118,7 @@ class Reports:
             serving=bool(health["serving"]),
             cpu_wait=rt.scheduler.cpu_wait.share,
             admission_limit=load_limit(rt.config.scheduler, service.admission_pressure()),
+            model_runs=rt.meter.snapshot(),
         )
 
     def health(self) -> dict[str, Any]:

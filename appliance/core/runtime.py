@@ -47,6 +47,7 @@ from appliance.model.engine.threads import Pinning, cpu_threads, pinning
 from appliance.model.voices import discover, load_voice
 from appliance.ops import memory
 from appliance.ops.config import Config
+from appliance.ops.meter import RunMeter
 from appliance.ops.metrics import Metrics
 from appliance.ops.notify import Notifier
 from appliance.ops.paths import default_cache_dir
@@ -71,12 +72,17 @@ def one_line(exc: BaseException) -> str:
 
 
 def load_one(
-    name: str, path: Path, cache: Path, cfg: Config, pins: Pinning | None
+    name: str,
+    path: Path,
+    cache: Path,
+    cfg: Config,
+    pins: Pinning | None,
+    meter: RunMeter | None = None,
 ) -> tuple[VoiceRuntime, dict[str, Any]]:
     """One voice, cut (or its cached cut) and on its backend; the backend's status."""
     t0 = time.monotonic()
     voice = load_voice(name, path, cache)
-    model, status = load_voice_model(voice, cfg, pins)
+    model, status = load_voice_model(voice, cfg, pins, meter)
     info = voice.info
     runtime = VoiceRuntime(
         name=name,
@@ -152,6 +158,9 @@ class Runtime:
     warm: WarmState = field(default_factory=WarmState)
     """How far the warm-up has got: changed in place by the warm-up alone, and shared by
     the runtimes a reload makes from this one."""
+    meter: RunMeter = field(default_factory=RunMeter)
+    """What the voices' CPU runs cost, by part (``stats.model``): shared by every voice
+    and by the runtimes a reload makes from this one."""
 
     def __post_init__(self) -> None:
         # Read-only views of the caller's dictionaries (a frozen dataclass sets its own
@@ -194,11 +203,12 @@ class Runtime:
         status: dict[str, Any] = {}
         # One placement of threads for the workers and every voice's sessions.
         pins = pinning(cfg, cpu_threads(cfg))
+        meter = RunMeter()
         for name, path in found.items():
             if notifier is not None:
                 notifier.extend_timeout(120_000_000)
             try:
-                voices[name], status = load_one(name, path, cache, cfg, pins)
+                voices[name], status = load_one(name, path, cache, cfg, pins, meter)
             except Exception as exc:  # a foreign file: protobuf, onnxruntime, JSON errors …
                 why = one_line(exc)
                 if name == cfg.voices.default:
@@ -218,6 +228,7 @@ class Runtime:
             skipped=skipped,
             pins=pins,
             cache_dir=cache,
+            meter=meter,
         )
         if warm:
             rt.finish_start()

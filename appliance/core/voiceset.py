@@ -48,7 +48,7 @@ def scan(rt: Runtime) -> VoiceChanges:
         if known is not None and known.source.model_path == path:
             continue
         try:
-            voice, _status = load_one(name, path, cache, rt.config, rt.pins)
+            voice, _status = load_one(name, path, cache, rt.config, rt.pins, rt.meter)
             rt.warm_voice(voice)
         except Exception as exc:  # a foreign file: protobuf, onnxruntime, JSON errors …
             changes.skipped[str(path)] = one_line(exc)

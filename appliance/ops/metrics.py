@@ -24,6 +24,8 @@ import numpy.typing as npt
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from appliance.ops.meter import PartCost
+
 _TTFP_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
 _PART_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 _RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0)
@@ -86,6 +88,25 @@ class LiveNumbers:
     """Share of the threads' runnable time spent waiting for a CPU (appliance.ops.cpuwait)."""
     admission_limit: float | None = None
     """Admission's load limit in force (``admission_max_load``, shrunk beside other work)."""
+    model_runs: dict[str, PartCost] = field(default_factory=dict)
+    """The model's runs so far by part (appliance.ops.meter): counters kept by the runtime."""
+
+
+_MODEL_FAMILIES = (
+    ("runs", "ttsd_model_runs", "Model runs by part"),
+    ("cpu_s", "ttsd_model_cpu_seconds", "CPU seconds of the threads that ran the model, by part"),
+    ("wall_s", "ttsd_model_wall_seconds", "Seconds the model's runs took, by part"),
+    ("frames", "ttsd_model_frames", "Latent frames the model's runs covered, by part"),
+)
+
+
+def _model_families(runs: dict[str, PartCost]) -> Iterator[Metric]:
+    """One counter family per field of :class:`PartCost`, labelled by part."""
+    for key, name, doc in _MODEL_FAMILIES:
+        family = CounterMetricFamily(name, doc, labels=["part"])
+        for part, cost in sorted(runs.items()):
+            family.add_metric([part], getattr(cost, key))
+        yield family
 
 
 class _LiveCollector:
@@ -148,6 +169,7 @@ class _LiveCollector:
                 "Share of the workers admission lets real-time streams claim now",
                 live.admission_limit,
             )
+        yield from _model_families(live.model_runs)
         p = live.playback
         if p is not None:
             yield CounterMetricFamily(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from appliance.ops.meter import PartCost
 from appliance.ops.metrics import Distribution, LiveNumbers, Metrics
 
 
@@ -87,6 +88,10 @@ def test_live_numbers_are_read_at_scrape_time() -> None:
             serving=False,
             cpu_wait=0.25,
             admission_limit=0.31,
+            model_runs={
+                "decoder": PartCost(4, 0.5, 0.25, 256),
+                "prior": PartCost(1, 0.1, 0.05, 80),
+            },
         )
 
     m.watch(live)
@@ -104,6 +109,12 @@ def test_live_numbers_are_read_at_scrape_time() -> None:
     assert _value(m, "ttsd_serving") == 0
     assert _value(m, "ttsd_cpu_wait_ratio") == 0.25
     assert _value(m, "ttsd_admission_load_limit") == 0.31
+    decoder = {"part": "decoder"}
+    assert _value(m, "ttsd_model_runs_total", decoder) == 4
+    assert _value(m, "ttsd_model_wall_seconds_total", decoder) == 0.5
+    assert _value(m, "ttsd_model_cpu_seconds_total", decoder) == 0.25
+    assert _value(m, "ttsd_model_frames_total", decoder) == 256
+    assert _value(m, "ttsd_model_frames_total", {"part": "prior"}) == 80
 
 
 def test_exposition_parses() -> None:

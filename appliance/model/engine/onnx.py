@@ -24,6 +24,7 @@ from appliance.model.engine.base import (
 from appliance.model.margins import MarginCrops, read_crops
 from appliance.model.noise import MEAN, STD, UNROUNDED, NoiseFeed, call_seed
 from appliance.model.retime import respace, retime
+from appliance.ops.meter import RunMeter
 from appliance.speech import FloatArray, IntArray
 from appliance.voicetypes import CutNames, FlowSplit
 
@@ -151,8 +152,12 @@ class OnnxVoiceModel(VoiceModel):
         spin: bool = False,
         lean: ort.InferenceSession | None = None,
         pool_cpus: Sequence[int] = (),
+        meter: RunMeter | None = None,
     ) -> None:
         self._model_path = model_path
+        self.meter = meter if meter is not None else RunMeter()
+        """Each run's cost by part (appliance.ops.meter): the runtime's one meter, shared
+        by its voices, or this model's own."""
         self._threads = threads
         self._spin = spin
         self._pool_cpus = tuple(pool_cpus)
@@ -185,13 +190,17 @@ class OnnxVoiceModel(VoiceModel):
         flow: FlowSplit | None = None,
         lean_decoder: Path | None = None,
         pool_cpus: Sequence[int] = (),
+        meter: RunMeter | None = None,
     ) -> OnnxVoiceModel:
         """``lean_decoder``: the 2-D decoder (:mod:`appliance.model.conv2d`), run on one thread
         for every window but an urgent one; those keep the 1-D decoder on ``threads``
         threads, which it splits well.  With one thread the 1-D decoder is not loaded.
-        ``pool_cpus``: where each session's pool threads run (see ``_session``)."""
+        ``pool_cpus``: where each session's pool threads run (see ``_session``).  ``meter``:
+        where its runs are counted (its own when None)."""
         if encoder_path is None or decoder_path is None or cut is None:
-            model = cls(model_path, None, None, None, threads, spin, pool_cpus=pool_cpus)
+            model = cls(
+                model_path, None, None, None, threads, spin, pool_cpus=pool_cpus, meter=meter
+            )
             model._fused_session()
             return model
 
@@ -201,11 +210,10 @@ class OnnxVoiceModel(VoiceModel):
         lean = _session(lean_decoder, 1) if lean_decoder is not None else None
         decoder = session(decoder_path) if lean is None or threads > 1 else None
         if flow is None or cut.z_p is None or cut.mask is None:
-            return cls(
-                model_path, session(encoder_path), decoder, cut, threads, spin, lean, pool_cpus
-            )
+            encoder = session(encoder_path)
+            return cls(model_path, encoder, decoder, cut, threads, spin, lean, pool_cpus, meter)
         # Prior + flow replace the encoder (the same weights; loading both would double them).
-        model = cls(model_path, None, decoder, cut, threads, spin, lean, pool_cpus)
+        model = cls(model_path, None, decoder, cut, threads, spin, lean, pool_cpus, meter)
         model._prior = session(flow.prior_path)
         model._noise = NoiseFeed.of(model._prior.get_modelmeta().custom_metadata_map)
         model._flow = session(flow.flow_path)
@@ -269,7 +277,10 @@ class OnnxVoiceModel(VoiceModel):
                 else call_seed(scales.seed, ids, scales.as_array(), speaker)
             )
             feeds.update(noise.inputs(ids.shape[-1], rng))
-        outs = _run(session, feeds, "encoder", ids.shape[-1] > SHRINK_ABOVE_IDS)
+        part = "prior" if session is self._prior else "encoder"
+        with self.meter.timed(part) as counted:
+            outs = _run(session, feeds, "encoder", ids.shape[-1] > SHRINK_ABOVE_IDS)
+            counted.frames = int(outs[0].shape[-1])
         latent = np.ascontiguousarray(outs[0], dtype=np.float32)
         durations = np.asarray(outs[1], dtype=np.float32).reshape(-1)
         has_g = self._cut is not None and self._cut.g is not None
@@ -317,7 +328,8 @@ class OnnxVoiceModel(VoiceModel):
             self._cut.mask: np.ones((1, 1, window.frames), dtype=np.float32),
         }
         frames, (left, right) = _add_crops(self.margin_crops("flow"), feeds, window)
-        z = self._run_latent(self._flow, feeds, window, "flow")
+        with self.meter.timed("flow", frames - left - right):
+            z = self._run_latent(self._flow, feeds, window, "flow")
         if z.shape[2] != frames:
             raise BackendError(f"cropped flow gave {z.shape[2]} frames for {frames}")
         return z[:, :, left : frames - right]
@@ -340,7 +352,9 @@ class OnnxVoiceModel(VoiceModel):
         feeds: dict[str, np.ndarray] = {self._cut.z: window.z}
         crops = self.margin_crops("urgent" if window.urgent else "ahead")
         frames, margins = _add_crops(crops, feeds, window)
-        audio = self._run_latent(session, feeds, window, "decoder").reshape(-1)
+        part = "decoder_urgent" if window.urgent else "decoder"
+        with self.meter.timed(part, frames - sum(margins)):
+            audio = self._run_latent(session, feeds, window, "decoder").reshape(-1)
         if crops is not None and audio.shape[0] != frames * crops.points[-1][0]:
             # Each stage is taken to multiply the length by its stride: one that does not
             # would leave the crops in the wrong places (the cut's check catches it first).
@@ -368,7 +382,9 @@ class OnnxVoiceModel(VoiceModel):
         feeds = self._feeds(ids, scales, speaker)
         if "sid" not in {i.name for i in session.get_inputs()}:
             feeds.pop("sid", None)
-        return np.asarray(_run(session, feeds, "model")[0], dtype=np.float32).reshape(-1)
+        with self.meter.timed("fused"):  # samples, not frames: its frames stay 0
+            outs = _run(session, feeds, "model")
+        return np.asarray(outs[0], dtype=np.float32).reshape(-1)
 
     def release_memory(self) -> None:
         """The shared arena's free regions (:func:`shared_cpu_arena`) go back: those that

@@ -9,15 +9,16 @@ from appliance.model.engine.gpu_select import load_gpu_pool
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.engine.threads import Pinning, cpu_threads, spin_wait
 from appliance.ops.config import Config
+from appliance.ops.meter import RunMeter
 from appliance.voicetypes import Voice
 
 
 def load_voice_model(
-    voice: Voice, cfg: Config, pins: Pinning | None
+    voice: Voice, cfg: Config, pins: Pinning | None, meter: RunMeter | None = None
 ) -> tuple[VoiceModel, dict[str, Any]]:
     """The voice on the configured backend; the CPU model is always loaded (failover).
     ``pins``: where the sessions' pool threads run (the runtime's one plan, which also
-    places the scheduler's workers)."""
+    places the scheduler's workers).  ``meter``: where the CPU model counts its runs."""
     threads = cpu_threads(cfg)
     cpu = OnnxVoiceModel.load(
         voice.model_path,
@@ -29,6 +30,7 @@ def load_voice_model(
         flow=voice.flow_split,
         lean_decoder=voice.lean_decoder_path,
         pool_cpus=pins.pool if pins is not None else (),
+        meter=meter,
     )
     if cfg.engine.backend == "onnx-cpu":
         return cpu, {"backend": "onnx-cpu", "status": "ok"}

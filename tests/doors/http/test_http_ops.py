@@ -100,6 +100,34 @@ def test_metrics_parse_move_and_match_stats(http_daemon: HttpDaemon) -> None:
     assert 0.0 <= again[("ttsd_admission_load_limit", ())] <= full
 
 
+def test_the_model_runs_of_a_request_by_part(http_daemon: HttpDaemon) -> None:
+    with Client(http_daemon.daemon.socket) as c:
+        before = c.stats()["model_runs"]
+    samples = speak(http_daemon, "Turn left in two hundred metres, then keep going.") // 2
+    with Client(http_daemon.daemon.socket) as c:
+        after = c.stats()["model_runs"]
+    scraped = scrape(http_daemon)
+
+    def moved(part: str, key: str) -> float:
+        return float(after.get(part, {}).get(key, 0) - before.get(part, {}).get(key, 0))
+
+    # One sentence: its prior covers every frame heard, the flow fills each once, and
+    # each is decoded once (an urgent first window, then windows ahead of need).
+    frames = samples / 256
+    assert moved("prior", "frames") == frames
+    assert moved("flow", "frames") == frames
+    assert moved("decoder", "frames") + moved("decoder_urgent", "frames") == frames
+    assert moved("prior", "runs") == 1
+    for part in ("prior", "flow", "decoder"):
+        assert moved(part, "cpu_s") > 0 and moved(part, "wall_s") > 0, part
+    # /metrics reads the same counters (nothing ran between the two reads).
+    for part, cost in after.items():
+        assert total(scraped, "ttsd_model_runs_total", part=part) == cost["runs"], part
+        assert total(scraped, "ttsd_model_frames_total", part=part) == cost["frames"], part
+        scraped_cpu = total(scraped, "ttsd_model_cpu_seconds_total", part=part)
+        assert scraped_cpu == pytest.approx(cost["cpu_s"], abs=0.002), part
+
+
 @pytest.mark.parametrize("fmt", ["wav", "opus"])
 def test_disconnect_mid_stream_frees_the_queue_at_once(http_daemon: HttpDaemon, fmt: str) -> None:
     before = scrape(http_daemon)
