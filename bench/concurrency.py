@@ -28,6 +28,7 @@ from typing import Any
 import psutil
 
 from appliance.clients.client import decoder, encode
+from bench.rig import wait_warm
 
 TEXTS = (
     "The morning train was late again, so Anna walked along the river instead. "
@@ -239,6 +240,9 @@ class LevelResult:
     audio_s: float = 0.0
     wall_s: float = 0.0
     peak_rss_mb: float = 0.0
+    model_cpu: dict[str, float] = field(default_factory=dict)
+    """CPU seconds of the model's runs per second of audio produced, by part
+    (:func:`model_cpu_per_audio_s`)."""
 
     def row(self) -> dict[str, Any]:
         t = sorted(self.ttfp_ms)
@@ -254,6 +258,7 @@ class LevelResult:
             "errors": self.errors,
             "x_realtime": round(self.audio_s / self.wall_s, 2) if self.wall_s > 0 else 0.0,
             "peak_rss_mb": round(self.peak_rss_mb, 1),
+            "model_cpu_per_audio_s": self.model_cpu,
             "ttfp_samples": [round(x, 1) for x in self.ttfp_ms],
         }
 
@@ -290,8 +295,33 @@ async def _client_loop(
         await conn.close()
 
 
+async def _model_stats(socket_path: str) -> dict[str, Any]:
+    conn = await StreamConnection.open(socket_path)
+    try:
+        return await conn.call("stats")
+    finally:
+        await conn.close()
+
+
+def model_cpu_per_audio_s(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """The model's CPU per second of audio the daemon produced between two ``stats``, by
+    part (``stats.model_runs``; the calling threads' CPU: see appliance.ops.meter) and
+    in all (``model``).  Empty when no audio was produced."""
+    audio_s = (after["counters"]["audio_ms"] - before["counters"]["audio_ms"]) / 1000.0
+    if audio_s <= 0:
+        return {}
+    was = before.get("model_runs", {})
+    out = {
+        part: round((cost["cpu_s"] - was.get(part, {}).get("cpu_s", 0.0)) / audio_s, 4)
+        for part, cost in after.get("model_runs", {}).items()
+    }
+    out["model"] = round(sum(out.values()), 4)
+    return out
+
+
 async def _sweep_level(socket_path: str, n: int, duration_s: float, pid: int | None) -> LevelResult:
     level = LevelResult(n)
+    before = await _model_stats(socket_path)
     rng = random.Random(n)
     texts = itertools.cycle(TEXTS)
     t0 = time.monotonic()
@@ -307,6 +337,8 @@ async def _sweep_level(socket_path: str, n: int, duration_s: float, pid: int | N
     else:
         await asyncio.gather(*clients)
     level.wall_s = time.monotonic() - t0
+    # Every client has had its last request's end: the audio counter has all of it.
+    level.model_cpu = model_cpu_per_audio_s(before, await _model_stats(socket_path))
     return level
 
 
@@ -320,7 +352,12 @@ async def _unpaced(socket_path: str, text: str) -> StreamResult:
 
 
 async def _warm(socket_path: str) -> None:
-    # One request first: the daemon measures its real-time factor from it.
+    """The daemon's whole warm-up done, then one request (its real-time factor measured).
+
+    The warm-up's later clauses run as batch work once the daemon listens: a level
+    measured meanwhile counts their CPU against its audio (one stream read 0.11 CPU
+    seconds per second of audio beside them, 0.06 after)."""
+    await asyncio.to_thread(wait_warm, socket_path)
     await _unpaced(socket_path, TEXTS[0])
 
 
@@ -548,20 +585,37 @@ def plot_ttfp(results: Sequence[dict[str, Any]], path: str | Path) -> None:
 def format_table(results: Sequence[dict[str, Any]]) -> str:
     head = (
         f"{'streams':>7} {'reqs':>5} {'P50 ms':>7} {'P95 ms':>7} {'P99 ms':>7} "
-        f"{'stalls':>6} {'busy':>5} {'x RT':>6} {'peak RSS MB':>11}"
+        f"{'stalls':>6} {'busy':>5} {'x RT':>6} {'peak RSS MB':>11} {'model CPU/s':>11}"
     )
     lines = [head]
     for r in results:
+        cpu = r.get("model_cpu_per_audio_s", {}).get("model")
         lines.append(
             f"{r['streams']:>7} {r['requests']:>5} {_f(r['ttfp_p50_ms']):>7} "
             f"{_f(r['ttfp_p95_ms']):>7} {_f(r['ttfp_p99_ms']):>7} {r['stalls']:>6} "
-            f"{r['busy']:>5} {r['x_realtime']:>6} {r['peak_rss_mb']:>11}"
+            f"{r['busy']:>5} {r['x_realtime']:>6} {r['peak_rss_mb']:>11} "
+            f"{'-' if cpu is None else f'{cpu:.3f}':>11}"
         )
+    return "\n".join(lines)
+
+
+def format_model_cpu(results: Sequence[dict[str, Any]]) -> str:
+    """Where a second of audio's model CPU goes, by part, for each level."""
+    parts = sorted({p for r in results for p in r.get("model_cpu_per_audio_s", {})} - {"model"})
+    lines = [f"{'streams':>7} " + " ".join(f"{p:>14}" for p in parts) + f" {'model':>7}"]
+    for r in results:
+        cpu = r.get("model_cpu_per_audio_s", {})
+        cells = " ".join(f"{_g(cpu.get(p)):>14}" for p in parts)
+        lines.append(f"{r['streams']:>7} {cells} {_g(cpu.get('model')):>7}")
     return "\n".join(lines)
 
 
 def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.0f}"
+
+
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,7 +38,6 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,7 @@ import numpy as np
 from appliance.upkeep import TRIM_EVERY_S
 from bench.concurrency import TEXTS
 from bench.memprobe import VARIANTS, rollup, second_voice_dir
-from bench.rig import peak_rss_mb, rss_mb, start_daemon
+from bench.rig import peak_rss_mb, poll_until, rss_mb, start_daemon, wait_warm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,31 +85,6 @@ def request_for(k: int) -> tuple[str, dict[str, Any]]:
 def _rollup_mb(pid: int) -> dict[str, float]:
     rss, anon = rollup(pid)
     return {"rss_mb": round(rss, 1), "anon_mb": round(anon, 1)}
-
-
-def _until(
-    sock: str, done: Callable[[Any], bool], what: str, timeout_s: float, every_s: float
-) -> None:
-    """Poll the daemon on one connection until ``done(client)``; past ``timeout_s``, fail
-    saying it did not ``what``."""
-    from appliance.clients.client import Client
-
-    deadline = time.monotonic() + timeout_s
-    with Client(sock) as client:
-        while not done(client):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the daemon did not {what}")
-            time.sleep(every_s)
-
-
-def _wait_warm(sock: str, timeout_s: float = 300.0) -> None:
-    """Until the whole warm-up has run (the later clause runs while the daemon is idle)."""
-
-    def warm(client: Any) -> bool:
-        h = client.health()
-        return not h.get("starting") and h.get("warm_up") in ("done", None)
-
-    _until(sock, warm, "finish its warm-up", timeout_s, 0.2)
 
 
 def _one(client: Any, k: int) -> tuple[Any, str]:
@@ -217,7 +191,7 @@ def _wait_quiet(sock: str, timeout_s: float = 30.0) -> None:
         s = client.stats()
         return not s["streams"] and not s["queue_depth"]
 
-    _until(sock, quiet, "go quiet", timeout_s, 0.05)
+    poll_until(sock, quiet, "go quiet", timeout_s, 0.05)
 
 
 GLIBC_KNOBS = {"mmap": ("MALLOC_MMAP_THRESHOLD_", 1024), "arenas": ("MALLOC_ARENA_MAX", 1)}
@@ -255,7 +229,7 @@ def daemon_memory(
     entry, env = _daemon_entry(candidate)
     proc, sock = start_daemon(out, entry=entry, env=env)
     try:
-        _wait_warm(sock)
+        wait_warm(sock)
         time.sleep(1.0)
         rows = [("idle after warm-up", _rollup_mb(proc.pid))]
         load = MixedLoad(sock, proc.pid, settle_s=settle_s)
@@ -306,7 +280,7 @@ def _voices_rss(out: Path, candidate: str, extra: Path | None) -> float:
     config = {"voices": {"voices_dir": str(extra)}} if extra else None
     proc, sock = start_daemon(out, config, entry=entry, env=env)
     try:
-        _wait_warm(sock)
+        wait_warm(sock)
         with Client(sock) as client:
             for voice in client.info()["voices"]:
                 name = voice["name"] if isinstance(voice, dict) else str(voice)
@@ -337,7 +311,7 @@ def first_start(out: Path) -> dict[str, Any]:
     config = {"voices": {"cache_dir": str(cache)}}
     proc, sock = start_daemon(out, config, entry=entry, env=env, timeout_s=1800.0)
     try:
-        _wait_warm(sock)
+        wait_warm(sock)
         ready_s = time.monotonic() - t0
         with Client(sock) as client:
             client.synthesize_all(TEXTS[0], realtime=False)

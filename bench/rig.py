@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,31 @@ def start_daemon(
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError("daemon did not start")
+
+
+def poll_until(
+    sock: str, done: Callable[[Any], bool], what: str, timeout_s: float, every_s: float
+) -> None:
+    """Poll the daemon on one connection until ``done(client)``; past ``timeout_s``, fail
+    saying it did not ``what``."""
+    from appliance.clients.client import Client
+
+    deadline = time.monotonic() + timeout_s
+    with Client(sock) as client:
+        while not done(client):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the daemon did not {what}")
+            time.sleep(every_s)
+
+
+def wait_warm(sock: str, timeout_s: float = 300.0) -> None:
+    """Until the whole warm-up has run (the later clause runs while the daemon is idle)."""
+
+    def warm(client: Any) -> bool:
+        h = client.health()
+        return not h.get("starting") and h.get("warm_up") in ("done", None)
+
+    poll_until(sock, warm, "finish its warm-up", timeout_s, 0.2)
 
 
 def bundled_model() -> tuple[OnnxVoiceModel, Voice]:
