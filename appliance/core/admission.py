@@ -214,8 +214,7 @@ class Admission:
     def projected_load(self, streams: list[StreamLoad]) -> float:
         """Share of the workers the producing real-time streams plus one more would claim."""
         rtf = self.rtf(streams)
-        n = sum(1 for s in streams if s.realtime and s.producing)
-        return (n + 1) * rtf / self.workers
+        return (_producing(streams) + 1) * rtf / self.workers
 
     def decide(
         self, cfg: SchedulerConfig, streams: list[StreamLoad], pressure: Pressure
@@ -270,9 +269,10 @@ class Admission:
 
     def snapshot(self, streams: list[StreamLoad], limit: float) -> dict[str, Any]:
         """``limit``: the projection's limit now (:func:`load_limit`)."""
+        rtf = self.rtf(streams)
         return {
-            "rtf_estimate": round(self.rtf(streams), 4),
-            "load": round(self.projected_load(streams) - self.rtf(streams) / self.workers, 3),
+            "rtf_estimate": round(rtf, 4),
+            "load": round(_producing(streams) * rtf / self.workers, 3),
             "limit": round(limit, 3),
             "admitted": self.admitted,
             "busy_rejections": self.rejected,
@@ -285,6 +285,11 @@ def _shrunk(cfg: SchedulerConfig, pressure: Pressure, limit: float) -> str:
     if limit >= cfg.admission_max_load or pressure.cpu_wait is None:
         return ""
     return f" ({cfg.admission_max_load:.2f} with the CPU wait at {pressure.cpu_wait:.2f})"
+
+
+def _producing(streams: list[StreamLoad]) -> int:
+    """The real-time streams with audio still to produce: each claims its share."""
+    return sum(1 for s in streams if s.realtime and s.producing)
 
 
 def _clamp_ms(ms: float) -> int:

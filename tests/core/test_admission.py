@@ -160,3 +160,15 @@ def test_the_real_daemon_shrinks_its_limit_by_the_wait_its_workers_read(
     assert 0.0 <= wait <= 1.0
     # The wait is rounded to 3 places and the limit too: 8 × 0.0005 + 0.0005 apart at most.
     assert abs(limit - 8.0 * (1.0 - wait)) <= 0.0045, (wait, limit)
+
+
+def test_the_snapshot_reports_the_load_of_the_producing_streams_at_one_estimate() -> None:
+    admission = Admission(2, rtf_prior=0.1)
+    live = [*streams(3, wall_rtf=0.1), StreamLoad(True, False), StreamLoad(False, True)]
+    snap = admission.snapshot(live, 0.4)
+    # Three real-time streams still producing at 0.1 each, on two workers; the finished
+    # one and the batch one claim nothing. (The projection adds the stream asked for.)
+    assert snap["rtf_estimate"] == 0.1
+    assert snap["load"] == 0.15
+    assert admission.projected_load(live) == 4 * 0.1 / 2
+    assert snap["limit"] == 0.4
