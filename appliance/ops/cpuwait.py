@@ -9,13 +9,22 @@ admission had let in (docs/scheduling.md, "Where 32 streams stand").  ``stats`` 
 it as ``scheduler.cpu_wait`` and ``/metrics`` as ``ttsd_cpu_wait_ratio``; admission shrinks
 its load limit by it (appliance.core.admission).
 
-Threads: :meth:`RunQueueWait.sample` runs on the inference workers after each item (procfs
-reads: file I/O stays off the event loop); it reads at most once per ``min_interval_s`` and
-skips when another worker is reading.  The loop reads :attr:`RunQueueWait.share`, a float
-written whole.  Bounds: one pair of integers per live thread, replaced at each read.  A
+An idle daemon's threads are not runnable, so there is nothing of theirs to measure, and
+hogs that started meanwhile were seen only a second into the next burst, after its first
+wave was let in.  So an interval in which the threads were runnable less than
+``min_runnable_s`` gives the wait a burst would meet instead (:func:`expected_wait`): the
+cores the other processes kept busy (the box's busy time, ``/proc/stat``, less this
+process's own run time) beside the ``threads`` the daemon would run, on the box's cores.
+Two hogs on 2 cores beside 2 workers: 0.5, where a burst measured 0.46–0.57.
+
+Threads: :meth:`RunQueueWait.sample` runs on the inference workers, after each item and
+when an idle worker's wait times out (procfs reads: file I/O stays off the event loop); it
+reads at most once per ``min_interval_s`` and skips when another worker is reading.  The
+loop reads :attr:`RunQueueWait.share`, a float written whole.  Bounds: one pair of
+integers per live thread and one reading of ``/proc/stat``, replaced at each read.  A
 thread counts from its second read (a new one's totals are not this interval's), and a
 thread that ended drops out.  Without schedstat (another OS, or a kernel without it),
-``share`` stays None.
+``share`` stays None; without ``/proc/stat`` an idle daemon keeps the share it had.
 """
 
 from __future__ import annotations
@@ -25,9 +34,21 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 Totals = dict[int, tuple[int, int]]
 """Run and run-queue wait nanoseconds, by thread id."""
+
+
+class BoxTicks(NamedTuple):
+    """The box's CPU time since boot (``/proc/stat``'s ``cpu`` line, in clock ticks)."""
+
+    busy: int
+    """Not idle: user, nice, system, irq, softirq, and steal (taken by other guests)."""
+    total: int
+    """Busy, idle and iowait."""
+    cpus: int
+    """The CPUs counted (``cpuN`` lines)."""
 
 
 def read_totals(tasks: Path) -> Totals | None:
@@ -47,6 +68,38 @@ def read_totals(tasks: Path) -> Totals | None:
     return out or None
 
 
+def read_box(stat: Path) -> BoxTicks | None:
+    """The box's CPU ticks from ``stat`` (``/proc/stat``); None when it cannot be read."""
+    ticks: list[int] = []
+    cpus = 0
+    try:
+        with stat.open() as f:
+            for line in f:  # the cpu lines come first; the rest (interrupts) is not read
+                name, _, rest = line.partition(" ")
+                if name == "cpu":
+                    ticks = [int(t) for t in rest.split()[:8]]
+                elif name.startswith("cpu"):
+                    cpus += 1
+                elif ticks:
+                    break
+    except (OSError, ValueError):
+        return None
+    if len(ticks) < 4 or cpus == 0:
+        return None
+    total = sum(ticks)  # guest time, fields 9 and 10, is within user and nice already
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return BoxTicks(total - idle, total, cpus)
+
+
+def expected_wait(others: float, threads: int, cpus: int) -> float:
+    """The share of their runnable time that ``threads`` busy threads would wait beside
+    ``others`` busy cores' worth of other work on ``cpus`` cores: sharing the cores
+    evenly, each runnable thread gets ``cpus / (others + threads)`` of one while they
+    outnumber the cores, and waits the rest."""
+    crowd = others + threads
+    return 0.0 if crowd <= 0 else max(0.0, crowd - cpus) / crowd
+
+
 class RunQueueWait:
     """The share of the process's runnable time spent waiting for a CPU, lately."""
 
@@ -56,15 +109,24 @@ class RunQueueWait:
         min_interval_s: float = 1.0,
         min_runnable_s: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        stat: Path | None = None,
+        threads: int = 1,
     ) -> None:
-        """``min_runnable_s``: a share is taken once the threads were runnable this long
-        since the last one (an idle daemon keeps the share it had)."""
+        """``min_runnable_s``: a share is measured once the threads were runnable this long
+        since the last one; an interval with less gives :func:`expected_wait` for
+        ``threads`` (the workers) from ``stat``.  ``stat`` is ``/proc/stat`` when ``tasks``
+        is this process's (the default); a fake task tree reads a box only if given one."""
         self._tasks = tasks if tasks is not None else Path(f"/proc/{os.getpid()}/task")
+        self._stat = stat if stat is not None or tasks is not None else Path("/proc/stat")
+        self._threads = max(1, threads)
         self._min_interval_s = min_interval_s
         self._min_runnable_ns = int(min_runnable_s * 1e9)
         self._clock = clock
         self._lock = threading.Lock()
         self._last: Totals = {}
+        self._box: BoxTicks | None = None
+        """The box's ticks at the last read, with ``_last``."""
         self._pending = (0, 0)
         """Run and wait ns summed since the last share was taken."""
         self._read_at = float("-inf")
@@ -76,19 +138,37 @@ class RunQueueWait:
         if now - self._read_at < self._min_interval_s or not self._lock.acquire(blocking=False):
             return
         try:
-            self._read_at = now
+            interval_s, self._read_at = now - self._read_at, now
             totals = read_totals(self._tasks)
             if totals is None:
                 return
-            run, wait = self._pending
+            ran = waited = 0
             for tid, (r, w) in totals.items():
                 if (before := self._last.get(tid)) is not None:
-                    run += max(0, r - before[0])
-                    wait += max(0, w - before[1])
+                    ran += max(0, r - before[0])
+                    waited += max(0, w - before[1])
             self._last = totals
+            box, self._box = self._box, read_box(self._stat) if self._stat is not None else None
+            run, wait = self._pending[0] + ran, self._pending[1] + waited
             if run + wait >= self._min_runnable_ns:
                 self.share = wait / (run + wait)
                 run = wait = 0
+            elif (idle := self._idle_share(box, ran, interval_s)) is not None:
+                self.share = idle
+                run = wait = 0  # a share says what the last interval was, never an older one
             self._pending = (run, wait)
         finally:
             self._lock.release()
+
+    def _idle_share(self, before: BoxTicks | None, own_ns: int, interval_s: float) -> float | None:
+        """The wait a burst would meet, from the box's busy time over the interval that
+        ended now less this process's own ``own_ns``; None without two box readings."""
+        after = self._box
+        if before is None or after is None or interval_s <= 0:
+            return None
+        total = after.total - before.total
+        if total <= 0:
+            return None
+        busy_cores = after.cpus * max(0, after.busy - before.busy) / total
+        others = max(0.0, busy_cores - own_ns / 1e9 / interval_s)
+        return expected_wait(others, self._threads, after.cpus)

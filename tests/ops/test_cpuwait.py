@@ -1,5 +1,5 @@
-"""The threads' run-queue wait: a fake ``/proc/<pid>/task`` tree for the arithmetic, and
-this process's own for the real kernel's."""
+"""The threads' run-queue wait: a fake ``/proc/<pid>/task`` tree and ``/proc/stat`` for the
+arithmetic, and this process's own and the box's for the real kernel's."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import threading
 import time
 from pathlib import Path
 
-from appliance.ops.cpuwait import RunQueueWait, read_totals
+import pytest
+
+from appliance.ops.cpuwait import BoxTicks, RunQueueWait, expected_wait, read_box, read_totals
 
 
 class Clock:
@@ -22,6 +24,14 @@ class Clock:
 def write(tasks: Path, tid: int, run_ns: int, wait_ns: int) -> None:
     (tasks / str(tid)).mkdir(parents=True, exist_ok=True)
     (tasks / str(tid) / "schedstat").write_text(f"{run_ns} {wait_ns} 7\n")
+
+
+def write_stat(stat: Path, busy: int, idle: int) -> None:
+    """A 2-CPU ``/proc/stat``: ``busy`` ticks in user and system, ``idle`` in idle and
+    iowait (the per-CPU lines carry no figure the reading uses but their count)."""
+    user, system = busy - busy // 4, busy // 4
+    cpu = f"{user} 0 {system} {idle - 10} 10 0 0 0 0 0"
+    stat.write_text(f"cpu  {cpu}\ncpu0 {cpu}\ncpu1 {cpu}\nintr 1 2 3\nctxt 9\n")
 
 
 def test_the_share_is_of_the_runnable_time_since_the_last_read(tmp_path: Path) -> None:
@@ -99,3 +109,79 @@ def test_this_process_threads_are_read_from_the_real_kernel() -> None:
     for t in threads:
         t.join()
     assert wait.share is not None and 0.0 <= wait.share <= 1.0
+
+
+def test_the_box_reading_counts_busy_ticks_and_cpus(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice: guest is within user
+    stat.write_text("cpu  100 5 30 400 20 1 2 3 50 0\ncpu0 x\ncpu1 x\ncpu2 x\nintr 1\n")
+    assert read_box(stat) == BoxTicks(busy=141, total=561, cpus=3)
+    assert read_box(tmp_path / "absent") is None
+    stat.write_text("cpu  1 2 x 4\ncpu0 1\n")
+    assert read_box(stat) is None
+
+
+def test_the_wait_a_burst_would_meet_is_the_cores_it_would_share() -> None:
+    assert expected_wait(others=2.0, threads=2, cpus=2) == 0.5  # two hogs, two workers
+    assert abs(expected_wait(others=1.0, threads=2, cpus=2) - 1 / 3) < 1e-12
+    assert expected_wait(others=0.0, threads=2, cpus=2) == 0.0
+    assert expected_wait(others=2.0, threads=2, cpus=4) == 0.0  # a core each: no wait
+    assert expected_wait(others=6.0, threads=1, cpus=2) == 5 / 7
+
+
+def test_an_idle_daemon_reads_the_other_processes_cpu(tmp_path: Path) -> None:
+    """Idle intervals take the wait from the box's busy time less the daemon's own; an
+    interval with enough runnable time still measures its threads."""
+    clock, tasks, stat = Clock(), tmp_path / "task", tmp_path / "stat"
+    wait = RunQueueWait(tasks, min_runnable_s=0.2, clock=clock, stat=stat, threads=2)
+    run_ns, wait_ns, busy, idle = 1_000_000_000, 1_000_000_000, 10_000, 10_000
+
+    def interval(ran_s: float, waited_s: float, busy_ticks: int) -> float | None:
+        """One second on 2 CPUs (200 ticks at 100 Hz, 100 a core), ``busy_ticks`` of them
+        busy; the daemon's thread ran ``ran_s`` and waited ``waited_s``."""
+        nonlocal run_ns, wait_ns, busy, idle
+        run_ns, wait_ns = run_ns + int(ran_s * 1e9), wait_ns + int(waited_s * 1e9)
+        busy, idle = busy + busy_ticks, idle + 200 - busy_ticks
+        write(tasks, 1, run_ns, wait_ns)
+        write_stat(stat, busy, idle)
+        clock.now += 1.0
+        wait.sample()
+        return wait.share
+
+    interval(0.0, 0.0, 0)  # the first read: nothing to compare with yet
+    assert wait.share is None
+    # Two hogs take both cores; the daemon's thread ran 10 ms of them.
+    assert interval(0.01, 0.0, 200) == pytest.approx(expected_wait(1.99, 2, 2))
+    assert abs(expected_wait(1.99, 2, 2) - 0.5) < 0.002
+    # They stop: the box's busy time is the daemon's own 0.15 s and a little more.
+    assert interval(0.15, 0.0, 16) == pytest.approx(expected_wait(0.01, 2, 2))
+    # 0.1 s runnable: too little alone, and the 0.15 s before it was read already.
+    assert interval(0.05, 0.05, 200) == pytest.approx(expected_wait(2 - 0.05, 2, 2))
+    # A burst: 0.4 s runnable, a quarter of it waiting; its own threads say so.
+    assert interval(0.3, 0.1, 200) == 0.25
+
+
+def test_without_the_box_reading_an_idle_daemon_keeps_its_share(tmp_path: Path) -> None:
+    clock, tasks = Clock(), tmp_path / "task"
+    wait = RunQueueWait(tasks, clock=clock, stat=tmp_path / "absent", threads=2)
+    write(tasks, 1, 1_000_000_000, 0)
+    wait.sample()
+    write(tasks, 1, 1_300_000_000, 100_000_000)
+    clock.now += 1.0
+    wait.sample()
+    assert wait.share == 0.25
+    clock.now += 1.0
+    wait.sample()
+    assert wait.share == 0.25
+
+
+def test_an_idle_process_reads_the_real_box() -> None:
+    """This process idles (its threads cannot be runnable 1000 s in a second): the share
+    comes from the real ``/proc/stat``, whatever else this box runs."""
+    box = read_box(Path("/proc/stat"))
+    assert box is not None and box.cpus >= 1 and 0 < box.busy < box.total
+    wait = RunQueueWait(min_interval_s=0.0, min_runnable_s=1000.0, threads=2)
+    wait.sample()
+    time.sleep(0.3)
+    wait.sample()
+    assert wait.share is not None and 0.0 <= wait.share < 1.0
