@@ -93,6 +93,13 @@ class _Item(Generic[T]):
     token: StopToken | None = field(default=None, compare=False)
 
 
+class _Idle:
+    """What :meth:`Scheduler._next` returns when an idle worker's wait ran out."""
+
+
+_IDLE = _Idle()
+
+
 @dataclass
 class WorkTiming:
     """How long an item waited and ran; handed back with its result."""
@@ -139,8 +146,11 @@ class Scheduler:
         self.busy_s = 0.0
         """Worker-seconds spent running items (for utilisation)."""
         self._optional_limit = max(1, self._n - 1)
-        self.cpu_wait = RunQueueWait()
-        """How long the process's threads wait for a CPU (read by the workers)."""
+        self.cpu_wait = RunQueueWait(threads=self._n)
+        """How long the process's threads wait for a CPU (read by the workers, busy or idle:
+        an idle worker reads it each time its wait runs out)."""
+        self.idle_s = 1.0
+        """How long an idle worker waits before it looks again (and reads the wait)."""
         # (finished, seconds past deadline) of recent real-time items, for admission.
         self._lateness: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)
         self.heartbeat = time.monotonic()
@@ -367,14 +377,18 @@ class Scheduler:
     def _wait_s(self, now: float) -> float:
         # Wake up when the earliest not-yet-due real-time item becomes due.
         if self._rt:
-            return min(1.0, max(0.001, self._rt[0].deadline - now))
-        return 1.0
+            return min(self.idle_s, max(0.001, self._rt[0].deadline - now))
+        return self.idle_s
 
     def _work(self, k: int) -> None:
         """Worker ``k``: take the next item, run it, deliver it, until stopped."""
         self._pin(k)
         wake = threading.Condition(self._lock)
         while (item := self._next(k, wake)) is not None:
+            if isinstance(item, _Idle):
+                # Nothing ran for a while: the wait still follows other processes' CPU.
+                self.cpu_wait.sample()
+                continue
             if isinstance(item, Part):
                 ran_s = item.run()
                 with self._lock:
@@ -407,9 +421,10 @@ class Scheduler:
             except OSError as exc:  # a CPU taken away since start: run unpinned
                 log.warning("worker %d stays unpinned: %s", k, exc)
 
-    def _next(self, k: int, wake: threading.Condition) -> _Item[Any] | Part[Any] | None:
+    def _next(self, k: int, wake: threading.Condition) -> _Item[Any] | Part[Any] | _Idle | None:
         """The next item worker ``k`` runs (waiting for one), marked running, or a part of
-        a running one; None once the scheduler is stopping and nothing is left."""
+        a running one; ``_IDLE`` when its wait ran out with nothing queued (to read the
+        wait outside the lock); None once the scheduler is stopping and nothing is left."""
         with self._lock:
             while True:
                 if (part := self._parts.take_locked()) is not None:
@@ -423,8 +438,10 @@ class Scheduler:
                         # Only an idle pool vouches for itself; a stuck worker must show.
                         self.heartbeat = now
                     self._idle[k] = wake
-                    wake.wait(timeout=self._wait_s(now))
+                    woken = wake.wait(timeout=self._wait_s(now))
                     self._idle.pop(k, None)  # timed out: nobody woke it
+                    if not woken and not self._rt and not self._batch:
+                        return _IDLE
                     continue
                 if item.cancelled:
                     continue

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from appliance.core.scheduler import Scheduler, WorkTiming
+from appliance.ops.cpuwait import RunQueueWait
 from tests.fakes.work import Blocking, run_blocking, running_scheduler, started
 
 
@@ -414,3 +415,24 @@ async def test_work_ahead_takes_the_last_worker_only_when_all_work_is_one_reques
     gate.finish.set()
     ahead.finish.set()
     await asyncio.wait_for(asyncio.gather(gate_fut, fut), 5)
+
+
+async def test_an_idle_worker_reads_the_cpu_wait_off_the_lock() -> None:
+    """With nothing to run, a worker still reads the wait each time its wait runs out (so it
+    follows other processes while the daemon idles), on its own thread, the queue's lock
+    let go (procfs reads are file I/O)."""
+    s = Scheduler(1, name="idle")
+    s.idle_s = 0.02
+    seen: list[tuple[str, bool]] = []
+
+    class Probe(RunQueueWait):
+        def sample(self) -> None:
+            seen.append((threading.current_thread().name, s._lock.locked()))
+
+    s.cpu_wait = Probe()
+    s.start()
+    try:
+        await until(lambda: len(seen) >= 3)
+    finally:
+        s.stop()
+    assert len(seen) >= 3 and set(seen[:3]) == {("idle-0", False)}
