@@ -117,6 +117,9 @@ def test_the_box_reading_counts_busy_ticks_and_cpus(tmp_path: Path) -> None:
     stat.write_text("cpu  100 5 30 400 20 1 2 3 50 0\ncpu0 x\ncpu1 x\ncpu2 x\nintr 1\n")
     assert read_box(stat) == BoxTicks(busy=141, total=561, cpus=3)
     assert read_box(tmp_path / "absent") is None
+    many = "".join(f"cpu{n} 1 0 1 8 0 0 0 0 0 0\n" for n in range(4000))  # past one read
+    stat.write_text(f"cpu  7 0 1 80 2 0 0 0 0 0\n{many}intr {'0 ' * 20_000}\nctxt 9\n")
+    assert read_box(stat) == BoxTicks(busy=8, total=90, cpus=4000)
     stat.write_text("cpu  1 2 x 4\ncpu0 1\n")
     assert read_box(stat) is None
 
