@@ -159,7 +159,7 @@ class Runtime:
     """How far the warm-up has got: changed in place by the warm-up alone, and shared by
     the runtimes a reload makes from this one."""
     meter: RunMeter = field(default_factory=RunMeter)
-    """What the voices' CPU runs cost, by part (``stats.model``): shared by every voice
+    """What the voices' CPU runs cost, by part (``stats.model_runs``): shared by every voice
     and by the runtimes a reload makes from this one."""
 
     def __post_init__(self) -> None:
