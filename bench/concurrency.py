@@ -295,7 +295,7 @@ async def _client_loop(
         await conn.close()
 
 
-async def _model_stats(socket_path: str) -> dict[str, Any]:
+async def _stats(socket_path: str) -> dict[str, Any]:
     conn = await StreamConnection.open(socket_path)
     try:
         return await conn.call("stats")
@@ -321,7 +321,7 @@ def model_cpu_per_audio_s(before: dict[str, Any], after: dict[str, Any]) -> dict
 
 async def _sweep_level(socket_path: str, n: int, duration_s: float, pid: int | None) -> LevelResult:
     level = LevelResult(n)
-    before = await _model_stats(socket_path)
+    before = await _stats(socket_path)
     rng = random.Random(n)
     texts = itertools.cycle(TEXTS)
     t0 = time.monotonic()
@@ -338,7 +338,7 @@ async def _sweep_level(socket_path: str, n: int, duration_s: float, pid: int | N
         await asyncio.gather(*clients)
     level.wall_s = time.monotonic() - t0
     # Every client has had its last request's end: the audio counter has all of it.
-    level.model_cpu = model_cpu_per_audio_s(before, await _model_stats(socket_path))
+    level.model_cpu = model_cpu_per_audio_s(before, await _stats(socket_path))
     return level
 
 
