@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,7 +41,8 @@ Totals = dict[int, tuple[int, int]]
 
 
 class BoxTicks(NamedTuple):
-    """The box's CPU time since boot (``/proc/stat``'s ``cpu`` line, in clock ticks)."""
+    """The CPU time since boot of the box, or of the CPUs the daemon may run on
+    (``/proc/stat``'s ``cpu`` line or its ``cpuN`` lines, in clock ticks)."""
 
     busy: int
     """Not idle: user, nice, system, irq, softirq, and steal (taken by other guests)."""
@@ -49,6 +50,16 @@ class BoxTicks(NamedTuple):
     """Busy, idle and iowait."""
     cpus: int
     """The CPUs counted (``cpuN`` lines)."""
+
+
+def _ticks(fields: list[bytes]) -> tuple[int, int]:
+    """(busy, total) of one ``cpu`` line's fields."""
+    ticks = [int(t) for t in fields[:8]]
+    if len(ticks) < 4:
+        raise ValueError("a cpu line with fewer than 4 fields")
+    total = sum(ticks)  # guest time, fields 9 and 10, is within user and nice already
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return total - idle, total
 
 
 def read_totals(tasks: Path) -> Totals | None:
@@ -73,8 +84,10 @@ def read_totals(tasks: Path) -> Totals | None:
     return out or None
 
 
-def read_box(stat: Path) -> BoxTicks | None:
-    """The box's CPU ticks from ``stat`` (``/proc/stat``); None when it cannot be read."""
+def read_box(stat: Path, allowed: Collection[int] | None = None) -> BoxTicks | None:
+    """The CPU ticks from ``stat`` (``/proc/stat``) of the whole box, or of the ``allowed``
+    CPUs only (a daemon confined to some of the box's CPUs shares only those); None when
+    it cannot be read."""
     text = b""
     try:
         fd = os.open(stat, os.O_RDONLY)
@@ -85,23 +98,32 @@ def read_box(stat: Path) -> BoxTicks | None:
                 text += chunk
         finally:
             os.close(fd)
-        ticks: list[int] = []
-        cpus = 0
+        box: tuple[int, int] | None = None
+        busy = total = cpus = 0
         for line in text.split(b"\n"):
             name, _, rest = line.partition(b" ")
             if name == b"cpu":
-                ticks = [int(t) for t in rest.split()[:8]]
+                box = _ticks(rest.split())
             elif name.startswith(b"cpu") and name[3:].isdigit():
-                cpus += 1
-            elif ticks:
+                if allowed is None or int(name[3:]) in allowed:
+                    if allowed is not None:
+                        b, t = _ticks(rest.split())
+                        busy, total = busy + b, total + t
+                    cpus += 1
+            elif box is not None:
                 break
     except (OSError, ValueError):
         return None
-    if len(ticks) < 4 or cpus == 0:
+    if box is None or cpus == 0:
         return None
-    total = sum(ticks)  # guest time, fields 9 and 10, is within user and nice already
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-    return BoxTicks(total - idle, total, cpus)
+    return BoxTicks(*box, cpus) if allowed is None else BoxTicks(busy, total, cpus)
+
+
+def _own_cpus() -> frozenset[int] | None:
+    """The CPUs this process may run on (a cpuset, ``taskset``, systemd's ``AllowedCPUs``);
+    None where the OS does not say."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    return frozenset(getaffinity(0)) if getaffinity is not None else None
 
 
 def expected_wait(others: float, threads: int, cpus: int) -> float:
@@ -125,13 +147,18 @@ class RunQueueWait:
         *,
         stat: Path | None = None,
         threads: int = 1,
+        allowed: Collection[int] | None = None,
     ) -> None:
         """``min_runnable_s``: a share is measured once the threads were runnable this long
         since the last one; an interval with less gives :func:`expected_wait` for
         ``threads`` (the workers) from ``stat``.  ``stat`` is ``/proc/stat`` when ``tasks``
-        is this process's (the default); a fake task tree reads a box only if given one."""
+        is this process's (the default); a fake task tree reads a box only if given one.
+        ``allowed``: the CPUs counted (this process's own, where the OS says, when ``tasks``
+        is this process's; else the whole box)."""
+        own = tasks is None
         self._tasks = tasks if tasks is not None else Path(f"/proc/{os.getpid()}/task")
-        self._stat = stat if stat is not None or tasks is not None else Path("/proc/stat")
+        self._stat = stat if stat is not None or not own else Path("/proc/stat")
+        self._allowed = frozenset(allowed) if allowed is not None else _own_cpus() if own else None
         self._threads = max(1, threads)
         self._min_interval_s = min_interval_s
         self._min_runnable_ns = int(min_runnable_s * 1e9)
@@ -161,7 +188,8 @@ class RunQueueWait:
                     ran += max(0, r - before[0])
                     waited += max(0, w - before[1])
             self._last = totals
-            box, self._box = self._box, read_box(self._stat) if self._stat is not None else None
+            box = self._box
+            self._box = read_box(self._stat, self._allowed) if self._stat is not None else None
             run, wait = self._pending[0] + ran, self._pending[1] + waited
             if run + wait >= self._min_runnable_ns:
                 self.share = wait / (run + wait)

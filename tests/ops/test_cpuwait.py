@@ -188,3 +188,44 @@ def test_an_idle_process_reads_the_real_box() -> None:
     time.sleep(0.3)
     wait.sample()
     assert wait.share is not None and 0.0 <= wait.share < 1.0
+
+
+def test_a_daemon_confined_to_some_cpus_counts_only_theirs(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text(
+        "cpu  300 0 0 100 0 0 0 0 0 0\n"
+        "cpu0 100 0 0 0 0 0 0 0 0 0\n"  # busy all along: a hog on a CPU the daemon may not use
+        "cpu1 100 0 0 0 0 0 0 0 0 0\n"
+        "cpu2 100 0 0 50 0 0 0 0 0 0\n"
+        "cpu3 0 0 0 50 0 0 0 0 0 0\n"
+        "intr 1\n"
+    )
+    assert read_box(stat) == BoxTicks(busy=300, total=400, cpus=4)
+    assert read_box(stat, {2, 3}) == BoxTicks(busy=100, total=200, cpus=2)
+    assert read_box(stat, {7}) is None  # none of the allowed CPUs listed
+
+
+def test_hogs_on_cpus_the_daemon_may_not_use_are_no_wait(tmp_path: Path) -> None:
+    def box(t: int) -> str:
+        # After t seconds at 100 ticks a second: CPUs 0 and 1 always busy (two hogs),
+        # CPUs 2 and 3 always idle.
+        busy, idle = f"{100 * t} 0 0 0 0", f"0 0 0 {100 * t} 0"
+        lines = [f"cpu  {200 * t} 0 0 {200 * t} 0", *(f"cpu{n} {busy}" for n in (0, 1))]
+        return "\n".join([*lines, *(f"cpu{n} {idle}" for n in (2, 3)), "intr 1\n"])
+
+    for allowed, want in (({2, 3}, 0.0), (None, expected_wait(2.0, 2, 4))):
+        clock, tasks, stat = Clock(), tmp_path / str(allowed) / "task", tmp_path / "stat"
+        wait = RunQueueWait(tasks, clock=clock, stat=stat, threads=2, allowed=allowed)
+        write(tasks, 1, 0, 0)
+        for t in (1, 2):  # two reads a second apart; the daemon's thread idle
+            stat.write_text(box(t))
+            clock.now += 1.0
+            wait.sample()
+        assert wait.share == want, allowed
+    # Confined to CPUs 0 and 1, the hogs are all it shares.
+    wait = RunQueueWait(tasks, clock=clock, stat=stat, threads=2, allowed={0, 1})
+    for t in (1, 2):
+        stat.write_text(box(t))
+        clock.now += 1.0
+        wait.sample()
+    assert wait.share == expected_wait(2.0, 2, 2) == 0.5
