@@ -19,7 +19,10 @@ from appliance.playback import Player
 from appliance.speech import SpeechRequest
 
 SENTENCE = "This announcement keeps going for quite a while so that it can be interrupted. "
-LONG = SENTENCE * 3
+LONG = SENTENCE * 10
+"""~38 s of audio, to be still in synthesis when the next request asks: 3 sentences' 11 s
+were once all made by the time the device played the first sample (beside the parallel
+suite and a hog), so the text was no load and a request that cuts nothing was admitted."""
 
 
 @pytest.fixture(scope="module")
