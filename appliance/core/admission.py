@@ -214,7 +214,7 @@ class Admission:
     def projected_load(self, streams: list[StreamLoad]) -> float:
         """Share of the workers the producing real-time streams plus one more would claim."""
         rtf = self.rtf(streams)
-        return (_producing(streams) + 1) * rtf / self.workers
+        return (producing(streams) + 1) * rtf / self.workers
 
     def decide(
         self, cfg: SchedulerConfig, streams: list[StreamLoad], pressure: Pressure
@@ -236,7 +236,7 @@ class Admission:
         limit = load_limit(cfg, pressure)
         backlog_s = cfg.admission_backlog_ms / 1000.0
         behind = backlog_s > 0 and pressure.behind_s > backlog_s
-        if not any(s.realtime and s.producing for s in streams):
+        if producing(streams) == 0:
             d = Decision(True, load=load, limit=limit)  # alone: nobody a refusal would protect
         elif load > limit:
             d = Decision(
@@ -272,7 +272,7 @@ class Admission:
         rtf = self.rtf(streams)
         return {
             "rtf_estimate": round(rtf, 4),
-            "load": round(_producing(streams) * rtf / self.workers, 3),
+            "load": round(producing(streams) * rtf / self.workers, 3),
             "limit": round(limit, 3),
             "admitted": self.admitted,
             "busy_rejections": self.rejected,
@@ -287,7 +287,7 @@ def _shrunk(cfg: SchedulerConfig, pressure: Pressure, limit: float) -> str:
     return f" ({cfg.admission_max_load:.2f} with the CPU wait at {pressure.cpu_wait:.2f})"
 
 
-def _producing(streams: list[StreamLoad]) -> int:
+def producing(streams: Iterable[StreamLoad]) -> int:
     """The real-time streams with audio still to produce: each claims its share."""
     return sum(1 for s in streams if s.realtime and s.producing)
 

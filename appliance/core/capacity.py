@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from appliance.core.admission import producing
 from appliance.core.service import Service
 
 State = Literal["ready", "drain", "down"]
@@ -75,8 +76,7 @@ def capacity_of(service: Service) -> Capacity:
     workers = service.admission.workers
     held = decision.limit * workers / rtf if rtf > 0 else float(cap_streams)
     held = min(held, float(cap_streams))
-    producing = sum(1 for s in streams if s.realtime and s.producing)
-    free = max(0.0, held - producing)
+    free = max(0.0, held - producing(streams))
     weight = max(1, min(100, round(100.0 * free / held))) if held > 0 else 1
     return Capacity("ready", weight, max(1, math.floor(held)), "")
 
