@@ -13,9 +13,10 @@ An idle daemon's threads are not runnable, so there is nothing of theirs to meas
 hogs that started meanwhile were seen only a second into the next burst, after its first
 wave was let in.  So an interval in which the threads were runnable less than
 ``min_runnable_s`` gives the wait a burst would meet instead (:func:`expected_wait`): the
-cores the other processes kept busy (the box's busy time, ``/proc/stat``, less this
-process's own run time) beside the ``threads`` the daemon would run, on the box's cores.
-Two hogs on 2 cores beside 2 workers: 0.5, where a burst measured 0.46–0.57.
+cores the other processes kept busy (the busy time of the CPUs this process may run on,
+``/proc/stat``'s ``cpuN`` lines for its affinity, less its own run time) beside the
+``threads`` the daemon would run, on those CPUs.  Two hogs on 2 cores beside 2 workers:
+0.5, where a burst measured 0.46–0.57.  A CPU quota (cgroup bandwidth) is not seen.
 
 Threads: :meth:`RunQueueWait.sample` runs on the inference workers, after each item and
 when an idle worker's wait times out (procfs reads: file I/O stays off the event loop); it
