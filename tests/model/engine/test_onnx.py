@@ -117,3 +117,57 @@ def test_release_memory_gives_back_what_short_runs_left_in_the_arena() -> None:
     memory.trim()
     assert _rss_mb() < held - 1.0
     assert np.array_equal(model.decode(Window(z, None, (10, 10))), before_release)
+
+
+def test_the_daemons_2d_decoder_runs_blocked_and_decodes_as_onnx_runtime_would(
+    voice_cache: Path,
+) -> None:
+    """On what `Runtime.load` builds: the decoder for windows ahead runs its element-wise
+    operators in the blocked layout (appliance.model.nchwc), sample for sample what the
+    graph as ONNX Runtime optimises it gives."""
+    from appliance.core.runtime import Runtime
+    from appliance.model.engine.onnx import OnnxVoiceModel
+    from appliance.ops.config import parse_config
+
+    cfg = parse_config(
+        {"voices": {"cache_dir": str(voice_cache)}, "engine": {"backend": "onnx-cpu"}}
+    )
+    rt = Runtime.load(cfg, warm=False)
+    try:
+        model = rt.voices[rt.default_voice].model
+        assert isinstance(model, OnnxVoiceModel)
+        assert model.lean_layout.startswith("blocked (")
+        source = rt.voices[rt.default_voice].source
+        assert source.lean_decoder_path is not None
+        plain = OnnxVoiceModel(
+            source.model_path, None, None, source.cut, 1, lean=_session(source.lean_decoder_path, 1)
+        )
+        window = Window(_long_latent(84), None, (10, 10))
+        assert np.array_equal(model.decode(window), plain.decode(window))
+    finally:
+        rt.close()
+
+
+def test_a_blocked_graph_that_decodes_otherwise_is_not_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The check at load compares samples: a rewrite that changed one number is left out."""
+    import onnx
+
+    from appliance.model.engine import onnx as engine
+    from appliance.model.nchwc import keep_blocked
+
+    def off_by_a_little(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+        blocked, saved = keep_blocked(model)
+        relu = next(n for n in blocked.graph.node if n.op_type == "LeakyRelu")
+        next(a for a in relu.attribute if a.name == "alpha").f = 0.1001
+        return blocked, saved
+
+    monkeypatch.setattr(engine, "keep_blocked", off_by_a_little)
+    voice, _ = flow_voice()
+    assert voice.lean_decoder_path is not None and voice.cut is not None
+    _, layout = engine._blocked_lean(voice.lean_decoder_path, voice.cut)
+    assert layout == "as optimised (the blocked graph's samples differ)"
+    monkeypatch.undo()
+    _, layout = engine._blocked_lean(voice.lean_decoder_path, voice.cut)
+    assert layout.startswith("blocked (")
