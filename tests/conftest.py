@@ -208,10 +208,13 @@ def daemon_factory(
         nofile: int | None = None,
         ready: bool = True,
         seams: list[str] | None = None,
+        cgroup: Path | None = None,
     ) -> Daemon:
         """``nofile``: the daemon's limit on open files (soft and hard), as a unit's
         ``LimitNOFILE`` sets it.  ``seams``: the options of tests/fakes/daemon.py (a
-        stalled worker, a frontend that raises); the daemon is then run through it."""
+        stalled worker, a frontend that raises); the daemon is then run through it.
+        ``cgroup``: a cgroup directory the daemon starts in (its ``cgroup.procs``), as a
+        unit's ``CPUQuota=`` puts it in one."""
         if not cut[0]:
             cut_bundled_once(voice_cache)  # every daemon loads the bundled voice
             cut[0] = True
@@ -238,11 +241,14 @@ def daemon_factory(
             )
         cmd = [sys.executable, "-m", *entry, "serve", "--socket", sock]
         cmd += ["--config", str(cfg_path), *(args or [])]
-        limit = None
-        if nofile is not None:
 
-            def limit() -> None:
+        def in_child() -> None:  # after the fork, before it runs Python
+            if nofile is not None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            if cgroup is not None:
+                (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
+        limit = in_child if nofile is not None or cgroup is not None else None
 
         with log_path.open("wb") as logf:
             proc = subprocess.Popen(

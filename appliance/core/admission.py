@@ -162,12 +162,14 @@ class Admission:
 
     def __init__(
         self,
-        workers: int,
+        workers: float,
         rtf_prior: float = RTF_PRIOR,
         smoothing: float = 0.2,
         cpu_share: CpuShare | None = None,
     ) -> None:
-        self.workers = max(1, workers)
+        self.workers = workers if workers > 0 else 1.0
+        """The workers' worth of CPU the streams share (fewer than the workers under a CPU
+        quota: the scheduler's ``capacity``)."""
         self._cpu_share = cpu_share
         self._rtf_done = rtf_prior
         self._smoothing = smoothing
@@ -272,6 +274,7 @@ class Admission:
         rtf = self.rtf(streams)
         return {
             "rtf_estimate": round(rtf, 4),
+            "capacity": round(self.workers, 3),
             "load": round(producing(streams) * rtf / self.workers, 3),
             "limit": round(limit, 3),
             "admitted": self.admitted,

@@ -47,6 +47,7 @@ from appliance.model.engine.threads import Pinning, cpu_threads, pinning
 from appliance.model.voices import discover, load_voice
 from appliance.ops import memory
 from appliance.ops.config import Config
+from appliance.ops.cpuquota import cpu_quota
 from appliance.ops.meter import RunMeter
 from appliance.ops.metrics import Metrics
 from appliance.ops.notify import Notifier
@@ -217,7 +218,9 @@ class Runtime:
                     ) from None
                 skipped[str(path)] = why
                 log_skipped({str(path): why})
-        scheduler = Scheduler(cfg.engine.workers, cpus=pins.workers if pins else None)
+        scheduler = Scheduler(
+            cfg.engine.workers, cpus=pins.workers if pins else None, quota=cpu_quota()
+        )
         rt = cls(
             cfg,
             voices,

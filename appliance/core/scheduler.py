@@ -114,10 +114,20 @@ class Scheduler:
     """EDF queue (real-time heap + batch heap) + N worker threads."""
 
     def __init__(
-        self, workers: int, name: str = "infer", cpus: Sequence[int] | None = None
+        self,
+        workers: int,
+        name: str = "infer",
+        cpus: Sequence[int] | None = None,
+        quota: float | None = None,
     ) -> None:
-        """``cpus``: worker k runs on ``cpus[k]`` (``appliance.model.engine.threads.pinning``)."""
+        """``cpus``: worker k runs on ``cpus[k]`` (``appliance.model.engine.threads.pinning``).
+        ``quota``: the process's CPU quota in CPUs (``appliance.ops.cpuquota``), if any."""
         self._n = max(1, workers)
+        self.quota = quota
+        self.capacity = min(float(self._n), quota) if quota is not None else float(self._n)
+        """The workers' worth of CPU the streams may claim (admission's projection): the
+        workers, or fewer under a CPU quota (two workers cannot run at once on one CPU's
+        worth; they take turns, and the projection must count one)."""
         self._name = name
         self._rt: list[_Item[Any]] = []
         self._batch: list[_Item[Any]] = []
@@ -146,7 +156,7 @@ class Scheduler:
         self.busy_s = 0.0
         """Worker-seconds spent running items (for utilisation)."""
         self._optional_limit = max(1, self._n - 1)
-        self.cpu_wait = RunQueueWait(threads=self._n)
+        self.cpu_wait = RunQueueWait(threads=self._n, quota=quota)
         """How long the process's threads wait for a CPU (read by the workers, busy or idle:
         an idle worker reads it each time its wait runs out)."""
         self.idle_s = 1.0
@@ -211,6 +221,7 @@ class Scheduler:
                 "queued_batch": len(self._batch),
                 "running": len(self._running),
                 "workers": self._n,
+                "cpu_quota": self.quota,
                 "completed": self.completed,
                 "late_windows": self.late,
                 "ahead_runs": self.ahead_runs,

@@ -416,7 +416,7 @@ class Service:
         sched = self.runtime.scheduler
         # Each stream's cost in CPU time, not in worker wall time that contention inflates.
         self.admission = Admission(
-            sched.workers,
+            sched.capacity,
             rtf_prior=self.runtime.stream_cost or RTF_PRIOR,
             cpu_share=CpuShare(lambda: sched.busy_s),
         )

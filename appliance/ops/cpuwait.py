@@ -127,13 +127,19 @@ def _own_cpus() -> frozenset[int] | None:
     return frozenset(getaffinity(0)) if getaffinity is not None else None
 
 
-def expected_wait(others: float, threads: int, cpus: int) -> float:
+def expected_wait(others: float, threads: int, cpus: int, quota: float | None = None) -> float:
     """The share of their runnable time that ``threads`` busy threads would wait beside
     ``others`` busy cores' worth of other work on ``cpus`` cores: sharing the cores
     evenly, each runnable thread gets ``cpus / (others + threads)`` of one while they
-    outnumber the cores, and waits the rest."""
+    outnumber the cores, and waits the rest.  Under a CPU ``quota`` (in CPUs: the
+    process's cgroup, appliance.ops.cpuquota) each gets at most ``quota / threads``; the
+    kernel's throttling counts as waiting in schedstat too (measured: 2 busy threads
+    under a 0.5-CPU quota waited 0.75 of their runnable time)."""
     crowd = others + threads
-    return 0.0 if crowd <= 0 else max(0.0, crowd - cpus) / crowd
+    if crowd <= 0:
+        return 0.0
+    share = min(1.0, cpus / crowd, quota / threads if quota is not None else 1.0)
+    return max(0.0, 1.0 - share)
 
 
 class RunQueueWait:
@@ -149,18 +155,21 @@ class RunQueueWait:
         stat: Path | None = None,
         threads: int = 1,
         allowed: Collection[int] | None = None,
+        quota: float | None = None,
     ) -> None:
         """``min_runnable_s``: a share is measured once the threads were runnable this long
         since the last one; an interval with less gives :func:`expected_wait` for
         ``threads`` (the workers) from ``stat``.  ``stat`` is ``/proc/stat`` when ``tasks``
         is this process's (the default); a fake task tree reads a box only if given one.
         ``allowed``: the CPUs counted (this process's own, where the OS says, when ``tasks``
-        is this process's; else the whole box)."""
+        is this process's; else the whole box).  ``quota``: the process's CPU quota, if
+        any (see :func:`expected_wait`)."""
         own = tasks is None
         self._tasks = tasks if tasks is not None else Path(f"/proc/{os.getpid()}/task")
         self._stat = stat if stat is not None or not own else Path("/proc/stat")
         self._allowed = frozenset(allowed) if allowed is not None else _own_cpus() if own else None
         self._threads = max(1, threads)
+        self._quota = quota
         self._min_interval_s = min_interval_s
         self._min_runnable_ns = int(min_runnable_s * 1e9)
         self._clock = clock
@@ -213,4 +222,4 @@ class RunQueueWait:
             return None
         busy_cores = after.cpus * max(0, after.busy - before.busy) / total
         others = max(0.0, busy_cores - own_ns / 1e9 / interval_s)
-        return expected_wait(others, self._threads, after.cpus)
+        return expected_wait(others, self._threads, after.cpus, self._quota)

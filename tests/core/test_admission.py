@@ -172,3 +172,22 @@ def test_the_snapshot_reports_the_load_of_the_producing_streams_at_one_estimate(
     assert snap["load"] == 0.15
     assert admission.projected_load(live) == 4 * 0.1 / 2
     assert snap["limit"] == 0.4
+
+
+def test_under_a_cpu_quota_the_projection_counts_the_quota_not_the_workers() -> None:
+    """Two workers in a cgroup of one CPU (appliance.ops.cpuquota) take turns: the streams
+    share one CPU's worth, and admission's projection counts that (stats says
+    ``admission.capacity``)."""
+    from appliance.core.scheduler import Scheduler
+
+    cfg = SchedulerConfig(admission_max_load=0.4, admission_backlog_ms=0)
+    live = streams(5, wall_rtf=0.07)  # (5 + 1) × 0.07 = 0.42 CPU
+    assert Scheduler(2).capacity == 2.0 and Scheduler(2, quota=3.0).capacity == 2.0
+    on_two = Admission(Scheduler(2).capacity, rtf_prior=0.07)
+    assert on_two.decide(cfg, live, QUIET).admit  # 0.21 of two workers
+    one = Scheduler(2, quota=1.0)
+    under_quota = Admission(one.capacity, rtf_prior=0.07)
+    d = under_quota.decide(cfg, live, QUIET)
+    assert not d.admit and abs(d.load - 0.42) < 1e-3  # 0.42 of one CPU
+    assert under_quota.snapshot(live, 0.4)["capacity"] == 1.0
+    assert one.snapshot()["cpu_quota"] == 1.0

@@ -132,6 +132,17 @@ def test_the_wait_a_burst_would_meet_is_the_cores_it_would_share() -> None:
     assert expected_wait(others=6.0, threads=1, cpus=2) == 5 / 7
 
 
+def test_under_a_cpu_quota_a_burst_waits_for_the_next_period() -> None:
+    """A quota of one CPU for two busy workers: each runs half the time, on an idle box too
+    (schedstat counts the throttled time as waiting: measured 0.75 for two threads under
+    half a CPU)."""
+    assert expected_wait(others=0.0, threads=2, cpus=2, quota=1.0) == 0.5
+    assert expected_wait(others=0.0, threads=2, cpus=2, quota=0.5) == 0.75
+    assert expected_wait(others=0.0, threads=1, cpus=2, quota=1.0) == 0.0
+    assert expected_wait(others=2.0, threads=2, cpus=2, quota=1.5) == 0.5  # the cores bind
+    assert expected_wait(others=0.0, threads=2, cpus=2, quota=None) == 0.0
+
+
 def test_an_idle_daemon_reads_the_other_processes_cpu(tmp_path: Path) -> None:
     """Idle intervals take the wait from the box's busy time less the daemon's own; an
     interval with enough runnable time still measures its threads."""

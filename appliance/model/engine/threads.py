@@ -3,26 +3,31 @@ they run."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
 from appliance.ops.config import Config
+from appliance.ops.cpuquota import usable_cpus
 
 
 def cpu_threads(cfg: Config) -> int:
-    """Intra-op threads per worker: by default every CPU this process may use.
+    """Intra-op threads per worker: by default every CPU this process may use, and no more
+    than its CPU quota rounds up to (appliance.ops.cpuquota).
 
     A lone request then gets the whole machine (short command: 42 ms to first packet
     instead of 59 with one thread); when both workers are busy the threads share the
-    cores without spin-waiting (see :func:`spin_wait`).
+    cores without spin-waiting (see :func:`spin_wait`).  Threads beyond a quota only use
+    up each period's share sooner and then wait, frozen, for the next.
     """
     if cfg.engine.intra_op_threads:
         return cfg.engine.intra_op_threads
-    return max(1, len(os.sched_getaffinity(0)))
+    return max(1, min(len(os.sched_getaffinity(0)), math.ceil(usable_cpus())))
 
 
 def spin_wait(cfg: Config, threads: int) -> bool:
-    """By default spin only when all workers' threads together leave a CPU free.
+    """By default spin only when all workers' threads together leave a CPU free (of the
+    quota, under one: a spinning thread spends it).
 
     Spinning threads hold their cores between ops.  When they hold every core, the event
     loop, the frontend and the clients on the same box wait for them: one worker of two
@@ -32,7 +37,7 @@ def spin_wait(cfg: Config, threads: int) -> bool:
     return {
         "on": True,
         "off": False,
-        "auto": threads > 1 and threads * cfg.engine.workers < len(os.sched_getaffinity(0)),
+        "auto": threads > 1 and threads * cfg.engine.workers < usable_cpus(),
     }[cfg.engine.spin_wait]
 
 

@@ -10,12 +10,16 @@ from typing import Any
 import pytest
 
 from appliance.model.engine.threads import Pinning, cpu_threads, pinning, spin_wait
+from appliance.ops import cpuquota
 from appliance.ops.config import parse_config
 
 
-def _cpus(monkeypatch: pytest.MonkeyPatch, n: int | set[int]) -> None:
+def _cpus(monkeypatch: pytest.MonkeyPatch, n: int | set[int], quota: float | None = None) -> None:
+    """The CPUs this process may use, and its cgroup's CPU quota (none by default, whatever
+    the box running the tests has)."""
     cpus = set(range(n)) if isinstance(n, int) else n
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(cpus))
+    monkeypatch.setattr(cpuquota, "cpu_quota", lambda root=None: quota)
 
 
 @pytest.mark.parametrize(
@@ -43,6 +47,29 @@ def test_default_threads_are_the_cpus_we_may_use(monkeypatch: pytest.MonkeyPatch
     _cpus(monkeypatch, 3)
     assert cpu_threads(parse_config({})) == 3
     assert cpu_threads(parse_config({"engine": {"intra_op_threads": 1}})) == 1
+
+
+@pytest.mark.parametrize(("quota", "threads"), [(1.0, 1), (1.5, 2), (0.5, 1), (8.0, 4)])
+def test_under_a_cpu_quota_no_more_threads_than_it_feeds(
+    monkeypatch: pytest.MonkeyPatch, quota: float, threads: int
+) -> None:
+    _cpus(monkeypatch, 4, quota)
+    assert cpu_threads(parse_config({})) == threads
+    assert cpu_threads(parse_config({"engine": {"intra_op_threads": 3}})) == 3  # as told
+
+
+def test_under_a_cpu_quota_threads_spin_only_with_quota_to_spare(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four CPUs, one worker of two threads: spinning leaves two CPUs free, but not under a
+    2-CPU quota, where each spin spends what the next run needs."""
+    cfg = parse_config({"engine": {"workers": 1}})
+    _cpus(monkeypatch, 4)
+    assert spin_wait(cfg, 2) is True
+    _cpus(monkeypatch, 4, 2.0)
+    assert spin_wait(cfg, 2) is False
+    _cpus(monkeypatch, 4, 3.0)
+    assert spin_wait(cfg, 2) is True
 
 
 def test_one_worker_on_this_box_builds_sessions_that_do_not_spin(
