@@ -242,6 +242,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if cfg is None:
         return 2
     from appliance.model.engine.gpu_select import prepare_engines
+    from appliance.model.engine.onnx import blocked_lean
     from appliance.model.voices import discover, load_voice
     from appliance.ops.paths import default_cache_dir
 
@@ -260,6 +261,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             continue
         how = "streaming" if voice.split_ok else f"whole-sentence ({voice.split_note})"
         print(f"{name}: {how}")  # the check's figures: at debug level (logging.level)
+        if voice.lean_decoder_path is not None and voice.cut is not None:
+            # Made for this machine now rather than at the daemon's first start.
+            blocked_lean(voice.lean_decoder_path, voice.cut)
         prepare_engines(voice, cfg, functools.partial(_progress, name))
     return 1 if failed else 0
 

@@ -27,10 +27,11 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
-from appliance.core.runtime import Runtime, StartError, one_line
+from appliance.core.runtime import Runtime, StartError
 from appliance.core.service import Service
 from appliance.doors.v1.server import V1Door
 from appliance.ops.config import Config
+from appliance.ops.logsetup import one_line
 from appliance.text.lexicon import LexiconError, load_checked
 
 STOP_WAIT_S = 30.0

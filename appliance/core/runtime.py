@@ -48,6 +48,7 @@ from appliance.model.voices import discover, load_voice
 from appliance.ops import memory
 from appliance.ops.config import Config
 from appliance.ops.cpuquota import cpu_quota
+from appliance.ops.logsetup import one_line
 from appliance.ops.meter import RunMeter
 from appliance.ops.metrics import Metrics
 from appliance.ops.notify import Notifier
@@ -65,11 +66,6 @@ log = logging.getLogger(__name__)
 
 class StartError(RuntimeError):
     """The daemon cannot start (no default voice): one line for the log, exit non-zero."""
-
-
-def one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def load_one(

@@ -17,9 +17,10 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
-from appliance.core.runtime import Runtime, load_one, log_skipped, one_line
+from appliance.core.runtime import Runtime, load_one, log_skipped
 from appliance.core.streaming import VoiceRuntime
 from appliance.model.voices import discover
+from appliance.ops.logsetup import one_line
 from appliance.ops.paths import default_cache_dir
 
 log = logging.getLogger("ttsd")

@@ -136,3 +136,9 @@ class Throttle:
         if len(self._last) > 256:  # kinds are few; never let them grow without bound
             self._last, self._seen = {kind: now}, {kind}
         logger.log(level, msg, *args, exc_info=exc_info if first else None)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one log line (its words, at most 300 characters; its type if empty)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."

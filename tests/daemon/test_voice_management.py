@@ -161,6 +161,9 @@ def test_prepare_says_what_it_is_doing_in_one_line_per_voice(
     assert f"preparing {GERMAN} for streaming (first start only, about " in out
     assert f"{GERMAN} ready in " in out and f"{GERMAN}: streaming" in out
     assert "max abs difference" not in out
+    # The 2-D decoder's blocked graph for this machine is made now, not at the first start.
+    (slot,) = cache.glob(f"{sha256_of(voice_path(GERMAN))[:32]}-*")
+    assert len(list(slot.glob("decoder2d.blocked-*.onnx"))) == 1
 
 
 BAD_CONFIGS = {

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
+import platform
+import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -27,6 +30,8 @@ from appliance.model.margins import MarginCrops, read_crops
 from appliance.model.nchwc import keep_blocked
 from appliance.model.noise import MEAN, STD, UNROUNDED, NoiseFeed, call_seed
 from appliance.model.retime import respace, retime
+from appliance.ops import atomic
+from appliance.ops.logsetup import one_line
 from appliance.ops.meter import RunMeter
 from appliance.speech import FloatArray, IntArray
 from appliance.voicetypes import CutNames, FlowSplit
@@ -62,7 +67,7 @@ def _session(
     """``pool_cpus``: where the session's ``threads - 1`` pool threads run (see
     ``appliance.model.engine.threads.pinning``); empty: wherever the kernel puts them.
     ``optimized_to``: where ONNX Runtime writes the graph as it optimised it.  ``optimize``
-    False: a graph optimised already (:func:`_blocked_lean`) runs as it is."""
+    False: a graph optimised already (:func:`blocked_lean`) runs as it is."""
     shared_cpu_arena()
     opts = ort.SessionOptions()
     opts.add_session_config_entry("session.use_env_allocators", "1")
@@ -93,29 +98,80 @@ def _session(
     return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
 
 
-def _blocked_lean(path: Path, cut: CutNames) -> tuple[ort.InferenceSession, str]:
+def blocked_lean(path: Path, cut: CutNames) -> tuple[ort.InferenceSession, str]:
     """The 2-D decoder on one thread with its element-wise operators kept in the blocked
-    layout (:mod:`appliance.model.nchwc`): ~10 % less CPU per frame.  Used only when, on a
-    probe window, it gives the samples of the graph ONNX Runtime optimised, bit for bit;
-    else that graph.  And which of the two, in words.  Costs the load ~80 ms: the graph is
-    specific to this CPU and this ONNX Runtime, so it is made here each time, in a private
-    temporary directory, and the files go once the sessions are made."""
+    layout (:mod:`appliance.model.nchwc`): 4–7 % less CPU per window.  And which graph
+    runs, in words.
+
+    The graph is specific to this CPU and this ONNX Runtime, so it is made on the machine
+    that runs it and kept beside ``path`` under a name that says both
+    (:func:`_machine_key`); a later load uses it as it is.  Made, it is used only when, on
+    a probe window, it gives the samples of the graph ONNX Runtime optimised, bit for bit;
+    else that graph runs.  Making it costs the load ~80 ms and leaves ~12 MB of the
+    process's heap behind (ONNX Runtime writing and both sessions), so it is done once per
+    machine, not at every start: loading the kept file costs less than the plain graph."""
+    kept = path.with_name(f"{path.stem}.blocked-{_machine_key(path)}.onnx")
+    if kept.is_file():
+        try:
+            return _session(kept, 1, optimize=False), "blocked (made here before)"
+        except Exception as exc:  # damaged or foreign: made again; ONNX Runtime's own types
+            log.info("2-D decoder %s made again: %s", kept.name, one_line(exc))
+    with tempfile.TemporaryDirectory(prefix="ttsd-nchwc-") as tmp:
+        session, layout = _make_blocked(path, cut, Path(tmp))
+        if layout.startswith("blocked"):
+            _keep(Path(tmp, "blocked.onnx"), kept)
+    return session, layout
+
+
+def _make_blocked(path: Path, cut: CutNames, tmp: Path) -> tuple[ort.InferenceSession, str]:
+    """The blocked graph made in ``tmp`` and checked against ONNX Runtime's (see above)."""
     import onnx
 
-    with tempfile.TemporaryDirectory(prefix="ttsd-nchwc-") as tmp:
-        optimised, rewritten = Path(tmp, "optimised.onnx"), Path(tmp, "blocked.onnx")
-        plain = _session(path, 1, optimized_to=optimised)
-        try:
-            model, saved = keep_blocked(onnx.load(str(optimised)))
-            onnx.save(model, str(rewritten))
-            del model
-            blocked = _session(rewritten, 1, optimize=False)
-            same = _same_samples(plain, blocked, cut)
-        except Exception as exc:  # the rewrite's ValueError, or ONNX Runtime's own types
-            return _as_optimised(plain, " ".join(str(exc).split())[:200])
-    if not same:
+    optimised, rewritten = tmp / "optimised.onnx", tmp / "blocked.onnx"
+    plain = _session(path, 1, optimized_to=optimised)
+    try:
+        model, saved = keep_blocked(onnx.load(str(optimised)))
+        onnx.save(model, str(rewritten))
+        del model
+        blocked = _session(rewritten, 1, optimize=False)
+        probe = _probe(plain, cut, 40)
+        want, got = (_run(s, probe, "layout check")[0] for s in (plain, blocked))
+    except Exception as exc:  # the rewrite's ValueError, or ONNX Runtime's own types
+        return _as_optimised(plain, one_line(exc))
+    if not np.array_equal(want, got):
         return _as_optimised(plain, "the blocked graph's samples differ")
+    # The plain session's buffers and the check's go back to the shared arena: a run that
+    # shrinks it gives them to the kernel.
+    del plain
+    _run(blocked, _probe(blocked, cut, 1), "layout check", shrink=True)
     return blocked, f"blocked ({saved} layout conversions fewer per run)"
+
+
+def _keep(made: Path, kept: Path) -> None:
+    """``made`` copied to ``kept`` whole or not at all; the files kept for other machines or
+    other ONNX Runtimes go.  A cache that cannot be written costs only the next load's time."""
+    try:
+        with made.open("rb") as src, atomic.writing(kept) as dst:
+            shutil.copyfileobj(src, dst)
+        for old in kept.parent.glob(f"{kept.name.split('.blocked-')[0]}.blocked-*.onnx"):
+            if old != kept:
+                old.unlink(missing_ok=True)
+    except (OSError, atomic.Abandoned) as exc:
+        log.info("2-D decoder not kept for the next load: %s", one_line(exc))
+
+
+def _machine_key(path: Path) -> str:
+    """What the blocked graph depends on: ONNX Runtime's version, the CPU's features (its
+    kernels and block size follow them), and the source graph (its size and time)."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        flags = platform.machine()  # no /proc: the architecture stands for the features
+    st = path.stat()
+    text = f"{ort.__version__}|{flags.strip()}|{st.st_size}|{st.st_mtime_ns}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _as_optimised(session: ort.InferenceSession, why: str) -> tuple[ort.InferenceSession, str]:
@@ -124,22 +180,25 @@ def _as_optimised(session: ort.InferenceSession, why: str) -> tuple[ort.Inferenc
     return session, f"as optimised ({why})"
 
 
-def _same_samples(a: ort.InferenceSession, b: ort.InferenceSession, cut: CutNames) -> bool:
-    """Whether two decoders give the same samples, bit for bit, for a random window of
-    40 frames with 10 of context each side (cropped inside, where the graph crops)."""
+def _probe(session: ort.InferenceSession, cut: CutNames, kept: int) -> dict[str, np.ndarray]:
+    """Seeded random feeds for a decoder: ``kept`` frames and 10 of context each side
+    (cropped inside, where the graph crops)."""
     rng = np.random.default_rng(0)
-    feeds = {cut.z: rng.standard_normal(_shape(a, cut.z, 40)).astype(np.float32)}
+    frames = kept + 20
+    feeds = {cut.z: rng.standard_normal(_shape(session, cut.z, frames)).astype(np.float32)}
     if cut.g is not None:
-        feeds[cut.g] = rng.standard_normal(_shape(a, cut.g, 1)).astype(np.float32)
-    if (crops := read_crops(a.get_modelmeta().custom_metadata_map)) is not None:
-        feeds.update(crops.feeds(40, 10, 10)[0])
-    return bool(np.array_equal(a.run(None, feeds)[0], b.run(None, feeds)[0]))
+        feeds[cut.g] = rng.standard_normal(_shape(session, cut.g, 1)).astype(np.float32)
+    if (crops := read_crops(session.get_modelmeta().custom_metadata_map)) is not None:
+        feeds.update(crops.feeds(frames, 10, 10)[0])
+    return feeds
 
 
-def _shape(session: ort.InferenceSession, name: str, free: int) -> list[int]:
-    """The input ``name``'s shape, ``free`` for each dimension not fixed."""
+def _shape(session: ort.InferenceSession, name: str, frames: int) -> list[int]:
+    """The input ``name``'s shape for one utterance of ``frames`` frames: its last dimension
+    (time), where not fixed, is ``frames``; any other not fixed (the batch) is 1."""
     shape = next(i.shape for i in session.get_inputs() if i.name == name)
-    return [d if isinstance(d, int) else free for d in shape]
+    last = len(shape) - 1
+    return [d if isinstance(d, int) else frames if k == last else 1 for k, d in enumerate(shape)]
 
 
 SHRINK_ABOVE_FRAMES = 64
@@ -237,7 +296,7 @@ class OnnxVoiceModel(VoiceModel):
         self._lean = lean
         """The decoder with 2-D convolutions on one thread: the cheapest per frame."""
         self.lean_layout = "" if lean is None else "as optimised"
-        """How the 2-D decoder runs: ``blocked (...)`` (:func:`_blocked_lean`), or ``as
+        """How the 2-D decoder runs: ``blocked (...)`` (:func:`blocked_lean`), or ``as
         optimised`` and why."""
         self._crops: dict[int, MarginCrops] = {}
         """Per decoder or flow session (by id), where it crops its margins, if it does."""
@@ -279,7 +338,7 @@ class OnnxVoiceModel(VoiceModel):
         def session(path: Path) -> ort.InferenceSession:
             return _session(path, threads, spin, pool_cpus)
 
-        lean, layout = _blocked_lean(lean_decoder, cut) if lean_decoder else (None, "")
+        lean, layout = blocked_lean(lean_decoder, cut) if lean_decoder else (None, "")
         decoder = session(decoder_path) if lean is None or threads > 1 else None
         if flow is None or cut.z_p is None or cut.mask is None:
             encoder = session(encoder_path)

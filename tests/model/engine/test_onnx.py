@@ -149,9 +149,12 @@ def test_the_daemons_2d_decoder_runs_blocked_and_decodes_as_onnx_runtime_would(
 
 
 def test_a_blocked_graph_that_decodes_otherwise_is_not_used(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The check at load compares samples: a rewrite that changed one number is left out."""
+    """The check when the graph is made compares samples: a rewrite that changed one number
+    is left out, and not kept.  A good one is kept for the next load, which uses it as is."""
+    import shutil
+
     import onnx
 
     from appliance.model.engine import onnx as engine
@@ -163,11 +166,22 @@ def test_a_blocked_graph_that_decodes_otherwise_is_not_used(
         next(a for a in relu.attribute if a.name == "alpha").f = 0.1001
         return blocked, saved
 
-    monkeypatch.setattr(engine, "keep_blocked", off_by_a_little)
     voice, _ = flow_voice()
     assert voice.lean_decoder_path is not None and voice.cut is not None
-    _, layout = engine._blocked_lean(voice.lean_decoder_path, voice.cut)
+    lean = tmp_path / "decoder2d.onnx"
+    shutil.copy(voice.lean_decoder_path, lean)
+    monkeypatch.setattr(engine, "keep_blocked", off_by_a_little)
+    _, layout = engine.blocked_lean(lean, voice.cut)
     assert layout == "as optimised (the blocked graph's samples differ)"
+    assert not list(tmp_path.glob("decoder2d.blocked-*"))
     monkeypatch.undo()
-    _, layout = engine._blocked_lean(voice.lean_decoder_path, voice.cut)
-    assert layout.startswith("blocked (")
+    made, layout = engine.blocked_lean(lean, voice.cut)
+    assert layout.startswith("blocked (") and "fewer per run" in layout
+    (kept,) = tmp_path.glob("decoder2d.blocked-*.onnx")
+    again, layout = engine.blocked_lean(lean, voice.cut)
+    assert layout == "blocked (made here before)"
+    probe = engine._probe(made, voice.cut, 30)
+    assert np.array_equal(made.run(None, probe)[0], again.run(None, probe)[0])
+    kept.write_bytes(b"not a graph")  # damaged: made again, and kept again
+    _, layout = engine.blocked_lean(lean, voice.cut)
+    assert "fewer per run" in layout and kept.stat().st_size > 1_000_000
