@@ -241,8 +241,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     cfg = _load_for_command(args.config)
     if cfg is None:
         return 2
+    from appliance.model.engine.blocked import blocked_lean
     from appliance.model.engine.gpu_select import prepare_engines
-    from appliance.model.engine.onnx import blocked_lean
     from appliance.model.voices import discover, load_voice
     from appliance.ops.paths import default_cache_dir
 

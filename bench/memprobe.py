@@ -10,7 +10,7 @@ daemon calls too); it prints one JSON object.  The steps:
    ``python -X importtime -m appliance.main serve``): each row is what that group adds
    to what came before, so a lazy import of it saves about its row;
 3. ``Runtime.load`` exactly as the daemon calls it, with a mark after the voice's cut
-   is read and after each ONNX session is made (``appliance.model.engine.onnx._session``
+   is read and after each ONNX session is made (``appliance.model.engine.sessions.open_session``
    is wrapped here, in this process only);
 4. the first phonemization (espeak-ng's data), the warm-up (ONNX Runtime's arenas grow
    on the first runs at each size) and the workers, and ``PASSES`` more warm-up passes;
@@ -134,7 +134,7 @@ def _arena_off() -> None:
 
 def _own_arenas() -> None:
     """Each session allocates from an arena of its own, growing by doubling (before the
-    daemon's sessions shared one: ``appliance.model.engine.onnx.shared_cpu_arena``)."""
+    daemon's sessions shared one: ``appliance.model.engine.sessions.shared_cpu_arena``)."""
     _session_options(lambda o: o.add_session_config_entry("session.use_env_allocators", "0"))
 
 
@@ -218,12 +218,12 @@ def _prepared() -> None:
 def _hook_loading(probe: Probe) -> None:
     """Marks after the voice's cut is read and after each ONNX session is made."""
     from appliance.core import runtime as runtime_module
-    from appliance.model.engine import onnx as onnx_module
+    from appliance.model.engine import sessions as sessions_module
 
     # Patched in this process only; the daemon's code runs as it is between the marks.
     runtime: Any = runtime_module
-    onnx: Any = onnx_module
-    real_session, real_voice = onnx._session, runtime.load_voice
+    sessions: Any = sessions_module
+    real_session, real_voice = sessions.open_session, runtime.load_voice
 
     def session(path: Any, threads: int, *args: Any, **kw: Any) -> Any:
         made = real_session(path, threads, *args, **kw)
@@ -239,7 +239,7 @@ def _hook_loading(probe: Probe) -> None:
         probe.mark("voice: config, checksum, cached cut")
         return voice
 
-    onnx._session = session
+    sessions.open_session = session
     runtime.load_voice = load_voice
 
 

@@ -21,8 +21,9 @@ from appliance.core.streaming import SynthesisJob, VoiceRuntime
 from appliance.core.warmup import ClauseWarmUp, IdleWarmUp
 from appliance.model.engine.base import Scales, Window
 from appliance.model.engine.interrupt import Interrupted
-from appliance.model.engine.onnx import OnnxVoiceModel, _session
+from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.engine.pool import FailoverVoiceModel
+from appliance.model.engine.sessions import open_session
 from appliance.model.engine.windows import decode_span
 from appliance.model.margins import MarginCrops
 from appliance.ops.config import parse_config
@@ -161,7 +162,7 @@ def test_the_daemons_model_decodes_ahead_in_2d_and_first_chunks_in_1d(
         == MarginCrops(((8, 1), (64, 1), (256, 1)))
     )
     assert meta.decoder_path is not None
-    plain = _session(meta.decoder_path, 2).run(None, {meta.cut.z: z})[0].reshape(-1)
+    plain = open_session(meta.decoder_path, 2).run(None, {meta.cut.z: z})[0].reshape(-1)
     assert float(np.max(np.abs(voice.model.decode(Window(z, None, urgent=True)) - plain))) < 1e-5
 
 

@@ -51,17 +51,17 @@ def german_cut(tmp_path_factory: pytest.TempPathFactory) -> tuple[Voice, collect
     """The German test voice cut afresh, as it is, and the sessions the cut loaded (by file
     name).  (Not from the session's cache: a daemon may have cut it there under another
     config.)"""
-    import appliance.model.engine.onnx as engine
+    import appliance.model.engine.sessions as engine
 
     loaded: collections.Counter[str] = collections.Counter()
-    real = engine._session
+    real = engine.open_session
 
     def counted(path: Path, *args: Any, **kwargs: Any) -> Any:
         loaded[Path(path).name] += 1
         return real(path, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(engine, "_session", counted)
+        mp.setattr(engine, "open_session", counted)
         voice = _cut_german(tmp_path_factory.mktemp("german-cut"))
     return voice, loaded
 

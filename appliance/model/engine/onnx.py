@@ -3,12 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
-import logging
-import platform
-import shutil
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +11,7 @@ from typing import Literal
 import numpy as np
 import onnxruntime as ort
 
-from appliance.model.engine import interrupt
+from appliance.model.engine import sessions
 from appliance.model.engine.base import (
     BackendError,
     Encoded,
@@ -26,229 +20,13 @@ from appliance.model.engine.base import (
     Window,
     drop_margins,
 )
+from appliance.model.engine.blocked import blocked_lean
 from appliance.model.margins import MarginCrops, read_crops
-from appliance.model.nchwc import keep_blocked
 from appliance.model.noise import MEAN, STD, UNROUNDED, NoiseFeed, call_seed
 from appliance.model.retime import respace, retime
-from appliance.ops import atomic
-from appliance.ops.logsetup import one_line
 from appliance.ops.meter import RunMeter
 from appliance.speech import FloatArray, IntArray
 from appliance.voicetypes import CutNames, FlowSplit
-
-log = logging.getLogger(__name__)
-
-
-@functools.cache
-def shared_cpu_arena() -> None:
-    """Registers, once per process, the CPU arena every session of :func:`_session` allocates
-    from (``session.use_env_allocators``), growing by what a run asks, not by doubling.
-
-    Each session's own arena kept what its largest runs below the shrinking bounds left in it
-    (see :func:`_run`), per session and per voice: the warm-up held +23 MB of arenas with the
-    bundled voice and +33 MB with a second voice; one shared arena holds +7 and +8
-    (``python -m bench.memprobe``, docs/speed.md).  Where buffers live changes no sample."""
-    info = ort.OrtMemoryInfo(
-        "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
-    )
-    # max_mem 0: no cap; arena_extend_strategy 1: kSameAsRequested; defaults for the rest.
-    ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
-
-
-def _session(
-    path: Path,
-    threads: int,
-    spin: bool = False,
-    pool_cpus: Sequence[int] = (),
-    *,
-    optimized_to: Path | None = None,
-    optimize: bool = True,
-) -> ort.InferenceSession:
-    """``pool_cpus``: where the session's ``threads - 1`` pool threads run (see
-    ``appliance.model.engine.threads.pinning``); empty: wherever the kernel puts them.
-    ``optimized_to``: where ONNX Runtime writes the graph as it optimised it.  ``optimize``
-    False: a graph optimised already (:func:`blocked_lean`) runs as it is."""
-    shared_cpu_arena()
-    opts = ort.SessionOptions()
-    opts.add_session_config_entry("session.use_env_allocators", "1")
-    opts.intra_op_num_threads = max(1, threads)
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = (
-        ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if optimize
-        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    )
-    if optimized_to is not None:
-        opts.optimized_model_filepath = str(optimized_to)
-        # Not its warning that such a graph suits only this machine: it is made for this one.
-        opts.log_severity_level = 3
-    # A memory pattern is cached per distinct input shape, for ever: with the
-    # phoneme count and the window width changing every request, the daemon grew
-    # by ~2.5 MB per 1 000 requests.  Off, runs are as fast here (the arena still
-    # reuses buffers) and memory stays where warm-up left it.
-    opts.enable_mem_pattern = False
-    # Spin-waiting between the graph's many small ops cuts a short encode by a third
-    # (22 vs 27 ms here), but spinning threads steal cores: only when the threads of
-    # all workers together do not oversubscribe the CPUs.
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-    if threads > 1 and len(pool_cpus) == threads - 1:
-        affinities = ";".join(str(cpu + 1) for cpu in pool_cpus)  # ONNX Runtime counts from 1
-        opts.add_session_config_entry("session.intra_op_thread_affinities", affinities)
-    return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-
-
-def blocked_lean(path: Path, cut: CutNames) -> tuple[ort.InferenceSession, str]:
-    """The 2-D decoder on one thread with its element-wise operators kept in the blocked
-    layout (:mod:`appliance.model.nchwc`): 4–7 % less CPU per window.  And which graph
-    runs, in words.
-
-    The graph is specific to this CPU and this ONNX Runtime, so it is made on the machine
-    that runs it and kept beside ``path`` under a name that says both
-    (:func:`_machine_key`); a later load uses it as it is.  Made, it is used only when, on
-    a probe window, it gives the samples of the graph ONNX Runtime optimised, bit for bit;
-    else that graph runs.  Making it costs the load ~80 ms and leaves ~12 MB of the
-    process's heap behind (ONNX Runtime writing and both sessions), so it is done once per
-    machine, not at every start: loading the kept file costs less than the plain graph."""
-    kept = path.with_name(f"{path.stem}.blocked-{_machine_key(path)}.onnx")
-    if kept.is_file():
-        try:
-            return _session(kept, 1, optimize=False), "blocked (made here before)"
-        except Exception as exc:  # damaged or foreign: made again; ONNX Runtime's own types
-            log.info("2-D decoder %s made again: %s", kept.name, one_line(exc))
-    with tempfile.TemporaryDirectory(prefix="ttsd-nchwc-") as tmp:
-        session, layout = _make_blocked(path, cut, Path(tmp))
-        if layout.startswith("blocked"):
-            _keep(Path(tmp, "blocked.onnx"), kept)
-    return session, layout
-
-
-def _make_blocked(path: Path, cut: CutNames, tmp: Path) -> tuple[ort.InferenceSession, str]:
-    """The blocked graph made in ``tmp`` and checked against ONNX Runtime's (see above)."""
-    import onnx
-
-    optimised, rewritten = tmp / "optimised.onnx", tmp / "blocked.onnx"
-    plain = _session(path, 1, optimized_to=optimised)
-    try:
-        model, saved = keep_blocked(onnx.load(str(optimised)))
-        onnx.save(model, str(rewritten))
-        del model
-        blocked = _session(rewritten, 1, optimize=False)
-        probe = _probe(plain, cut, 40)
-        want, got = (_run(s, probe, "layout check")[0] for s in (plain, blocked))
-    except Exception as exc:  # the rewrite's ValueError, or ONNX Runtime's own types
-        return _as_optimised(plain, one_line(exc))
-    if not np.array_equal(want, got):
-        return _as_optimised(plain, "the blocked graph's samples differ")
-    # The plain session's buffers and the check's go back to the shared arena: a run that
-    # shrinks it gives them to the kernel.
-    del plain
-    _run(blocked, _probe(blocked, cut, 1), "layout check", shrink=True)
-    return blocked, f"blocked ({saved} layout conversions fewer per run)"
-
-
-def _keep(made: Path, kept: Path) -> None:
-    """``made`` copied to ``kept`` whole or not at all; the files kept for other machines or
-    other ONNX Runtimes go.  A cache that cannot be written costs only the next load's time."""
-    try:
-        with made.open("rb") as src, atomic.writing(kept) as dst:
-            shutil.copyfileobj(src, dst)
-        for old in kept.parent.glob(f"{kept.name.split('.blocked-')[0]}.blocked-*.onnx"):
-            if old != kept:
-                old.unlink(missing_ok=True)
-    except (OSError, atomic.Abandoned) as exc:
-        log.info("2-D decoder not kept for the next load: %s", one_line(exc))
-
-
-def _machine_key(path: Path) -> str:
-    """What the blocked graph depends on: ONNX Runtime's version, the CPU's features (its
-    kernels and block size follow them), and the source graph (its size and time)."""
-    flags = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        flags = platform.machine()  # no /proc: the architecture stands for the features
-    st = path.stat()
-    text = f"{ort.__version__}|{flags.strip()}|{st.st_size}|{st.st_mtime_ns}"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _as_optimised(session: ort.InferenceSession, why: str) -> tuple[ort.InferenceSession, str]:
-    # Said once per load: the voice runs as before, ~5 % dearer per frame ahead.
-    log.info("2-D decoder kept as ONNX Runtime optimised it: %s", why)
-    return session, f"as optimised ({why})"
-
-
-def _probe(session: ort.InferenceSession, cut: CutNames, kept: int) -> dict[str, np.ndarray]:
-    """Seeded random feeds for a decoder: ``kept`` frames and 10 of context each side
-    (cropped inside, where the graph crops)."""
-    rng = np.random.default_rng(0)
-    frames = kept + 20
-    feeds = {cut.z: rng.standard_normal(_shape(session, cut.z, frames)).astype(np.float32)}
-    if cut.g is not None:
-        feeds[cut.g] = rng.standard_normal(_shape(session, cut.g, 1)).astype(np.float32)
-    if (crops := read_crops(session.get_modelmeta().custom_metadata_map)) is not None:
-        feeds.update(crops.feeds(frames, 10, 10)[0])
-    return feeds
-
-
-def _shape(session: ort.InferenceSession, name: str, frames: int) -> list[int]:
-    """The input ``name``'s shape for one utterance of ``frames`` frames: its last dimension
-    (time), where not fixed, is ``frames``; any other not fixed (the batch) is 1."""
-    shape = next(i.shape for i in session.get_inputs() if i.name == name)
-    last = len(shape) - 1
-    return [d if isinstance(d, int) else frames if k == last else 1 for k, d in enumerate(shape)]
-
-
-SHRINK_ABOVE_FRAMES = 64
-"""A flow or decoder run over more latent frames than this gives its arena's free regions
-back when it ends (see :func:`_run`): a decoder window of 256 frames held +34 MB per
-decoder for good.  A first packet's windows (at most 34 frames and their context) leave
-the arena as it is, and the next request's first packet, after a long run shrank it, cost
-the same CPU as after another first packet (136.5 against 135.0 ms on a loaded box, the
-1-D decoder urgent; with ``intra_op_threads: 1`` the 2-D decoder serves both and paid
-~4 ms more)."""
-
-SHRINK_ABOVE_IDS = 256
-"""The same for a prior (or encoder) run over more phoneme ids: a first clause of a few
-sentences stays; 1 024 ids (``engine.max_phonemes``) held +66 MB for good."""
-
-
-def _run(
-    session: ort.InferenceSession, feeds: dict[str, np.ndarray], what: str, shrink: bool = False
-) -> list[np.ndarray]:
-    """One session run; stoppable when the scheduler gave this thread a token.
-
-    ``shrink``: the session's arena gives back its free regions when the run ends.  ONNX
-    Runtime's arena grows by doubling to a run's largest buffers and keeps them for good:
-    the warm-up's and long requests' runs held ~80 MB of an idle daemon.  Regions of a
-    megabyte or more are mapped on their own (``appliance.ops.memory.MMAP_THRESHOLD``), so
-    they go back to the kernel at once; the next long run maps them again (~0.4 % CPU on
-    a clause: ``python -m bench.memprobe --ab arena_shrink``)."""
-    token = interrupt.current()
-    opts = ort.RunOptions()
-    if shrink:
-        opts.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-    try:
-        if token is None:
-            outs: list[np.ndarray] = session.run(None, feeds, opts)
-            return outs
-        # ONNX Runtime checks the flag between nodes: the run ends within a node's time.
-        with token.hooked(lambda: setattr(opts, "terminate", True)):
-            outs = session.run(None, feeds, opts)
-            return outs
-    except interrupt.Interrupted:
-        raise
-    except Exception as exc:  # onnxruntime raises its own, unexported exception types
-        if token is not None and token.stopped:
-            raise interrupt.Interrupted(what) from exc
-        raise BackendError(f"{what} failed: {exc}") from exc
-
-
-def _zeros(session: ort.InferenceSession, name: str) -> FloatArray:
-    """Zeros for the input ``name``, one frame wide (its one dimension not fixed)."""
-    return np.zeros(_shape(session, name, 1), dtype=np.float32)
 
 
 def _add_crops(
@@ -336,7 +114,7 @@ class OnnxVoiceModel(VoiceModel):
             return model
 
         def session(path: Path) -> ort.InferenceSession:
-            return _session(path, threads, spin, pool_cpus)
+            return sessions.open_session(path, threads, spin, pool_cpus)
 
         lean, layout = blocked_lean(lean_decoder, cut) if lean_decoder else (None, "")
         decoder = session(decoder_path) if lean is None or threads > 1 else None
@@ -370,7 +148,9 @@ class OnnxVoiceModel(VoiceModel):
         # reference checks; loading it lazily keeps ~65 MB out of a streaming daemon.
         with self._fused_lock:
             if self._fused is None:
-                self._fused = _session(self._model_path, self._threads, self._spin, self._pool_cpus)
+                self._fused = sessions.open_session(
+                    self._model_path, self._threads, self._spin, self._pool_cpus
+                )
             return self._fused
 
     def _feeds(self, ids: IntArray, scales: Scales, speaker: int | None) -> dict[str, np.ndarray]:
@@ -413,7 +193,9 @@ class OnnxVoiceModel(VoiceModel):
             feeds.update(noise.inputs(ids.shape[-1], rng))
         part = "prior" if session is self._prior else "encoder"
         with self.meter.timed(part) as counted:
-            outs = _run(session, feeds, "encoder", ids.shape[-1] > SHRINK_ABOVE_IDS)
+            outs = sessions.run_session(
+                session, feeds, "encoder", ids.shape[-1] > sessions.SHRINK_ABOVE_IDS
+            )
             counted.frames = int(outs[0].shape[-1])
         latent = np.ascontiguousarray(outs[0], dtype=np.float32)
         durations = np.asarray(outs[1], dtype=np.float32).reshape(-1)
@@ -504,12 +286,13 @@ class OnnxVoiceModel(VoiceModel):
         shrink: bool = False,
     ) -> FloatArray:
         """Run a part fed by ``window`` (flow, decoder), adding the speaker conditioning;
-        a long run (:data:`SHRINK_ABOVE_FRAMES`), or one asked to, gives its arena back."""
+        a long run (:data:`sessions.SHRINK_ABOVE_FRAMES`), or one asked to, gives its arena
+        back."""
         assert self._cut is not None
         if self._cut.g is not None and window.g is not None:
             feeds[self._cut.g] = window.g
-        shrink = shrink or window.frames > SHRINK_ABOVE_FRAMES
-        return np.asarray(_run(session, feeds, what, shrink)[0], dtype=np.float32)
+        shrink = shrink or window.frames > sessions.SHRINK_ABOVE_FRAMES
+        return np.asarray(sessions.run_session(session, feeds, what, shrink)[0], dtype=np.float32)
 
     def fused(self, ids: IntArray, scales: Scales, speaker: int | None) -> FloatArray:
         session = self._fused_session()
@@ -517,20 +300,23 @@ class OnnxVoiceModel(VoiceModel):
         if "sid" not in {i.name for i in session.get_inputs()}:
             feeds.pop("sid", None)
         with self.meter.timed("fused"):  # samples, not frames: its frames stay 0
-            outs = _run(session, feeds, "model")
+            outs = sessions.run_session(session, feeds, "model")
         return np.asarray(outs[0], dtype=np.float32).reshape(-1)
 
     def release_memory(self) -> None:
-        """The shared arena's free regions (:func:`shared_cpu_arena`) go back: those that
-        runs too short to shrink it (:data:`SHRINK_ABOVE_FRAMES`, :data:`SHRINK_ABOVE_IDS`)
-        left there.  Any session's run can shrink it: a decoder run over one frame of zeros
-        (~1.5 ms).  Over 3 000 mixed requests the daemon kept 180–208 MB after its heap
-        trims, by which runs had come last; with this, 178–187 MB (docs/speed.md)."""
+        """The shared arena's free regions (:func:`sessions.shared_cpu_arena`) go back:
+        those that runs too short to shrink it (:data:`sessions.SHRINK_ABOVE_FRAMES`,
+        :data:`sessions.SHRINK_ABOVE_IDS`) left there.  Any session's run can shrink it: a
+        decoder run over one frame of zeros (~1.5 ms).  Over 3 000 mixed requests the daemon
+        kept 180–208 MB after its heap trims, by which runs had come last; with this,
+        178–187 MB (docs/speed.md)."""
         session = self._decoder_for(False)
         if session is None or self._cut is None:
             return
         cut = self._cut
-        window = Window(_zeros(session, cut.z), _zeros(session, cut.g) if cut.g else None)
+        window = Window(
+            sessions.zeros(session, cut.z), sessions.zeros(session, cut.g) if cut.g else None
+        )
         feeds: dict[str, np.ndarray] = {cut.z: window.z}
         _add_crops(self.margin_crops("ahead"), feeds, window)
         self._run_latent(session, feeds, window, "arena release", shrink=True)

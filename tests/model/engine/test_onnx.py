@@ -12,7 +12,7 @@ import pytest
 from appliance.model.engine import interrupt
 from appliance.model.engine.base import BackendError, Scales, Window
 from appliance.model.engine.interrupt import Interrupted, StopToken
-from appliance.model.engine.onnx import SHRINK_ABOVE_IDS, _session
+from appliance.model.engine.sessions import SHRINK_ABOVE_IDS, open_session
 from appliance.ops import memory
 from tests.fakes.voice import flow_voice, real_voice
 
@@ -22,7 +22,7 @@ def test_sessions_cache_no_memory_pattern_per_shape() -> None:
     # changing every request that is unbounded growth (the soak's RSS creep).
     voice, _ = real_voice()
     assert voice.decoder_path is not None
-    session = _session(voice.decoder_path, threads=1)
+    session = open_session(voice.decoder_path, threads=1)
     assert session.get_session_options().enable_mem_pattern is False
 
 
@@ -117,71 +117,3 @@ def test_release_memory_gives_back_what_short_runs_left_in_the_arena() -> None:
     memory.trim()
     assert _rss_mb() < held - 1.0
     assert np.array_equal(model.decode(Window(z, None, (10, 10))), before_release)
-
-
-def test_the_daemons_2d_decoder_runs_blocked_and_decodes_as_onnx_runtime_would(
-    voice_cache: Path,
-) -> None:
-    """On what `Runtime.load` builds: the decoder for windows ahead runs its element-wise
-    operators in the blocked layout (appliance.model.nchwc), sample for sample what the
-    graph as ONNX Runtime optimises it gives."""
-    from appliance.core.runtime import Runtime
-    from appliance.model.engine.onnx import OnnxVoiceModel
-    from appliance.ops.config import parse_config
-
-    cfg = parse_config(
-        {"voices": {"cache_dir": str(voice_cache)}, "engine": {"backend": "onnx-cpu"}}
-    )
-    rt = Runtime.load(cfg, warm=False)
-    try:
-        model = rt.voices[rt.default_voice].model
-        assert isinstance(model, OnnxVoiceModel)
-        assert model.lean_layout.startswith("blocked (")
-        source = rt.voices[rt.default_voice].source
-        assert source.lean_decoder_path is not None
-        plain = OnnxVoiceModel(
-            source.model_path, None, None, source.cut, 1, lean=_session(source.lean_decoder_path, 1)
-        )
-        window = Window(_long_latent(84), None, (10, 10))
-        assert np.array_equal(model.decode(window), plain.decode(window))
-    finally:
-        rt.close()
-
-
-def test_a_blocked_graph_that_decodes_otherwise_is_not_used(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """The check when the graph is made compares samples: a rewrite that changed one number
-    is left out, and not kept.  A good one is kept for the next load, which uses it as is."""
-    import shutil
-
-    import onnx
-
-    from appliance.model.engine import onnx as engine
-    from appliance.model.nchwc import keep_blocked
-
-    def off_by_a_little(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-        blocked, saved = keep_blocked(model)
-        relu = next(n for n in blocked.graph.node if n.op_type == "LeakyRelu")
-        next(a for a in relu.attribute if a.name == "alpha").f = 0.1001
-        return blocked, saved
-
-    voice, _ = flow_voice()
-    assert voice.lean_decoder_path is not None and voice.cut is not None
-    lean = tmp_path / "decoder2d.onnx"
-    shutil.copy(voice.lean_decoder_path, lean)
-    monkeypatch.setattr(engine, "keep_blocked", off_by_a_little)
-    _, layout = engine.blocked_lean(lean, voice.cut)
-    assert layout == "as optimised (the blocked graph's samples differ)"
-    assert not list(tmp_path.glob("decoder2d.blocked-*"))
-    monkeypatch.undo()
-    made, layout = engine.blocked_lean(lean, voice.cut)
-    assert layout.startswith("blocked (") and "fewer per run" in layout
-    (kept,) = tmp_path.glob("decoder2d.blocked-*.onnx")
-    again, layout = engine.blocked_lean(lean, voice.cut)
-    assert layout == "blocked (made here before)"
-    probe = engine._probe(made, voice.cut, 30)
-    assert np.array_equal(made.run(None, probe)[0], again.run(None, probe)[0])
-    kept.write_bytes(b"not a graph")  # damaged: made again, and kept again
-    _, layout = engine.blocked_lean(lean, voice.cut)
-    assert "fewer per run" in layout and kept.stat().st_size > 1_000_000
