@@ -124,10 +124,6 @@ class Scheduler:
         ``quota``: the process's CPU quota in CPUs (``appliance.ops.cpuquota``), if any."""
         self._n = max(1, workers)
         self.quota = quota
-        self.capacity = min(float(self._n), quota) if quota is not None else float(self._n)
-        """The workers' worth of CPU the streams may claim (admission's projection): the
-        workers, or fewer under a CPU quota (two workers cannot run at once on one CPU's
-        worth; they take turns, and the projection must count one)."""
         self._name = name
         self._rt: list[_Item[Any]] = []
         self._batch: list[_Item[Any]] = []
@@ -212,6 +208,13 @@ class Scheduler:
         with self._lock:
             recent = [late for t, late in self._lateness if t >= since]
         return sum(recent) / len(recent) if recent else 0.0
+
+    @property
+    def capacity(self) -> float:
+        """The workers' worth of CPU the streams may claim (admission's projection): the
+        workers, or fewer under a CPU quota (two workers cannot run at once on one CPU's
+        worth; they take turns, and the projection must count one)."""
+        return min(float(self._n), self.quota) if self.quota is not None else float(self._n)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:

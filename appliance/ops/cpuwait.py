@@ -16,7 +16,8 @@ wave was let in.  So an interval in which the threads were runnable less than
 cores the other processes kept busy (the busy time of the CPUs this process may run on,
 ``/proc/stat``'s ``cpuN`` lines for its affinity, less its own run time) beside the
 ``threads`` the daemon would run, on those CPUs.  Two hogs on 2 cores beside 2 workers:
-0.5, where a burst measured 0.46–0.57.  A CPU quota (cgroup bandwidth) is not seen.
+0.5, where a burst measured 0.46–0.57.  Under a CPU quota (cgroup bandwidth,
+``quota``) each thread gets at most ``quota / threads`` of a CPU.
 
 Threads: :meth:`RunQueueWait.sample` runs on the inference workers, after each item and
 when an idle worker's wait times out (procfs reads: file I/O stays off the event loop); it

@@ -104,8 +104,9 @@ class OnnxVoiceModel(VoiceModel):
         """``lean_decoder``: the 2-D decoder (:mod:`appliance.model.conv2d`), run on one thread
         for every window but an urgent one; those keep the 1-D decoder on ``threads``
         threads, which it splits well.  With one thread the 1-D decoder is not loaded.
-        ``pool_cpus``: where each session's pool threads run (see ``_session``).  ``meter``:
-        where its runs are counted (its own when None)."""
+        ``pool_cpus``: where each session's pool threads run (see
+        ``sessions.open_session``).  ``meter``: where its runs are counted (its own when
+        None)."""
         if encoder_path is None or decoder_path is None or cut is None:
             model = cls(
                 model_path, None, None, None, threads, spin, pool_cpus=pool_cpus, meter=meter

@@ -22,7 +22,7 @@ def cpu_threads(cfg: Config) -> int:
     """
     if cfg.engine.intra_op_threads:
         return cfg.engine.intra_op_threads
-    return max(1, min(len(os.sched_getaffinity(0)), math.ceil(usable_cpus())))
+    return max(1, math.ceil(usable_cpus()))  # the affinity, capped by the quota
 
 
 def spin_wait(cfg: Config, threads: int) -> bool:
