@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from appliance.core.pipeline import encode
+from appliance.core.pipeline.types import VoiceCosts
 from appliance.core.runtime import Runtime
 from appliance.core.service import Service
 from appliance.core.streaming import SynthesisJob, VoiceRuntime
@@ -574,13 +575,27 @@ def test_no_quick_start_where_the_whole_prior_could_not_be_hidden(runtime: Runti
     assert float(np.max(np.abs(got - want))) <= 1e-4
 
 
-def test_a_plain_start_teaches_the_prior_estimate_back_to_quick_starts(runtime: Runtime) -> None:
+def test_a_plain_start_teaches_the_prior_estimate_back_to_quick_starts(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An estimate too high for any quick start (a start's stale stored costs, one slow
     whole prior) used to stay: only a quick start's whole prior was observed, and none came.
-    A plain start's prior is observed too, so the next long sentences start quick again."""
+    A plain start's prior is observed too, so the next long sentences start quick again.
+
+    Each start's real observation is recorded; the estimate is taught a fixed fast figure
+    in its place, so that a box loaded well past its cores (where the measured prior is
+    itself too slow for a quick start, rightly) cannot decide the outcome."""
     costs = runtime.voices[runtime.default_voice].costs
     saved = (costs.prior_s_per_id, costs.first_decode_s)
     costs.prior_s_per_id, costs.first_decode_s = 3e-3, 0.008
+    observed: list[tuple[int, float]] = []
+
+    def observe_prior(ids: int, seconds: float) -> None:
+        observed.append((ids, seconds))
+        VoiceCosts.observe_prior(costs, ids, ids * 1e-5)
+
+    monkeypatch.setattr(costs, "observe_prior", observe_prior)
+    monkeypatch.setattr(costs, "observe_first_decode", lambda seconds: None)
     try:
         starts, seen = [], []
         for _ in range(20):
@@ -590,6 +605,10 @@ def test_a_plain_start_teaches_the_prior_estimate_back_to_quick_starts(runtime: 
             if starts[-1]:
                 break
         assert not starts[0] and starts[-1], (starts, seen)
+        # Every start observed its real prior once: the plain ones as well as the quick
+        # one (whose quick item, having run no whole prior, reports none).
+        timed = [(ids, seconds) for ids, seconds in observed if seconds > 0]
+        assert len(timed) == len(starts) and all(ids >= 40 for ids, _ in timed), observed
         assert seen == sorted(seen, reverse=True), seen
     finally:
         costs.prior_s_per_id, costs.first_decode_s = saved
