@@ -15,7 +15,8 @@
   :mod:`appliance.main`; the cut's files are written whole or not at all).
 - **reload** — SIGHUP: the config and the lexicon are read again in threads of their own
   (a hung file must neither stall the loop nor keep SIGTERM waiting), the live keys
-  applied, ``voices_dir`` scanned for voices added or removed (:mod:`appliance.core.voiceset`);
+  applied, ``voices_dir`` scanned for voices added or removed (:mod:`appliance.core.voiceset`),
+  the CPU quota read again (also every 10 s while serving: :mod:`appliance.quotawatch`);
   one reload at a time, a SIGHUP during one asks for one more after it; one during
   start-up (whose default action would end the process) runs once the daemon serves.
 - **stop** — SIGTERM first gives notice when a balancer can read it (the HTTP door or
@@ -55,6 +56,7 @@ from appliance.ops.activation import ActivationError, activated_unix_listener, l
 from appliance.ops.config import Config, Flags
 from appliance.ops.notify import Notifier
 from appliance.ops.offloop import FileReads, in_thread
+from appliance.quotawatch import QuotaWatch
 from appliance.reload import Reloader, Reloads, read_lexicon
 from appliance.stopper import INTERRUPTED, Stopper, drain_notice_s
 from appliance.text.lexicon import LexiconError
@@ -110,6 +112,7 @@ class Daemon:
         self.reloads = Reloads()
         self.stopper = Stopper(self.notifier, self._halt, self._notice_s, self._give_notice)
         self.upkeep = Upkeep(self.notifier, self._serving_runtime, self._keep)
+        self.quota_watch = QuotaWatch(self._service, self._keep)
         self._player_started: asyncio.Future[None] | None = None
 
     @property
@@ -133,6 +136,10 @@ class Daemon:
     def _serving_runtime(self) -> Runtime:
         assert self.runtime is not None
         return self.runtime
+
+    def _service(self) -> Service:
+        assert self.service is not None
+        return self.service
 
     # ------------------------------------------------------------ the whole life
 
@@ -183,6 +190,7 @@ class Daemon:
         self.stopper.serving(self.reload)
         self.upkeep.start_watchdog()
         self.service.on_request_done.append(self.upkeep.on_request_done)
+        self.quota_watch.start()
         return True
 
     def _start_player(self) -> None:
@@ -348,6 +356,7 @@ class Daemon:
         self.notifier.reloading()
         try:
             await Reloader(self.service, self.config_path, self.flags, self.file_reads).reload()
+            await self.quota_watch.check()
         except Exception as exc:  # a bug: one line, and the next SIGHUP still works
             log.error("reload failed, keeping the old settings: %s", exc)
             log.debug("reload failure", exc_info=True)

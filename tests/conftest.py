@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parent.parent
 
+pytest_plugins = ["tests.cgroups"]
+"""Fixtures shared by packages' tests: ``half_a_cpu`` (a real cgroup)."""
+
 
 @dataclass
 class Daemon:

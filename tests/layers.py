@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         (
             "appliance.daemon",
             "appliance.main",
+            "appliance.quotawatch",
             "appliance.reload",
             "appliance.stopper",
             "appliance.upkeep",

@@ -216,6 +216,12 @@ class Scheduler:
         worth; they take turns, and the projection must count one)."""
         return min(float(self._n), self.quota) if self.quota is not None else float(self._n)
 
+    def set_quota(self, quota: float | None) -> None:
+        """A CPU quota changed while serving (appliance.quotawatch): :attr:`capacity` and
+        the idle wait estimate follow it; the workers stay as many."""
+        self.quota = quota
+        self.cpu_wait.quota = quota
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             return {

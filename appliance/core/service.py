@@ -434,6 +434,13 @@ class Service:
         scheduler, metrics and warm-up state are the same objects in both."""
         self.runtime = runtime
 
+    def set_cpu_quota(self, quota: float | None) -> None:
+        """The process's CPU quota changed while serving (appliance.quotawatch): the
+        scheduler and admission count the new one from the next decision on."""
+        scheduler = self.runtime.scheduler
+        scheduler.set_quota(quota)
+        self.admission.workers = scheduler.capacity
+
     def hold_speech(self) -> None:
         """``speak`` waits (before admission) until :meth:`release_speech`: the daemon
         serves everything else while its speaker starts."""

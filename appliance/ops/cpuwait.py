@@ -170,7 +170,8 @@ class RunQueueWait:
         self._stat = stat if stat is not None or not own else Path("/proc/stat")
         self._allowed = frozenset(allowed) if allowed is not None else _own_cpus() if own else None
         self._threads = max(1, threads)
-        self._quota = quota
+        self.quota = quota
+        """In CPUs; set again when the cgroup's quota changes (``Scheduler.set_quota``)."""
         self._min_interval_s = min_interval_s
         self._min_runnable_ns = int(min_runnable_s * 1e9)
         self._clock = clock
@@ -223,4 +224,4 @@ class RunQueueWait:
             return None
         busy_cores = after.cpus * max(0, after.busy - before.busy) / total
         others = max(0.0, busy_cores - own_ns / 1e9 / interval_s)
-        return expected_wait(others, self._threads, after.cpus, self._quota)
+        return expected_wait(others, self._threads, after.cpus, self.quota)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -107,46 +106,6 @@ def test_usable_cpus_are_the_affinity_capped_by_the_quota(
     assert usable_cpus() == 4.0
     monkeypatch.setattr(cpuquota, "cpu_quota", lambda root=Path("/"): None)
     assert usable_cpus() == 4.0
-
-
-def _writable_cpu_cgroup() -> Path | None:
-    """This process's cgroup v1 cpu directory, where a child can be made (root, a host or a
-    privileged container); None elsewhere."""
-    lines = Path("/proc/self/cgroup").read_text().splitlines()
-    path = next((ln.split(":", 2)[2] for ln in lines if "cpu" in ln.split(":")[1].split(",")), None)
-    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    for line in mounts:
-        head, _, tail = line.partition(" - ")
-        fields, after = head.split(), tail.split()
-        if path is None or len(after) < 3 or after[0] != "cgroup":
-            continue
-        if "cpu" in after[2].split(",") and fields[3] == "/":
-            here = Path(fields[4], path.lstrip("/"))
-            if os.access(here, os.W_OK) and (here / "cpu.cfs_quota_us").exists():
-                return here
-    return None
-
-
-@pytest.fixture
-def half_a_cpu(tmp_path: Path) -> Iterator[Path]:
-    parent = _writable_cpu_cgroup()
-    if parent is None:
-        pytest.skip("no writable cgroup v1 cpu controller here (needs root on a v1 host)")
-    cgroup = parent / f"ttsd-test-{os.getpid()}"
-    try:
-        cgroup.mkdir()
-        (cgroup / "cpu.cfs_period_us").write_text("100000")
-        (cgroup / "cpu.cfs_quota_us").write_text("50000")
-    except OSError as exc:  # writable by its mode, refused all the same (a container's rules)
-        if cgroup.exists():
-            cgroup.rmdir()
-        pytest.skip(f"cannot make a cgroup here: {exc}")
-    try:
-        yield cgroup
-    finally:
-        for pid in (cgroup / "cgroup.procs").read_text().split():
-            (parent / "cgroup.procs").write_text(pid)
-        cgroup.rmdir()
 
 
 def test_the_kernels_quota_read_from_inside_its_cgroup(half_a_cpu: Path) -> None:

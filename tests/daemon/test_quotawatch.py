@@ -1,0 +1,125 @@
+"""A CPU quota changed while the daemon serves (appliance.quotawatch): read again on a
+timer and on SIGHUP, applied to the scheduler and admission, the sessions' sizing
+reported; on fake cgroup trees in process, and the real daemon in a real cgroup."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.core.runtime import Runtime
+from appliance.core.scheduler import Scheduler
+from appliance.core.service import Service
+from appliance.ops.config import parse_config
+from appliance.ops.metrics import Metrics
+from appliance.quotawatch import QuotaWatch
+from tests.conftest import DaemonFactory
+
+MOUNTS = (
+    "22 1 0:5 / /proc rw - proc proc rw\n"
+    "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+)
+
+
+def _tree(root: Path, cpu_max: str) -> Path:
+    """A cgroup v2 container whose ``cpu.max`` reads ``cpu_max``."""
+    (root / "proc/self").mkdir(parents=True, exist_ok=True)
+    (root / "proc/self/cgroup").write_text("0::/\n")
+    (root / "proc/self/mountinfo").write_text(MOUNTS)
+    (root / "sys/fs/cgroup").mkdir(parents=True, exist_ok=True)
+    (root / "sys/fs/cgroup/cpu.max").write_text(cpu_max)
+    return root
+
+
+def _service() -> Service:
+    # A runtime with no voices: the watch reads only its config and scheduler.
+    runtime = Runtime(parse_config({}), {}, "none", Scheduler(2), Metrics())
+    return Service(runtime)
+
+
+async def _until(check: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+
+
+def test_a_changed_quota_is_applied_on_the_next_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Half a CPU, then none: the scheduler and admission count each from the next read;
+    an unchanged quota says nothing; a sizing the new quota would change is reported."""
+    root = _tree(tmp_path, "50000 100000\n")
+    service = _service()
+    sched = service.runtime.scheduler
+    tasks: list[asyncio.Task[Any]] = []
+
+    async def scenario() -> None:
+        watch = QuotaWatch(lambda: service, tasks.append, every_s=0.02, root=root)
+        watch.start()
+        await _until(lambda: sched.quota == 0.5)
+        assert service.admission.workers == 0.5 and sched.cpu_wait.quota == 0.5
+        assert sched.snapshot()["cpu_quota"] == 0.5
+        said = len(caplog.records)
+        await asyncio.sleep(0.1)  # five more reads of the same quota
+        assert len(caplog.records) == said, [r.getMessage() for r in caplog.records]
+        (root / "sys/fs/cgroup/cpu.max").write_text("max 100000\n")
+        await _until(lambda: sched.quota is None)
+        assert service.admission.workers == 2.0 and sched.cpu_wait.quota is None
+        for t in tasks:
+            t.cancel()
+
+    with caplog.at_level(logging.INFO, logger="ttsd"):
+        asyncio.run(scenario())
+    lines = [r.getMessage() for r in caplog.records]
+    assert "CPU quota now 0.5 CPUs (was none): admission counts 0.50 workers' worth" in lines
+    assert "CPU quota now none (was 0.5 CPUs): admission counts 2.00 workers' worth" in lines
+    resize = [ln for ln in lines if "restart ttsd to size them again" in ln]
+    if len(os.sched_getaffinity(0)) >= 2:
+        # Sized at start under half a CPU (one thread); without a quota, one per CPU.
+        assert resize and resize[0].startswith("the inference sessions run 1 thread"), lines
+    else:
+        assert not resize, lines
+
+
+def test_a_check_reads_the_quota_once_when_asked(tmp_path: Path) -> None:
+    """SIGHUP's read (the daemon's reload calls ``check``): applied before it returns."""
+    root = _tree(tmp_path, "150000 100000\n")
+    service = _service()
+
+    async def scenario() -> None:
+        await QuotaWatch(lambda: service, lambda t: None, root=root).check()
+
+    asyncio.run(scenario())
+    assert service.runtime.scheduler.quota == 1.5 and service.admission.workers == 1.5
+
+
+def test_the_daemon_follows_its_quota_raised_on_sighup(
+    half_a_cpu: Path, daemon_factory: DaemonFactory
+) -> None:
+    """The real daemon in a cgroup of half a CPU, raised to one and a half: a SIGHUP
+    applies it, and the log says the sessions' threads need a restart to follow."""
+    from appliance.clients.client import Client
+
+    d = daemon_factory(cgroup=half_a_cpu)
+    with Client(d.socket) as c:
+        assert c.stats()["admission"]["capacity"] == 0.5
+        (half_a_cpu / "cpu.cfs_quota_us").write_text("150000")
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 60
+        while "CPU quota now 1.5 CPUs (was 0.5 CPUs)" not in d.log():
+            assert d.alive() and time.monotonic() < deadline, d.log()[-3000:]
+            time.sleep(0.05)
+        stats = c.stats()
+        assert stats["scheduler"]["cpu_quota"] == 1.5
+        assert stats["admission"]["capacity"] == 1.5
+        done = c.synthesize_all("A little more room to breathe.")
+    assert done.duration_ms > 1000 and not done.cancelled
+    assert "the inference sessions run 1 thread, sized for the old quota" in d.log()
