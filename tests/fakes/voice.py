@@ -8,6 +8,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from appliance.model.engine.base import Encoded, Scales, VoiceModel, Window
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.voices import Voice, bundled_voice_path, load_voice
@@ -27,6 +29,12 @@ def _cache() -> Path:
 
 
 @functools.lru_cache(maxsize=1)
+def latent(frames: int) -> FloatArray:
+    """A decoder's input of ``frames`` frames (the bundled voice's 192 channels), the same
+    every call."""
+    return np.random.default_rng(0).standard_normal((1, 192, frames)).astype(np.float32)
+
+
 def real_voice() -> tuple[Voice, OnnxVoiceModel]:
     """``en_US-joe-medium`` cut into encoder/decoder halves, and its CPU model (1 thread)."""
     voice = load_voice("en_US-joe-medium", bundled_voice_path(), _cache())

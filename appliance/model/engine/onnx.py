@@ -119,17 +119,16 @@ class OnnxVoiceModel(VoiceModel):
 
         lean, layout = blocked_lean(lean_decoder, cut) if lean_decoder else (None, "")
         decoder = session(decoder_path) if lean is None or threads > 1 else None
-        if flow is None or cut.z_p is None or cut.mask is None:
-            encoder = session(encoder_path)
-            model = cls(model_path, encoder, decoder, cut, threads, spin, lean, pool_cpus, meter)
-            model.lean_layout = layout
-            return model
+        split = flow if cut.z_p is not None and cut.mask is not None else None
         # Prior + flow replace the encoder (the same weights; loading both would double them).
-        model = cls(model_path, None, decoder, cut, threads, spin, lean, pool_cpus, meter)
+        encoder = session(encoder_path) if split is None else None
+        model = cls(model_path, encoder, decoder, cut, threads, spin, lean, pool_cpus, meter)
         model.lean_layout = layout
-        model._prior = session(flow.prior_path)
+        if split is None:
+            return model
+        model._prior = session(split.prior_path)
         model._noise = NoiseFeed.of(model._prior.get_modelmeta().custom_metadata_map)
-        model._flow = session(flow.flow_path)
+        model._flow = session(split.flow_path)
         model._read_crops(model._flow)
         model._flow_context = cut.flow_context
         return model

@@ -11,11 +11,7 @@ import pytest
 from appliance.model.engine import blocked
 from appliance.model.engine.base import Window
 from appliance.model.engine.sessions import open_session
-from tests.fakes.voice import flow_voice
-
-
-def _latent(frames: int) -> np.ndarray:
-    return np.random.default_rng(0).standard_normal((1, 192, frames)).astype(np.float32)
+from tests.fakes.voice import flow_voice, latent
 
 
 def test_the_daemons_2d_decoder_runs_blocked_and_decodes_as_onnx_runtime_would(
@@ -46,7 +42,7 @@ def test_the_daemons_2d_decoder_runs_blocked_and_decodes_as_onnx_runtime_would(
             1,
             lean=open_session(source.lean_decoder_path, 1),
         )
-        window = Window(_latent(84), None, (10, 10))
+        window = Window(latent(84), None, (10, 10))
         assert np.array_equal(model.decode(window), plain.decode(window))
     finally:
         rt.close()

@@ -14,7 +14,7 @@ from appliance.model.engine.base import BackendError, Scales, Window
 from appliance.model.engine.interrupt import Interrupted, StopToken
 from appliance.model.engine.sessions import SHRINK_ABOVE_IDS, open_session
 from appliance.ops import memory
-from tests.fakes.voice import flow_voice, real_voice
+from tests.fakes.voice import flow_voice, latent, real_voice
 
 
 def test_sessions_cache_no_memory_pattern_per_shape() -> None:
@@ -62,13 +62,9 @@ def test_every_session_of_every_voice_allocates_from_one_shared_arena(
         rt.close()
 
 
-def _long_latent(frames: int = 1200) -> np.ndarray:
-    return np.random.default_rng(0).standard_normal((1, 192, frames)).astype(np.float32)
-
-
 def test_a_stopped_decode_raises_interrupted_and_the_model_runs_on() -> None:
     _, model = real_voice()
-    z = _long_latent()
+    z = latent(1200)
     token = StopToken()
     started = time.monotonic()
     timer = threading.Timer(0.02, token.stop)
@@ -106,7 +102,7 @@ def test_release_memory_gives_back_what_short_runs_left_in_the_arena() -> None:
     runs had come last: docs/speed.md)."""
     _, model = flow_voice()
     scales = Scales(0.667, 1.0, 0.8)
-    z = _long_latent(60)
+    z = latent(60)
     before_release = model.decode(Window(z, None, (10, 10)))
     for n in (60, 120, SHRINK_ABOVE_IDS - 8):  # each short enough to leave the arena grown
         ids = np.array([1, 0, *[20, 0] * (n // 2), 2], dtype=np.int64)
