@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from appliance.model.margins import read_crops
-from appliance.model.nchwc import NCHWC, keep_blocked
+from appliance.model.nchwc import NCHWC, fold_sums, keep_blocked
 from appliance.model.voices import bundled_voice_path, load_voice
 from tests.fakes.graphs import toy_decoder
 
@@ -64,6 +64,39 @@ def test_the_bundled_2d_decoder_gives_the_same_samples_bit_for_bit(
         want, got = before.run(None, feeds)[0], after.run(None, feeds)[0]
         assert want.shape == got.shape
         assert np.array_equal(want, got)
+
+
+def test_the_bundled_decoders_residual_sums_fold_into_its_convolutions(
+    voice_cache: Path, tmp_path: Path
+) -> None:
+    """Each residual ``Add`` done by the convolution before it: within 1e-6 of ONNX
+    Runtime's graph (another order of three additions), at every window size."""
+    voice = load_voice("en_US-joe-medium", bundled_voice_path(), voice_cache)
+    assert voice.lean_decoder_path is not None and voice.cut is not None
+    optimised = _optimised(voice.lean_decoder_path, tmp_path)
+    blocked, _ = keep_blocked(onnx.load(str(optimised)))
+    folded, sums = fold_sums(blocked)
+    # Three resblocks of three dilated pairs at each of two upsamplings.
+    assert sums == 18
+
+    def count(model: onnx.ModelProto, op: str) -> int:
+        return sum(n.op_type == op for n in model.graph.node)
+
+    assert count(folded, "Add") == count(blocked, "Add") - sums
+    summing = [n for n in folded.graph.node if n.domain == NCHWC and len(n.input) == 4]
+    assert len(summing) == sums and not any(
+        a.name == "activation" for n in summing for a in n.attribute
+    )
+    before, after = _as_is(optimised), _as_is(folded)
+    crops = read_crops(before.get_modelmeta().custom_metadata_map)
+    assert crops is not None
+    rng = np.random.default_rng(12)
+    for frames, margins in ((1, (0, 0)), (12, (4, 0)), (70, (10, 10))):
+        feeds = {voice.cut.z: rng.standard_normal((1, 192, frames)).astype(np.float32)}
+        feeds.update(crops.feeds(frames, *margins)[0])
+        want, got = before.run(None, feeds)[0], after.run(None, feeds)[0]
+        assert want.shape == got.shape
+        assert float(np.max(np.abs(want - got))) <= 1e-6
 
 
 def _upsampling(conditioned: bool) -> onnx.ModelProto:
@@ -141,9 +174,13 @@ def test_a_conditioning_broadcast_over_time_stays_in_the_plain_layout(tmp_path: 
     model, saved = keep_blocked(onnx.load(str(optimised)))
     assert saved >= 2
     x = np.random.default_rng(2).standard_normal((1, 32, 1, 9)).astype(np.float32)
-    assert np.array_equal(
-        _as_is(model).run(None, {"x": x})[0], _as_is(optimised).run(None, {"x": x})[0]
-    )
+    want = _as_is(optimised).run(None, {"x": x})[0]
+    assert np.array_equal(_as_is(model).run(None, {"x": x})[0], want)
+    # Both residual adds fold; the scalar product does not.
+    folded, sums = fold_sums(model)
+    assert sums == 2 and sum(n.op_type == "Mul" for n in folded.graph.node) == 1
+    got = _as_is(folded).run(None, {"x": x})[0]
+    assert float(np.max(np.abs(got - want))) <= 1e-6 * float(np.max(np.abs(want)))
 
 
 def test_a_graph_without_blocked_convolutions_is_refused(tmp_path: Path) -> None:
