@@ -3,18 +3,24 @@
 cache.
 
 Lifecycle: made at a voice's load (or by ``ttsd prepare``) when no graph is kept for this
-machine, checked against ONNX Runtime's own on a probe window, then kept beside
-the source graph; later loads use the kept file.  Bounds: one kept file per source graph
-(those for other machines or ONNX Runtimes are removed when a new one is kept); the making
-works in a private temporary directory that goes with it.
+machine, by a child process (:mod:`appliance.model.engine.make_blocked`), checked there
+against ONNX Runtime's own on a probe window, then kept beside the source graph; later
+loads use the kept file.  Bounds: one kept file per source graph (those for other machines
+or ONNX Runtimes are removed when a new one is kept); the child runs at most
+:data:`MAKE_TIMEOUT_S` and works in a private temporary directory that goes with it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import logging
+import os
 import platform
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,6 +35,12 @@ from appliance.ops.logsetup import one_line
 from appliance.voicetypes import CutNames
 
 log = logging.getLogger(__name__)
+
+MAKE_TIMEOUT_S = 120.0
+"""The most the child that makes the graph may take (~1 s here, with its imports)."""
+
+NOT_BLOCKED = 3
+"""The child's exit status when it made no graph, and said why (its last line)."""
 
 REWRITE = 2
 """The rewrite's version, part of a kept file's name: one an older rewrite made (1: the
@@ -49,10 +61,10 @@ def blocked_lean(path: Path, cut: CutNames) -> tuple[ort.InferenceSession, str]:
     that runs it and kept beside ``path`` under a name that says both
     (:func:`_machine_key`); a later load uses it as it is.  Made, it is used only when, on
     a probe window, it gives the samples of the graph ONNX Runtime optimised, within
-    :data:`SAME_WITHIN`; else that graph runs.  Making it costs the load ~80 ms and leaves
-    ~12 MB of the process's heap behind (ONNX Runtime writing and both sessions), so it is
-    done once per machine, not at every start: loading the kept file costs less than the
-    plain graph."""
+    :data:`SAME_WITHIN`; else that graph runs.  It is made in a process of its own
+    (:func:`make_in_child`): made in the daemon's, its sessions and ONNX Runtime's writing
+    left ~13 MB of the heap behind for good, at a first start, or at every start where the
+    cache cannot be written.  Loading the kept file costs less than the plain graph."""
     kept = path.with_name(f"{path.stem}.blocked-{_machine_key(path)}.onnx")
     if kept.is_file():
         try:
@@ -60,35 +72,84 @@ def blocked_lean(path: Path, cut: CutNames) -> tuple[ort.InferenceSession, str]:
         except Exception as exc:  # damaged or foreign: made again; ONNX Runtime's own types
             log.info("2-D decoder %s made again: %s", kept.name, one_line(exc))
     with tempfile.TemporaryDirectory(prefix="ttsd-nchwc-") as tmp:
-        session, layout = _make_blocked(path, cut, Path(tmp))
-        if layout.startswith("blocked"):
-            _keep(Path(tmp, "blocked.onnx"), kept)
-    return session, layout
+        made = Path(tmp, "blocked.onnx")
+        try:
+            layout = make_in_child(path, cut, made)
+            session = sessions.open_session(made, 1, optimize=False)
+        except NotBlocked as exc:
+            why = str(exc)
+        except Exception as exc:  # ONNX Runtime's own types: a file the child left damaged
+            why = one_line(exc)
+        else:
+            _keep(made, kept)
+            return session, layout
+    # Said once per load: the voice runs as before, 7–10 % dearer per frame ahead.
+    log.info("2-D decoder kept as ONNX Runtime optimised it: %s", why)
+    return sessions.open_session(path, 1), f"as optimised ({why})"
 
 
-def _make_blocked(path: Path, cut: CutNames, tmp: Path) -> tuple[ort.InferenceSession, str]:
-    """The blocked graph made in ``tmp`` and checked against ONNX Runtime's (see above)."""
+class NotBlocked(Exception):
+    """Why no blocked graph was made: the rewrite's reason, a failed check, or a child
+    process that did not finish (one line)."""
+
+
+def make_in_child(path: Path, cut: CutNames, out: Path) -> str:
+    """:func:`make` run by ``python -m appliance.model.engine.make_blocked`` in a child
+    process, at most :data:`MAKE_TIMEOUT_S`; what it made, in words."""
+    import appliance
+
+    cmd = [sys.executable, "-m", "appliance.model.engine.make_blocked", str(path), str(out)]
+    root = str(Path(appliance.__file__).resolve().parents[1])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+    }
+    try:
+        done = subprocess.run(
+            [*cmd, json.dumps(dataclasses.asdict(cut))],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=MAKE_TIMEOUT_S,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise NotBlocked(f"not made within {MAKE_TIMEOUT_S:g} s") from None
+    except OSError as exc:
+        raise NotBlocked(f"cannot run {sys.executable}: {one_line(exc)}") from None
+    lines = done.stdout.strip().splitlines()
+    said = lines[-1] if lines else ""
+    if done.returncode == 0 and said.startswith("blocked ("):
+        return said
+    if done.returncode == NOT_BLOCKED and said:
+        raise NotBlocked(said)
+    tail = done.stderr.strip().splitlines()
+    raise NotBlocked(f"the making process ended with {done.returncode}: {tail[-1] if tail else ''}")
+
+
+def make(path: Path, cut: CutNames, out: Path) -> str:
+    """The blocked graph of ``path`` written to ``out`` (its directory holds the working
+    files) and checked against ONNX Runtime's (see :func:`blocked_lean`); what it saves, in
+    words.  NotBlocked, with nothing at ``out``, where the rewrite or the check refuses."""
     import onnx
 
-    optimised, rewritten = tmp / "optimised.onnx", tmp / "blocked.onnx"
+    optimised = out.parent / "optimised.onnx"
     plain = sessions.open_session(path, 1, optimized_to=optimised)
     try:
         model, saved = keep_blocked(onnx.load(str(optimised)))
         model, sums = fold_sums(model)
-        onnx.save(model, str(rewritten))
+        onnx.save(model, str(out))
         del model
-        blocked = sessions.open_session(rewritten, 1, optimize=False)
+        blocked = sessions.open_session(out, 1, optimize=False)
         probe = probe_feeds(plain, cut, 40)
         want, got = (sessions.run_session(s, probe, "layout check")[0] for s in (plain, blocked))
-    except Exception as exc:  # the rewrite's ValueError, or ONNX Runtime's own types
-        return _as_optimised(plain, one_line(exc))
-    if want.shape != got.shape or not float(np.max(np.abs(want - got))) <= SAME_WITHIN:
-        return _as_optimised(plain, "the blocked graph's samples differ")
-    # The plain session's buffers and the check's go back to the shared arena: a run that
-    # shrinks it gives them to the kernel.
-    del plain
-    sessions.run_session(blocked, probe_feeds(blocked, cut, 1), "layout check", shrink=True)
-    return blocked, f"blocked ({saved} layout conversions fewer per run, {sums} sums folded)"
+        if want.shape != got.shape or not float(np.max(np.abs(want - got))) <= SAME_WITHIN:
+            raise NotBlocked("the blocked graph's samples differ")
+    except Exception as exc:  # the rewrite's ValueError, ONNX Runtime's own types, ours
+        out.unlink(missing_ok=True)
+        raise NotBlocked(str(exc) if isinstance(exc, NotBlocked) else one_line(exc)) from None
+    return f"blocked ({saved} layout conversions fewer per run, {sums} sums folded)"
 
 
 def _keep(made: Path, kept: Path) -> None:
@@ -117,12 +178,6 @@ def _machine_key(path: Path) -> str:
     st = path.stat()
     text = f"{REWRITE}|{ort.__version__}|{flags.strip()}|{st.st_size}|{st.st_mtime_ns}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _as_optimised(session: ort.InferenceSession, why: str) -> tuple[ort.InferenceSession, str]:
-    # Said once per load: the voice runs as before, ~5 % dearer per frame ahead.
-    log.info("2-D decoder kept as ONNX Runtime optimised it: %s", why)
-    return session, f"as optimised ({why})"
 
 
 def probe_feeds(session: ort.InferenceSession, cut: CutNames, kept: int) -> dict[str, np.ndarray]:

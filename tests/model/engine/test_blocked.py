@@ -12,6 +12,7 @@ import pytest
 from appliance.model.engine import blocked
 from appliance.model.engine.base import Window
 from appliance.model.engine.sessions import open_session
+from appliance.voicetypes import CutNames
 from tests.fakes.voice import flow_voice, latent
 
 
@@ -56,37 +57,71 @@ def test_the_daemons_2d_decoder_runs_blocked_and_decodes_as_onnx_runtime_would(
         rt.close()
 
 
-def test_a_blocked_graph_that_decodes_otherwise_is_not_used(
+def test_a_blocked_graph_that_decodes_otherwise_is_not_made(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The check when the graph is made compares samples: a rewrite that changed one number
-    is left out, and not kept.  A good one is kept for the next load, which uses it as is."""
-    import shutil
-
+    """The check when the graph is made compares samples: a rewrite that changed one
+    number is refused, and leaves no file."""
     from appliance.model.nchwc import keep_blocked
 
     def off_by_a_little(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-        blocked, saved = keep_blocked(model)
-        relu = next(n for n in blocked.graph.node if n.op_type == "LeakyRelu")
+        made, saved = keep_blocked(model)
+        relu = next(n for n in made.graph.node if n.op_type == "LeakyRelu")
         next(a for a in relu.attribute if a.name == "alpha").f = 0.1001
-        return blocked, saved
+        return made, saved
+
+    voice, _ = flow_voice()
+    assert voice.lean_decoder_path is not None and voice.cut is not None
+    monkeypatch.setattr(blocked, "keep_blocked", off_by_a_little)
+    out = tmp_path / "blocked.onnx"
+    with pytest.raises(blocked.NotBlocked, match=r"^the blocked graph's samples differ$"):
+        blocked.make(voice.lean_decoder_path, voice.cut, out)
+    assert not out.exists()
+
+
+def _lean_copy(tmp_path: Path) -> tuple[Path, CutNames]:
+    import shutil
 
     voice, _ = flow_voice()
     assert voice.lean_decoder_path is not None and voice.cut is not None
     lean = tmp_path / "decoder2d.onnx"
     shutil.copy(voice.lean_decoder_path, lean)
-    monkeypatch.setattr(blocked, "keep_blocked", off_by_a_little)
-    _, layout = blocked.blocked_lean(lean, voice.cut)
-    assert layout == "as optimised (the blocked graph's samples differ)"
-    assert not list(tmp_path.glob("decoder2d.blocked-*"))
-    monkeypatch.undo()
-    made, layout = blocked.blocked_lean(lean, voice.cut)
-    assert layout.startswith("blocked (") and "fewer per run" in layout
+    return lean, voice.cut
+
+
+def test_the_graph_made_in_a_child_is_kept_and_used_as_is(tmp_path: Path) -> None:
+    """Made by a child process, checked there, kept for the next load, which uses it as
+    is; a damaged kept file is made again."""
+    lean, cut = _lean_copy(tmp_path)
+    made, layout = blocked.blocked_lean(lean, cut)
+    assert layout.startswith("blocked (") and "fewer per run" in layout and "folded" in layout
     (kept,) = tmp_path.glob("decoder2d.blocked-*.onnx")
-    again, layout = blocked.blocked_lean(lean, voice.cut)
+    again, layout = blocked.blocked_lean(lean, cut)
     assert layout == "blocked (made here before)"
-    probe = blocked.probe_feeds(made, voice.cut, 30)
+    probe = blocked.probe_feeds(made, cut, 30)
     assert np.array_equal(made.run(None, probe)[0], again.run(None, probe)[0])
     kept.write_bytes(b"not a graph")  # damaged: made again, and kept again
-    _, layout = blocked.blocked_lean(lean, voice.cut)
+    _, layout = blocked.blocked_lean(lean, cut)
     assert "fewer per run" in layout and kept.stat().st_size > 1_000_000
+
+
+def test_what_the_child_cannot_make_runs_as_optimised_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A graph the rewrite refuses (a 1-D decoder: no blocked convolutions), and a child
+    that does not finish in time: the graph as ONNX Runtime optimises it runs, nothing is
+    kept, and the layout says why."""
+    from tests.fakes.graphs import toy_decoder
+
+    toy = tmp_path / "toy.onnx"
+    onnx.save(toy_decoder(), str(toy))
+    _, cut = _lean_copy(tmp_path)
+    session, layout = blocked.blocked_lean(toy, cut)
+    assert layout == "as optimised (no layout conversion to save)"
+    assert [i.name for i in session.get_inputs()] == [i.name for i in toy_decoder().graph.input]
+    monkeypatch.setattr(blocked, "MAKE_TIMEOUT_S", 0.01)
+    (tmp_path / "slow").mkdir()
+    lean, cut = _lean_copy(tmp_path / "slow")
+    _, layout = blocked.blocked_lean(lean, cut)
+    assert layout == "as optimised (not made within 0.01 s)"
+    assert not list(tmp_path.rglob("*.blocked-*"))
