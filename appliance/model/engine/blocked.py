@@ -95,10 +95,12 @@ class NotBlocked(Exception):
 
 def make_in_child(path: Path, cut: CutNames, out: Path) -> str:
     """:func:`make` run by ``python -m appliance.model.engine.make_blocked`` in a child
-    process, at most :data:`MAKE_TIMEOUT_S`; what it made, in words."""
+    process, at most :data:`MAKE_TIMEOUT_S` (it ends with this process, too); what it
+    made, in words."""
     import appliance
 
-    cmd = [sys.executable, "-m", "appliance.model.engine.make_blocked", str(path), str(out)]
+    module = "appliance.model.engine.make_blocked"
+    cmd = [sys.executable, "-m", module, str(os.getpid()), str(path), str(out)]
     root = str(Path(appliance.__file__).resolve().parents[1])
     env = {
         **os.environ,

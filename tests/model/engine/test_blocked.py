@@ -125,3 +125,47 @@ def test_what_the_child_cannot_make_runs_as_optimised_and_says_why(
     _, layout = blocked.blocked_lean(lean, cut)
     assert layout == "as optimised (not made within 0.01 s)"
     assert not list(tmp_path.rglob("*.blocked-*"))
+
+
+def _ended(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")  # a zombie nobody reaped yet
+
+
+def test_the_child_ends_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """A daemon stopped during its start leaves no child making the graph into a
+    directory nobody will remove: started by a process that ends at once, the child ends
+    too, and writes nothing."""
+    import dataclasses
+    import json
+    import subprocess
+    import sys
+    import time
+
+    lean, cut = _lean_copy(tmp_path)
+    out = tmp_path / "made.onnx"
+    starter = (
+        "import os, subprocess, sys\n"
+        "cmd = [sys.executable, '-m', 'appliance.model.engine.make_blocked', str(os.getpid()),"
+        " *sys.argv[1:]]\n"
+        "print(subprocess.Popen(cmd).pid, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    args = [str(lean), str(out), json.dumps(dataclasses.asdict(cut))]
+    done = subprocess.run(
+        [sys.executable, "-c", starter, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[3],
+    )
+    child = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 60
+    while not _ended(child):
+        assert time.monotonic() < deadline, "the child outlived its parent by a minute"
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert not out.exists()
