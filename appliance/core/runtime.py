@@ -40,8 +40,10 @@ from appliance.core.warmup import (
     warm_first_packet,
 )
 from appliance.errors import ErrorCode, ServiceError
-from appliance.model.engine.base import Scales
+from appliance.model.engine.base import Scales, VoiceModel
 from appliance.model.engine.gpu_select import gpu_health
+from appliance.model.engine.onnx import OnnxVoiceModel
+from appliance.model.engine.pool import FailoverVoiceModel
 from appliance.model.engine.select import load_voice_model
 from appliance.model.engine.threads import Pinning, cpu_threads, pinning
 from appliance.model.voices import discover, load_voice
@@ -98,15 +100,23 @@ def load_one(
         costs=known_costs(voice, model.backend_name),
     )
     log.info(
-        "voice %s loaded in %.0f ms (%s, %s)",
+        "voice %s loaded in %.0f ms (%s, %s%s)",
         name,
         (time.monotonic() - t0) * 1000,
         status.get("backend", "?"),
         ("streaming, flow windowed" if voice.flow_split else "streaming")
         if voice.split_ok
         else f"whole-sentence: {voice.split_note}",
+        _decoder_note(model),
     )
     return runtime, dict(status)
+
+
+def _decoder_note(model: VoiceModel) -> str:
+    """How the CPU's 2-D decoder runs (appliance.model.engine.blocked), for the load line."""
+    cpu = model.cpu if isinstance(model, FailoverVoiceModel) else model
+    layout = cpu.lean_layout if isinstance(cpu, OnnxVoiceModel) else ""
+    return f", 2-D decoder {layout}" if layout else ""
 
 
 def log_skipped(skipped: Mapping[str, str], known: Mapping[str, str] | None = None) -> None:

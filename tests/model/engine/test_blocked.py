@@ -3,6 +3,7 @@ against ONNX Runtime's own graph, kept in the voice's cache (appliance.model.eng
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +18,12 @@ from tests.fakes.voice import flow_voice, latent
 
 
 def test_the_daemons_2d_decoder_runs_blocked_and_decodes_as_onnx_runtime_would(
-    voice_cache: Path,
+    voice_cache: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """On what `Runtime.load` builds: the decoder for windows ahead runs its element-wise
     operators in the blocked layout and its residual sums in its convolutions
     (appliance.model.nchwc), within 1e-6 of what the graph as ONNX Runtime optimises it
-    gives."""
+    gives; the voice's load line says so."""
     from appliance.core.runtime import Runtime
     from appliance.model.engine.onnx import OnnxVoiceModel
     from appliance.ops.config import parse_config
@@ -30,11 +31,14 @@ def test_the_daemons_2d_decoder_runs_blocked_and_decodes_as_onnx_runtime_would(
     cfg = parse_config(
         {"voices": {"cache_dir": str(voice_cache)}, "engine": {"backend": "onnx-cpu"}}
     )
-    rt = Runtime.load(cfg, warm=False)
+    with caplog.at_level(logging.INFO):
+        rt = Runtime.load(cfg, warm=False)
     try:
         model = rt.voices[rt.default_voice].model
         assert isinstance(model, OnnxVoiceModel)
         assert model.lean_layout.startswith("blocked (")
+        (line,) = [r.getMessage() for r in caplog.records if " loaded in " in r.getMessage()]
+        assert line.endswith(f", 2-D decoder {model.lean_layout})"), line
         source = rt.voices[rt.default_voice].source
         assert source.lean_decoder_path is not None
         # Made by this load or an earlier one: the graph kept for this machine sums in its
