@@ -118,6 +118,7 @@ class Reports:
             serving=bool(health["serving"]),
             cpu_wait=rt.scheduler.cpu_wait.share,
             admission_limit=load_limit(rt.config.scheduler, service.admission_pressure()),
+            cpu_quota=rt.scheduler.quota,
             model_runs=rt.meter.snapshot(),
         )
 

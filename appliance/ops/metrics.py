@@ -88,6 +88,8 @@ class LiveNumbers:
     """Share of the threads' runnable time spent waiting for a CPU (appliance.ops.cpuwait)."""
     admission_limit: float | None = None
     """Admission's load limit in force (``admission_max_load``, shrunk beside other work)."""
+    cpu_quota: float | None = None
+    """The process's CPU quota in CPUs (appliance.ops.cpuquota), None without one."""
     model_runs: dict[str, PartCost] = field(default_factory=dict)
     """The model's runs so far by part (appliance.ops.meter): counters kept by the runtime."""
 
@@ -168,6 +170,12 @@ class _LiveCollector:
                 "ttsd_admission_load_limit",
                 "Share of the workers admission lets real-time streams claim now",
                 live.admission_limit,
+            )
+        if live.cpu_quota is not None:
+            yield GaugeMetricFamily(
+                "ttsd_cpu_quota_cpus",
+                "The CPU quota of the daemon's cgroup, in CPUs (read again every 10 s)",
+                live.cpu_quota,
             )
         yield from _model_families(live.model_runs)
         p = live.playback

@@ -76,6 +76,7 @@ def test_live_numbers_are_read_at_scrape_time() -> None:
     assert _value(m, "ttsd_queue_depth") is None  # no core attached: uptime only
     assert _value(m, "ttsd_uptime_seconds") is not None
     depth = [3]
+    quota: list[float | None] = [1.5]
 
     def live() -> LiveNumbers:
         return LiveNumbers(
@@ -88,6 +89,7 @@ def test_live_numbers_are_read_at_scrape_time() -> None:
             serving=False,
             cpu_wait=0.25,
             admission_limit=0.31,
+            cpu_quota=quota[0],
             model_runs={
                 "decoder": PartCost(4, 0.5, 0.25, 256),
                 "prior": PartCost(1, 0.1, 0.05, 80),
@@ -109,6 +111,9 @@ def test_live_numbers_are_read_at_scrape_time() -> None:
     assert _value(m, "ttsd_serving") == 0
     assert _value(m, "ttsd_cpu_wait_ratio") == 0.25
     assert _value(m, "ttsd_admission_load_limit") == 0.31
+    assert _value(m, "ttsd_cpu_quota_cpus") == 1.5
+    quota[0] = None
+    assert _value(m, "ttsd_cpu_quota_cpus") is None  # no quota: no gauge
     decoder = {"part": "decoder"}
     assert _value(m, "ttsd_model_runs_total", decoder) == 4
     assert _value(m, "ttsd_model_wall_seconds_total", decoder) == 0.5
