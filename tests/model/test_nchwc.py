@@ -35,6 +35,23 @@ def _as_is(model: onnx.ModelProto | Path) -> ort.InferenceSession:
     return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
+def _largest_difference(optimised: Path, rewritten: onnx.ModelProto, z: str) -> float:
+    """The most a sample of ``rewritten`` differs from ``optimised``'s at 1, 12 and 70
+    frames, with and without margins cropped inside."""
+    before, after = _as_is(optimised), _as_is(rewritten)
+    crops = read_crops(before.get_modelmeta().custom_metadata_map)
+    assert crops is not None
+    rng = np.random.default_rng(11)
+    largest = 0.0
+    for frames, margins in ((1, (0, 0)), (12, (4, 0)), (70, (10, 10))):
+        feeds = {z: rng.standard_normal((1, 192, frames)).astype(np.float32)}
+        feeds.update(crops.feeds(frames, *margins)[0])
+        want, got = before.run(None, feeds)[0], after.run(None, feeds)[0]
+        assert want.shape == got.shape
+        largest = max(largest, float(np.max(np.abs(want - got))))
+    return largest
+
+
 def _reorders(model: onnx.ModelProto) -> int:
     return sum(n.domain == NCHWC and n.op_type.startswith("Reorder") for n in model.graph.node)
 
@@ -54,16 +71,7 @@ def test_the_bundled_2d_decoder_gives_the_same_samples_bit_for_bit(
         for n in model.graph.node
         if n.op_type != "Slice"
     )
-    before, after = _as_is(optimised), _as_is(model)
-    crops = read_crops(before.get_modelmeta().custom_metadata_map)
-    assert crops is not None
-    rng = np.random.default_rng(11)
-    for frames, margins in ((1, (0, 0)), (12, (4, 0)), (70, (10, 10))):
-        feeds = {voice.cut.z: rng.standard_normal((1, 192, frames)).astype(np.float32)}
-        feeds.update(crops.feeds(frames, *margins)[0])
-        want, got = before.run(None, feeds)[0], after.run(None, feeds)[0]
-        assert want.shape == got.shape
-        assert np.array_equal(want, got)
+    assert _largest_difference(optimised, model, voice.cut.z) == 0.0
 
 
 def test_the_bundled_decoders_residual_sums_fold_into_its_convolutions(
@@ -87,16 +95,7 @@ def test_the_bundled_decoders_residual_sums_fold_into_its_convolutions(
     assert len(summing) == sums and not any(
         a.name == "activation" for n in summing for a in n.attribute
     )
-    before, after = _as_is(optimised), _as_is(folded)
-    crops = read_crops(before.get_modelmeta().custom_metadata_map)
-    assert crops is not None
-    rng = np.random.default_rng(12)
-    for frames, margins in ((1, (0, 0)), (12, (4, 0)), (70, (10, 10))):
-        feeds = {voice.cut.z: rng.standard_normal((1, 192, frames)).astype(np.float32)}
-        feeds.update(crops.feeds(frames, *margins)[0])
-        want, got = before.run(None, feeds)[0], after.run(None, feeds)[0]
-        assert want.shape == got.shape
-        assert float(np.max(np.abs(want - got))) <= 1e-6
+    assert _largest_difference(optimised, folded, voice.cut.z) <= 1e-6
 
 
 def _upsampling(conditioned: bool) -> onnx.ModelProto:
