@@ -13,7 +13,7 @@ would size them otherwise, the log says so, once per change, and a restart sizes
 
 Bounds: one read at a time, in a worker thread (a few small files of ``/proc`` and the
 cgroup tree, :mod:`appliance.ops.cpuquota`).  Lifecycle: made with the daemon, started
-once it serves (:meth:`QuotaWatch.start`); its task is the daemon's, cancelled at stop.
+once its doors are up (:meth:`QuotaWatch.start`); its task is the daemon's, cancelled at stop.
 """
 
 from __future__ import annotations

@@ -93,9 +93,14 @@ def _lean_copy(tmp_path: Path) -> tuple[Path, CutNames]:
     return lean, voice.cut
 
 
-def test_the_graph_made_in_a_child_is_kept_and_used_as_is(tmp_path: Path) -> None:
+def test_the_graph_made_in_a_child_is_kept_and_used_as_is(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Made by a child process, checked there, kept for the next load, which uses it as
-    is; a damaged kept file is made again."""
+    is; a damaged kept file is made again.  The child finds the checkout this process
+    runs from whatever the working directory (the daemon's is not the checkout)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     lean, cut = _lean_copy(tmp_path)
     made, layout = blocked.blocked_lean(lean, cut)
     assert layout.startswith("blocked (") and "fewer per run" in layout and "folded" in layout
