@@ -1,8 +1,9 @@
 """What the model's runs cost, by part: where the workers' time goes.
 
 :class:`RunMeter` counts, for each part of a voice's model (``prior``, ``flow``,
-``decoder``, ``encoder``, ``fused``), its runs, the wall time they took, the CPU time
-of the thread that ran them, and the latent frames they covered.  Divided by the audio
+``decoder``, ``encoder``, ``fused``; on TensorRT ``gpu_encoder``, ``gpu_decoder``), its
+runs, the wall time they took, the CPU time of the thread that ran them, and the latent
+frames they covered.  Divided by the audio
 produced (``ttsd_audio_seconds_total``), these say what a second of speech costs and
 which part it goes to: the figure goal 4 of issue 46 asks for (docs/scheduling.md,
 "Where a stream's CPU goes").

@@ -262,6 +262,9 @@ def load_gpu_pool(
         model, engines = ensure_engines(rt, voice, cfg, cpu_model, lambda m: log.info("%s", m))
     except (EngineBuildError, EngineLoadError, BackendError, OSError) as exc:
         return cpu_only(str(exc), True)
+    # The GPU's runs counted beside the CPU's (``stats.model_runs``, by part).
+    meter = cpu_model.meter if isinstance(cpu_model, OnnxVoiceModel) else model.meter
+    model.meter = meter
     status.update(backend=model.backend_name, gpu="ok", engines=engines)
     if engines.get("rebuilt"):
         status["engines_rebuilt"] = list(engines["rebuilt"])
@@ -273,7 +276,9 @@ def load_gpu_pool(
         bad = [f"{p}: {lk.reason}" for p, lk in looks.items() if lk.plan is None]
         if bad:
             raise EngineLoadError("; ".join(bad))
-        return _load(rt, {p: lk.plan for p, lk in looks.items() if lk.plan is not None}, cfg)
+        again = _load(rt, {p: lk.plan for p, lk in looks.items() if lk.plan is not None}, cfg)
+        again.meter = meter
+        return again
 
     pool = FailoverVoiceModel(
         model, cpu_model, factory=reload, recovery_healthy_s=cfg.gpu.recovery_healthy_s

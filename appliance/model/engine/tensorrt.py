@@ -36,6 +36,7 @@ import numpy as np
 from appliance.model.engine.base import BackendError, Encoded, Scales, VoiceModel, Window
 from appliance.model.engine.pool import UnsupportedInput
 from appliance.model.engine.trt_seam import TrtRuntime
+from appliance.ops.meter import RunMeter
 from appliance.speech import FloatArray, IntArray
 
 log = logging.getLogger(__name__)
@@ -570,6 +571,9 @@ class TensorRTVoiceModel(VoiceModel):
         self._decoder = decoder
         self.limits = limits
         self._lock = threading.Lock()  # one execution context per engine: calls serialize
+        self.meter = RunMeter()
+        """Each run by part, ``gpu_encoder`` and ``gpu_decoder`` (appliance.ops.meter): the
+        runtime's one meter once the pool is made (``gpu_select``), beside the CPU's."""
 
     @classmethod
     def load(
@@ -605,7 +609,9 @@ class TensorRTVoiceModel(VoiceModel):
             missing = [name for name in self._encoder.inputs if name not in feeds]
             if missing:
                 raise UnsupportedInput(f"encoder inputs {missing} are not Piper's")
-            out = self._encoder.run(feeds)
+            with self.meter.timed("gpu_encoder") as run:
+                out = self._encoder.run(feeds)
+                run.frames = int(out[self._encoder.outputs[0]].shape[-1])
         # Output order is the ONNX graph's: z, durations[, g] (as appliance.model.voices cuts it).
         values = [out[name] for name in self._encoder.outputs]
         z = values[0].astype(np.float32, copy=False)
@@ -651,7 +657,8 @@ class TensorRTVoiceModel(VoiceModel):
     def decode(self, window: Window) -> FloatArray:
         # One engine serves every window: ``urgent`` changes nothing on the GPU, and the
         # engine decodes the margins too (its shapes are the profile's).
-        audio = self._decode_whole(window.z, window.g)
+        with self.meter.timed("gpu_decoder", int(window.z.shape[2]) - sum(window.margins)):
+            audio = self._decode_whole(window.z, window.g)
         return window.kept(audio)
 
     def _decode_whole(self, z: FloatArray, g: FloatArray | None) -> FloatArray:

@@ -22,7 +22,7 @@ from appliance.model.engine.base import Encoded, Scales, VoiceModel, Window
 from appliance.model.engine.gpu_select import gpu_health
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.engine.pool import FailoverVoiceModel, UnsupportedInput
-from appliance.model.engine.tensorrt import GATE_SCALES, GATE_SENTENCES
+from appliance.model.engine.tensorrt import GATE_SCALES, GATE_SENTENCES, TensorRTVoiceModel
 from appliance.speech import FloatArray, IntArray
 from tests.fakes.gpu_env import GpuEnv, gpu_env, stream_windows
 from tests.fakes.voice import real_voice
@@ -131,6 +131,10 @@ def test_gpu_lost_inside_execute_then_recovery(setup: Any) -> None:
     assert env.trt.executes > executes, "calls did not go back to the GPU"
     assert np.abs(again - reference).max() <= 1e-4
     assert model.state()["recoveries"] == 1 and model.state()["backend"] == "tensorrt"
+    # The engines loaded again count their runs in the runtime's meter, as the first did.
+    primary, cpu = model._primary, model.cpu
+    assert isinstance(primary, TensorRTVoiceModel) and isinstance(cpu, OnnxVoiceModel)
+    assert primary.meter is cpu.meter
 
 
 class Scripted(VoiceModel):

@@ -28,6 +28,7 @@ from appliance.model.engine.tensorrt import (
 )
 from appliance.model.engine.trt_seam import TrtRuntime
 from appliance.ops.config import Config, parse_config
+from appliance.ops.meter import PartCost
 from appliance.speech import FloatArray
 from tests.fakes.cudart import FakeCudart, cudaError_t
 from tests.fakes.gpu_env import GpuEnv, gpu_env, stream_windows
@@ -177,6 +178,34 @@ def test_windows_match_the_cpu(tmp_path: Path) -> None:
     np.testing.assert_allclose(gpu.decode(Window(z, None)), cpu.decode(Window(z, None)), atol=1e-4)
     with pytest.raises(UnsupportedInput):
         gpu.encode(np.ones(Config().engine.max_phonemes + 1, dtype=np.int64), GATE_SCALES, None)
+
+
+def test_the_gpus_runs_are_counted_beside_the_cpus(tmp_path: Path) -> None:
+    """``stats.model_runs`` on a GPU box: the engines' runs by part in the CPU model's
+    meter (the runtime's one), the decoder's kept frames only."""
+    voice, cpu = real_voice()
+    model, _ = gpu_env(tmp_path, precision="fp32").load(voice, cpu)
+    close(model)
+    gpu = trt_model(model)
+    assert gpu.meter is cpu.meter
+    before = cpu.meter.snapshot()
+    enc = gpu.encode(IDS, GATE_SCALES, None)
+    gpu.decode(Window(enc.z[:, :, :40], None, (4, 6)))
+    gpu.decode(Window(enc.z[:, :, :20], None))
+    runs = cpu.meter.snapshot()
+    assert runs["gpu_encoder"].runs - _runs(before, "gpu_encoder") == 1
+    assert runs["gpu_decoder"].runs - _runs(before, "gpu_decoder") == 2
+    assert runs["gpu_decoder"].frames - _frames(before, "gpu_decoder") == 30 + 20
+    assert runs["gpu_encoder"].frames - _frames(before, "gpu_encoder") == enc.z.shape[2]
+    assert runs["gpu_decoder"].wall_s > 0
+
+
+def _runs(snapshot: dict[str, PartCost], part: str) -> int:
+    return snapshot[part].runs if part in snapshot else 0
+
+
+def _frames(snapshot: dict[str, PartCost], part: str) -> int:
+    return snapshot[part].frames if part in snapshot else 0
 
 
 def test_onnx_cpu_returns_the_cpu_model() -> None:
