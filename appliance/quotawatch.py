@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance.ops.cpuquota import cpu_quota
+from appliance.ops.cpuquota import capped_cpus, cpu_quota
 
 if TYPE_CHECKING:
     from appliance.core.service import Service
@@ -62,7 +62,7 @@ class QuotaWatch:
     async def _loop(self) -> None:
         cfg = self._service().runtime.config
         read = asyncio.get_running_loop().run_in_executor
-        self._sized = await read(None, self._sizing, cfg, self.root)
+        _, self._sized = await read(None, self._read, cfg)
         while True:
             await asyncio.sleep(self.every_s)
             try:
@@ -96,15 +96,13 @@ class QuotaWatch:
                 )
 
     def _read(self, cfg: Config) -> tuple[float | None, tuple[int, bool]]:
-        """On a worker: the quota and the sizing it would give."""
-        return cpu_quota(self.root), self._sizing(cfg, self.root)
-
-    @staticmethod
-    def _sizing(cfg: Config, root: Path) -> tuple[int, bool]:
+        """On a worker: the quota and the sessions' (threads, spin) it would give."""
         from appliance.model.engine.threads import cpu_threads, spin_wait
 
-        threads = cpu_threads(cfg, root)
-        return threads, spin_wait(cfg, threads, root)
+        quota = cpu_quota(self.root)
+        cpus = capped_cpus(quota)
+        threads = cpu_threads(cfg, cpus)
+        return quota, (threads, spin_wait(cfg, threads, cpus))
 
 
 def _cpus(quota: float | None) -> str:

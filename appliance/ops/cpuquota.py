@@ -8,7 +8,8 @@ box under a 1-CPU quota, 16 asked streams: 20 stalls, first packet P95 440 ms;
 docs/scheduling.md, "Under a CPU quota").  :func:`usable_cpus` is what the daemon sizes by:
 its affinity, capped by the quota.
 
-Read once, at start: from ``/proc/self/cgroup`` the process's cgroup, from
+Read at start, and again while serving (``appliance.quotawatch``): from
+``/proc/self/cgroup`` the process's cgroup, from
 ``/proc/self/mountinfo`` where its hierarchies are mounted, and the quota of that cgroup
 and of each one above it (the smallest binds): cgroup v2's ``cpu.max``, v1's
 ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``.  A file that cannot be read counts as no
@@ -114,6 +115,10 @@ def cpu_quota(root: Path = Path("/")) -> float | None:
 
 def usable_cpus(root: Path = Path("/")) -> float:
     """The CPUs this process may run on, capped by its cgroup's quota (at least 0.01)."""
+    return capped_cpus(cpu_quota(root))
+
+
+def capped_cpus(quota: float | None) -> float:
+    """The CPUs this process may run on, capped by ``quota`` already read (at least 0.01)."""
     cpus = float(len(os.sched_getaffinity(0)))
-    quota = cpu_quota(root)
     return max(0.01, min(cpus, quota) if quota is not None else cpus)

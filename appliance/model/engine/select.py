@@ -9,6 +9,7 @@ from appliance.model.engine.gpu_select import load_gpu_pool
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.engine.threads import Pinning, cpu_threads, spin_wait
 from appliance.ops.config import Config
+from appliance.ops.cpuquota import usable_cpus
 from appliance.ops.meter import RunMeter
 from appliance.voicetypes import Voice
 
@@ -19,14 +20,15 @@ def load_voice_model(
     """The voice on the configured backend; the CPU model is always loaded (failover).
     ``pins``: where the sessions' pool threads run (the runtime's one plan, which also
     places the scheduler's workers).  ``meter``: where the CPU model counts its runs."""
-    threads = cpu_threads(cfg)
+    cpus = usable_cpus()  # read once for both (a few files of /proc and the cgroup tree)
+    threads = cpu_threads(cfg, cpus)
     cpu = OnnxVoiceModel.load(
         voice.model_path,
         voice.encoder_path,
         voice.margin_decoder_path or voice.decoder_path,
         voice.cut,
         threads,
-        spin_wait(cfg, threads),
+        spin_wait(cfg, threads, cpus),
         flow=voice.flow_split,
         lean_decoder=voice.lean_decoder_path,
         pool_cpus=pins.pool if pins is not None else (),

@@ -6,28 +6,28 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from appliance.ops.config import Config
 from appliance.ops.cpuquota import usable_cpus
 
 
-def cpu_threads(cfg: Config, root: Path = Path("/")) -> int:
+def cpu_threads(cfg: Config, cpus: float | None = None) -> int:
     """Intra-op threads per worker: by default every CPU this process may use, and no more
     than its CPU quota rounds up to (appliance.ops.cpuquota).
 
     A lone request then gets the whole machine (short command: 42 ms to first packet
     instead of 59 with one thread); when both workers are busy the threads share the
     cores without spin-waiting (see :func:`spin_wait`).  Threads beyond a quota only use
-    up each period's share sooner and then wait, frozen, for the next.  ``root``: where
-    ``/proc`` and the cgroup tree start (tests give a fake one).
+    up each period's share sooner and then wait, frozen, for the next.  ``cpus``: what
+    :func:`~appliance.ops.cpuquota.usable_cpus` said, where the caller has read it already.
     """
     if cfg.engine.intra_op_threads:
         return cfg.engine.intra_op_threads
-    return max(1, math.ceil(usable_cpus(root)))  # the affinity, capped by the quota
+    # The affinity, capped by the quota.
+    return max(1, math.ceil(usable_cpus() if cpus is None else cpus))
 
 
-def spin_wait(cfg: Config, threads: int, root: Path = Path("/")) -> bool:
+def spin_wait(cfg: Config, threads: int, cpus: float | None = None) -> bool:
     """By default spin only when all workers' threads together leave a CPU free (of the
     quota, under one: a spinning thread spends it).
 
@@ -39,7 +39,8 @@ def spin_wait(cfg: Config, threads: int, root: Path = Path("/")) -> bool:
     return {
         "on": True,
         "off": False,
-        "auto": threads > 1 and threads * cfg.engine.workers < usable_cpus(root),
+        "auto": threads > 1
+        and threads * cfg.engine.workers < (usable_cpus() if cpus is None else cpus),
     }[cfg.engine.spin_wait]
 
 
