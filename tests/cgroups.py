@@ -1,6 +1,8 @@
-"""A real cgroup of half a CPU for a test (v1 ``cpu`` controller): where this process may
-make one (root on a v1 host, or a privileged container); the test skips, saying why,
-elsewhere.  The cgroup is removed after the test, its processes moved back first."""
+"""Cgroups for tests: fake ``/proc`` and cgroup trees (:func:`fake_tree`), and a real
+cgroup of half a CPU (v1 ``cpu`` controller, the ``half_a_cpu`` fixture) where this process
+may make one (root on a v1 host, or a privileged container); a test that needs it skips,
+saying why, elsewhere.  The real cgroup is removed after the test, its processes moved back
+first."""
 
 from __future__ import annotations
 
@@ -9,6 +11,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+V2_MOUNT = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate"
+V1_CPU = "32 31 0:29 {root} /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct"
+V1_MEMORY = "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory"
+PROC = "22 1 0:5 / /proc rw - proc proc rw"
+
+
+def fake_tree(root: Path, cgroup: str, mounts: list[str], files: dict[str, str]) -> Path:
+    """A fake ``/proc/self`` (``cgroup``, a mountinfo of ``mounts``) and cgroup files
+    (``files``: absolute path → text) under ``root``, for ``appliance.ops.cpuquota``."""
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/cgroup").write_text(cgroup)
+    (root / "proc/self/mountinfo").write_text("\n".join(mounts) + "\n")
+    for name, text in files.items():
+        path = root / name.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
 
 
 def _writable_cpu_cgroup() -> Path | None:

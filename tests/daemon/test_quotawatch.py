@@ -20,22 +20,13 @@ from appliance.core.service import Service
 from appliance.ops.config import parse_config
 from appliance.ops.metrics import Metrics
 from appliance.quotawatch import QuotaWatch
+from tests.cgroups import PROC, V2_MOUNT, fake_tree
 from tests.conftest import DaemonFactory
-
-MOUNTS = (
-    "22 1 0:5 / /proc rw - proc proc rw\n"
-    "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
-)
 
 
 def _tree(root: Path, cpu_max: str) -> Path:
     """A cgroup v2 container whose ``cpu.max`` reads ``cpu_max``."""
-    (root / "proc/self").mkdir(parents=True, exist_ok=True)
-    (root / "proc/self/cgroup").write_text("0::/\n")
-    (root / "proc/self/mountinfo").write_text(MOUNTS)
-    (root / "sys/fs/cgroup").mkdir(parents=True, exist_ok=True)
-    (root / "sys/fs/cgroup/cpu.max").write_text(cpu_max)
-    return root
+    return fake_tree(root, "0::/\n", [PROC, V2_MOUNT], {"/sys/fs/cgroup/cpu.max": cpu_max})
 
 
 def _service() -> Service:

@@ -12,28 +12,15 @@ import pytest
 
 from appliance.ops import cpuquota
 from appliance.ops.cpuquota import cpu_quota, usable_cpus
+from tests.cgroups import PROC, V1_CPU, V1_MEMORY, V2_MOUNT, fake_tree
 from tests.conftest import DaemonFactory
-
-V2_MOUNT = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate"
-V1_CPU = "32 31 0:29 {root} /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct"
-V1_MEMORY = "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory"
-PROC = "22 1 0:5 / /proc rw - proc proc rw"
-
-
-def _tree(root: Path, cgroup: str, mounts: list[str], files: dict[str, str]) -> Path:
-    (root / "proc/self").mkdir(parents=True)
-    (root / "proc/self/cgroup").write_text(cgroup)
-    (root / "proc/self/mountinfo").write_text("\n".join(mounts) + "\n")
-    for name, text in files.items():
-        path = root / name.lstrip("/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
 
 
 def test_a_containers_own_cgroup_v2(tmp_path: Path) -> None:
     """``docker run --cpus 0.5`` with a cgroup namespace: the container sees its cgroup as /."""
-    root = _tree(tmp_path, "0::/\n", [PROC, V2_MOUNT], {"/sys/fs/cgroup/cpu.max": "50000 100000\n"})
+    root = fake_tree(
+        tmp_path, "0::/\n", [PROC, V2_MOUNT], {"/sys/fs/cgroup/cpu.max": "50000 100000\n"}
+    )
     assert cpu_quota(root) == 0.5
 
 
@@ -45,14 +32,14 @@ def test_a_service_under_a_slice_the_smallest_quota_on_the_path_binds(tmp_path: 
         "/sys/fs/cgroup/cpu.max": "max 100000\n",
     }
     cgroup = "0::/system.slice/ttsd.service\n"
-    assert cpu_quota(_tree(tmp_path / "a", cgroup, [V2_MOUNT], files)) == 1.5
+    assert cpu_quota(fake_tree(tmp_path / "a", cgroup, [V2_MOUNT], files)) == 1.5
     files[f"{unit}/cpu.max"] = "120000 100000\n"
-    assert cpu_quota(_tree(tmp_path / "b", cgroup, [V2_MOUNT], files)) == 1.2
+    assert cpu_quota(fake_tree(tmp_path / "b", cgroup, [V2_MOUNT], files)) == 1.2
 
 
 def test_no_quota_anywhere_is_none(tmp_path: Path) -> None:
     files = {"/sys/fs/cgroup/user.slice/cpu.max": "max 100000\n"}
-    assert cpu_quota(_tree(tmp_path, "0::/user.slice\n", [V2_MOUNT], files)) is None
+    assert cpu_quota(fake_tree(tmp_path, "0::/user.slice\n", [V2_MOUNT], files)) is None
 
 
 def test_cgroup_v1_with_the_hierarchy_mounted_at_the_containers_cgroup(tmp_path: Path) -> None:
@@ -65,7 +52,7 @@ def test_cgroup_v1_with_the_hierarchy_mounted_at_the_containers_cgroup(tmp_path:
         "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
         "/sys/fs/cgroup/memory/cpu.cfs_quota_us": "10000\n",  # not the cpu hierarchy
     }
-    assert cpu_quota(_tree(tmp_path, cgroup, mounts, files)) == 2.0
+    assert cpu_quota(fake_tree(tmp_path, cgroup, mounts, files)) == 2.0
 
 
 def test_cgroup_v1_on_the_host_with_a_quota_above(tmp_path: Path) -> None:
@@ -77,7 +64,7 @@ def test_cgroup_v1_on_the_host_with_a_quota_above(tmp_path: Path) -> None:
         f"{base}/ttsd/cpu.cfs_quota_us": "75000\n",
         f"{base}/ttsd/cpu.cfs_period_us": "100000\n",
     }
-    assert cpu_quota(_tree(tmp_path, cgroup, [V1_CPU.format(root="/")], files)) == 0.75
+    assert cpu_quota(fake_tree(tmp_path, cgroup, [V1_CPU.format(root="/")], files)) == 0.75
 
 
 @pytest.mark.parametrize(
@@ -85,14 +72,14 @@ def test_cgroup_v1_on_the_host_with_a_quota_above(tmp_path: Path) -> None:
 )
 def test_a_file_it_cannot_make_sense_of_is_no_quota(tmp_path: Path, text: str) -> None:
     files = {"/sys/fs/cgroup/cpu.max": text}
-    assert cpu_quota(_tree(tmp_path, "0::/\n", [V2_MOUNT], files)) is None
+    assert cpu_quota(fake_tree(tmp_path, "0::/\n", [V2_MOUNT], files)) is None
 
 
 def test_nothing_to_read_is_no_quota(tmp_path: Path) -> None:
     assert cpu_quota(tmp_path) is None  # no /proc at all
-    root = _tree(tmp_path / "x", "0::/\n", [V2_MOUNT], {})  # no cpu.max (no cpu controller)
+    root = fake_tree(tmp_path / "x", "0::/\n", [V2_MOUNT], {})  # no cpu.max (no cpu controller)
     assert cpu_quota(root) is None
-    root = _tree(tmp_path / "y", "garbage\n::\n", ["one two", V2_MOUNT], {})
+    root = fake_tree(tmp_path / "y", "garbage\n::\n", ["one two", V2_MOUNT], {})
     assert cpu_quota(root) is None
 
 
