@@ -193,19 +193,12 @@ def test_the_gpus_runs_are_counted_beside_the_cpus(tmp_path: Path) -> None:
     gpu.decode(Window(enc.z[:, :, :40], None, (4, 6)))
     gpu.decode(Window(enc.z[:, :, :20], None))
     runs = cpu.meter.snapshot()
-    assert runs["gpu_encoder"].runs - _runs(before, "gpu_encoder") == 1
-    assert runs["gpu_decoder"].runs - _runs(before, "gpu_decoder") == 2
-    assert runs["gpu_decoder"].frames - _frames(before, "gpu_decoder") == 30 + 20
-    assert runs["gpu_encoder"].frames - _frames(before, "gpu_encoder") == enc.z.shape[2]
+    encoder, decoder = (before.get(part, PartCost()) for part in ("gpu_encoder", "gpu_decoder"))
+    assert runs["gpu_encoder"].runs - encoder.runs == 1
+    assert runs["gpu_decoder"].runs - decoder.runs == 2
+    assert runs["gpu_decoder"].frames - decoder.frames == 30 + 20
+    assert runs["gpu_encoder"].frames - encoder.frames == enc.z.shape[2]
     assert runs["gpu_decoder"].wall_s > 0
-
-
-def _runs(snapshot: dict[str, PartCost], part: str) -> int:
-    return snapshot[part].runs if part in snapshot else 0
-
-
-def _frames(snapshot: dict[str, PartCost], part: str) -> int:
-    return snapshot[part].frames if part in snapshot else 0
 
 
 def test_onnx_cpu_returns_the_cpu_model() -> None:
