@@ -1,33 +1,27 @@
 """The per-user socket path: another user who squats /tmp/ttsd-UID gets nothing.
 
-The test process plays the attacker (root); a forked child that drops to an unused uid
-plays the victim, with no ``XDG_RUNTIME_DIR`` so that the /tmp fallback is its default.
+The test process plays the attacker (root); tests/ops/victim.py, a fresh interpreter that
+drops to an unused uid, plays the victim, with no ``XDG_RUNTIME_DIR`` so that the /tmp
+fallback is its default.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import select
 import shutil
 import socket
 import stat
+import subprocess
 import sys
 import tempfile
-import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-# Everything the victim runs is imported here, as root: the child drops to a uid that may
-# not be able to read the interpreter's own files (a Python under /root).
-import appliance.ops.logsetup  # noqa: F401
-from appliance.clients.client import Client, TtsdError
-from appliance.clients.ctl import main as ttsctl_main
-from appliance.main import main as ttsd_main
-from appliance.ops.paths import default_socket_path, prepare_socket_dir
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as two users")
 
@@ -38,46 +32,20 @@ class Victim:
     home: Path
     """/tmp/ttsd-UID: the victim's fallback directory (absent at the start)."""
 
-    def run(self, fn: Callable[[], int], timeout: float = 60.0) -> tuple[int, str]:
-        """``fn()`` in a child running as the victim; its exit code and its output."""
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            rc = 99
-            try:
-                os.close(r)
-                os.dup2(w, 1)
-                os.dup2(w, 2)
-                # pytest replaced sys.stdout/err in this process: write to the pipe instead.
-                sys.stdout = open(1, "w", closefd=False)
-                sys.stderr = open(2, "w", closefd=False)
-                os.setgroups([])
-                os.setgid(self.uid)
-                os.setuid(self.uid)
-                os.environ.pop("XDG_RUNTIME_DIR", None)
-                os.environ.pop("TTSD_SOCKET", None)
-                rc = fn()
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(rc)
-        os.close(w)
-        chunks = []
-        with os.fdopen(r, "rb") as f:
-            while True:
-                ready, _, _ = select.select([f], [], [], timeout)
-                if not ready:
-                    os.kill(pid, 9)
-                    os.waitpid(pid, 0)
-                    raise TimeoutError(b"".join(chunks).decode(errors="replace"))
-                data = os.read(f.fileno(), 65536)
-                if not data:
-                    break
-                chunks.append(data)
-        _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
+    def run(self, action: str, *args: str, timeout: float = 60.0) -> tuple[int, str]:
+        """tests/ops/victim.py's ``action`` run as the victim; its exit code and output."""
+        env = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "TTSD_SOCKET")}
+        env["PYTHONPATH"] = str(REPO)
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.ops.victim", str(self.uid), action, *args],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        )
+        return done.returncode, done.stdout.decode(errors="replace")
 
 
 @pytest.fixture
@@ -114,16 +82,6 @@ def _nobody_connected(listener: socket.socket) -> bool:
     return False
 
 
-def _client_ping() -> int:
-    try:
-        with Client(timeout=5) as c:
-            print("connected to", c.path)
-            return 0
-    except TtsdError as exc:
-        print("refused:", exc)
-        return 3
-
-
 @pytest.fixture
 def attacker_dir() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="ttsd-attacker-"))
@@ -154,10 +112,10 @@ def test_client_refuses_a_squatted_fallback_directory(
             (victim.home / "ttsd").chmod(0o755)
     listener = _listen(victim.home / "ttsd" / "ttsd.sock")
     try:
-        rc, out = victim.run(_client_ping)
+        rc, out = victim.run("client-ping")
         assert rc == 3, out
         assert "refused: connect:" in out and "refusing to use it" in out
-        rc, out = victim.run(lambda: ttsctl_main(["ping"]))
+        rc, out = victim.run("ttsctl-ping")
         assert rc == 1, out
         assert out.startswith("ttsctl: connect: ") and "refusing to use it" in out
         assert _nobody_connected(listener)
@@ -172,7 +130,7 @@ def test_client_uses_its_own_fallback_directory(victim: Victim) -> None:
         os.chown(d, victim.uid, victim.uid)
     listener = _listen(victim.home / "ttsd" / "ttsd.sock")
     try:
-        rc, out = victim.run(_client_ping)
+        rc, out = victim.run("client-ping")
         assert rc == 0, out
         assert f"connected to {victim.home}/ttsd/ttsd.sock" in out
     finally:
@@ -180,13 +138,7 @@ def test_client_uses_its_own_fallback_directory(victim: Victim) -> None:
 
 
 def test_daemon_makes_its_fallback_directories_private(victim: Victim) -> None:
-    def make() -> int:
-        path = default_socket_path()
-        prepare_socket_dir(path)
-        print(path)
-        return 0
-
-    rc, out = victim.run(make)
+    rc, out = victim.run("prepare")
     assert rc == 0, out
     assert out.strip() == f"{victim.home}/ttsd/ttsd.sock"
     for d in (victim.home, victim.home / "ttsd"):
@@ -208,10 +160,7 @@ def test_daemon_refuses_a_squatted_fallback_directory(
     config.write_text("playback:\n  enabled: false\n")
     config.chmod(0o644)
 
-    def serve() -> int:
-        return ttsd_main(["serve", "--config", str(config)])
-
-    rc, out = victim.run(serve)
+    rc, out = victim.run("serve", str(config))
     assert rc == 1, out
     assert "refusing to use it" in out
     assert not (attacker_dir / "ttsd" / "ttsd.sock").exists()
