@@ -144,9 +144,9 @@ class EngineConfig:
     """Inference worker threads.  Two single-threaded workers beat one two-threaded one on a
     2-core box at 1, 4 and 8 streams (docs/scheduling.md): a newcomer finds a free worker."""
     intra_op_threads: int = field(default=0, metadata=_rng(0, 256))
-    """ONNX Runtime threads per worker; 0 = as many as the CPUs this process may use, and no
-    more than its cgroup's CPU quota rounds up to (they do not spin-wait when the workers
-    together have more threads than CPUs)."""
+    """ONNX Runtime threads per worker; 0 = the CPUs this process may use (no more than its
+    cgroup's CPU quota rounds up to) shared out between the workers, at least one each
+    (they spin-wait only when the workers together leave a CPU free)."""
     spin_wait: Literal["auto", "on", "off"] = "auto"
     """ONNX Runtime threads spin between ops (faster, but they hold a core): auto = only when
     all workers' threads together leave at least one CPU free."""

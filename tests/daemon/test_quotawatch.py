@@ -30,8 +30,10 @@ def _tree(root: Path, cpu_max: str) -> Path:
 
 
 def _service() -> Service:
-    # A runtime with no voices: the watch reads only its config and scheduler.
-    runtime = Runtime(parse_config({}), {}, "none", Scheduler(2), Metrics())
+    # A runtime with no voices: the watch reads only its config and scheduler.  One worker,
+    # whose sessions' threads follow the quota (two workers on 2 CPUs have one each under
+    # any quota).
+    runtime = Runtime(parse_config({"engine": {"workers": 1}}), {}, "none", Scheduler(1), Metrics())
     return Service(runtime)
 
 
@@ -63,7 +65,7 @@ def test_a_changed_quota_is_applied_on_the_next_read(
         assert len(caplog.records) == said, [r.getMessage() for r in caplog.records]
         (root / "sys/fs/cgroup/cpu.max").write_text("max 100000\n")
         await _until(lambda: sched.quota is None)
-        assert service.admission.workers == 2.0 and sched.cpu_wait.quota is None
+        assert service.admission.workers == 1.0 and sched.cpu_wait.quota is None
         for t in tasks:
             t.cancel()
 
@@ -71,7 +73,7 @@ def test_a_changed_quota_is_applied_on_the_next_read(
         asyncio.run(scenario())
     lines = [r.getMessage() for r in caplog.records]
     assert "CPU quota now 0.5 CPUs (was none): admission counts 0.50 workers' worth" in lines
-    assert "CPU quota now none (was 0.5 CPUs): admission counts 2.00 workers' worth" in lines
+    assert "CPU quota now none (was 0.5 CPUs): admission counts 1.00 workers' worth" in lines
     resize = [ln for ln in lines if "restart ttsd to size them again" in ln]
     if len(os.sched_getaffinity(0)) >= 2:
         # Sized at start under half a CPU (one thread); without a quota, one per CPU.
@@ -82,24 +84,25 @@ def test_a_changed_quota_is_applied_on_the_next_read(
 
 def test_a_check_reads_the_quota_once_when_asked(tmp_path: Path) -> None:
     """SIGHUP's read (the daemon's reload calls ``check``): applied before it returns."""
-    root = _tree(tmp_path, "150000 100000\n")
+    root = _tree(tmp_path, "50000 100000\n")
     service = _service()
 
     async def scenario() -> None:
         await QuotaWatch(lambda: service, lambda t: None, root=root).check()
 
     asyncio.run(scenario())
-    assert service.runtime.scheduler.quota == 1.5 and service.admission.workers == 1.5
+    assert service.runtime.scheduler.quota == 0.5 and service.admission.workers == 0.5
 
 
 def test_the_daemon_follows_its_quota_raised_on_sighup(
     half_a_cpu: Path, daemon_factory: DaemonFactory
 ) -> None:
     """The real daemon in a cgroup of half a CPU, raised to one and a half: a SIGHUP
-    applies it, and the log says the sessions' threads need a restart to follow."""
+    applies it, and the log says the sessions' threads need a restart to follow (one
+    worker: its sessions' threads follow the quota)."""
     from appliance.clients.client import Client
 
-    d = daemon_factory(cgroup=half_a_cpu)
+    d = daemon_factory({"engine": {"workers": 1}}, cgroup=half_a_cpu)
     with Client(d.socket) as c:
         assert c.stats()["admission"]["capacity"] == 0.5
         (half_a_cpu / "cpu.cfs_quota_us").write_text("150000")
@@ -110,7 +113,7 @@ def test_the_daemon_follows_its_quota_raised_on_sighup(
             time.sleep(0.05)
         stats = c.stats()
         assert stats["scheduler"]["cpu_quota"] == 1.5
-        assert stats["admission"]["capacity"] == 1.5
+        assert stats["admission"]["capacity"] == 1.0  # one worker's worth at most
         done = c.synthesize_all("A little more room to breathe.")
     assert done.duration_ms > 1000 and not done.cancelled
     assert "the inference sessions run 1 thread, sized for the old quota" in d.log()

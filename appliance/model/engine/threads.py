@@ -12,19 +12,24 @@ from appliance.ops.cpuquota import usable_cpus
 
 
 def cpu_threads(cfg: Config, cpus: float | None = None) -> int:
-    """Intra-op threads per worker: by default every CPU this process may use, and no more
-    than its CPU quota rounds up to (appliance.ops.cpuquota).
+    """Intra-op threads per worker: by default the CPUs this process may use (its CPU quota
+    rounded up, where that is fewer: appliance.ops.cpuquota) shared out between the
+    workers, at least one each, so that the workers' threads together never outnumber
+    the CPUs.
 
-    A lone request then gets the whole machine (short command: 42 ms to first packet
-    instead of 59 with one thread); when both workers are busy the threads share the
-    cores without spin-waiting (see :func:`spin_wait`).  Threads beyond a quota only use
-    up each period's share sooner and then wait, frozen, for the next.  ``cpus``: what
+    On 2 CPUs with the default two workers that is one thread each.  Two each (every CPU,
+    the default until stop 61) made a burst of eight streams wait longer for its last first
+    packet (P95 213–238 against 175–180 ms) and sixteen streams too (125–155 against
+    77–103 ms): each 2-thread run then shares its cores with the other worker's, and waits
+    for a pool thread that is not running.  A lone request lost ~1.3 ms of a 30 ms first
+    packet with one thread (docs/scheduling.md, "Threads per worker").  ``cpus``: what
     :func:`~appliance.ops.cpuquota.usable_cpus` said, where the caller has read it already.
     """
     if cfg.engine.intra_op_threads:
         return cfg.engine.intra_op_threads
-    # The affinity, capped by the quota.
-    return max(1, math.ceil(usable_cpus() if cpus is None else cpus))
+    # The affinity, capped by the quota, over the workers.
+    whole = math.ceil(usable_cpus() if cpus is None else cpus)
+    return max(1, whole // cfg.engine.workers)
 
 
 def spin_wait(cfg: Config, threads: int, cpus: float | None = None) -> bool:

@@ -43,19 +43,36 @@ def test_auto_spins_only_when_a_cpu_stays_free(
     assert spin_wait(cfg, threads) is spins
 
 
-def test_default_threads_are_the_cpus_we_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    _cpus(monkeypatch, 3)
-    assert cpu_threads(parse_config({})) == 3
-    assert cpu_threads(parse_config({"engine": {"intra_op_threads": 1}})) == 1
+@pytest.mark.parametrize(
+    ("cpus", "workers", "threads"),
+    [
+        (2, 2, 1),  # this box: one each, no pool threads to share a worker's core
+        (3, 2, 1),
+        (4, 2, 2),
+        (8, 2, 4),
+        (8, 3, 2),
+        (2, 1, 2),
+        (1, 2, 1),  # more workers than CPUs: still one each
+    ],
+)
+def test_default_threads_share_the_cpus_between_the_workers(
+    monkeypatch: pytest.MonkeyPatch, cpus: int, workers: int, threads: int
+) -> None:
+    _cpus(monkeypatch, cpus)
+    cfg = parse_config({"engine": {"workers": workers}})
+    assert cpu_threads(cfg) == threads
+    told = parse_config({"engine": {"workers": workers, "intra_op_threads": 3}})
+    assert cpu_threads(told) == 3  # as told
 
 
 @pytest.mark.parametrize(("quota", "threads"), [(1.0, 1), (1.5, 2), (0.5, 1), (8.0, 4)])
 def test_under_a_cpu_quota_no_more_threads_than_it_feeds(
     monkeypatch: pytest.MonkeyPatch, quota: float, threads: int
 ) -> None:
+    """One worker on four CPUs: its threads are the quota rounded up."""
     _cpus(monkeypatch, 4, quota)
-    assert cpu_threads(parse_config({})) == threads
-    assert cpu_threads(parse_config({"engine": {"intra_op_threads": 3}})) == 3  # as told
+    assert cpu_threads(parse_config({"engine": {"workers": 1}})) == threads
+    assert cpu_threads(parse_config({"engine": {"workers": 2}})) == max(1, threads // 2)
 
 
 def test_under_a_cpu_quota_threads_spin_only_with_quota_to_spare(
@@ -72,11 +89,13 @@ def test_under_a_cpu_quota_threads_spin_only_with_quota_to_spare(
     assert spin_wait(cfg, 2) is True
 
 
-def test_one_worker_on_this_box_builds_sessions_that_do_not_spin(
-    monkeypatch: pytest.MonkeyPatch, voice_cache: Path
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_daemon_s_sessions_have_the_threads_of_their_share_and_do_not_spin(
+    monkeypatch: pytest.MonkeyPatch, voice_cache: Path, workers: int
 ) -> None:
-    """On the model the daemon builds (`Runtime.load`): one worker whose threads take
-    every CPU must not spin."""
+    """On the model the daemon builds (`Runtime.load`) on 2 CPUs: one worker's sessions
+    take both and must not spin (nothing would be left for the loop); two workers' take
+    one each, and the 1-D decoder, which only pays on more than one thread, is not loaded."""
     from appliance.core.runtime import Runtime
     from appliance.model.engine.onnx import OnnxVoiceModel
 
@@ -84,17 +103,20 @@ def test_one_worker_on_this_box_builds_sessions_that_do_not_spin(
     cfg = parse_config(
         {
             "voices": {"cache_dir": str(voice_cache)},
-            "engine": {"workers": 1, "backend": "onnx-cpu"},
+            "engine": {"workers": workers, "backend": "onnx-cpu"},
         }
     )
     rt = Runtime.load(cfg)
     try:
         model = rt.voices[rt.default_voice].model
         assert isinstance(model, OnnxVoiceModel)
-        sessions = [model._decoder, model._prior, model._flow, model._encoder]
-        for session in filter(None, sessions):
+        sessions = [model._decoder, model._prior, model._flow, model._encoder, model._lean]
+        loaded = [s for s in sessions if s is not None]
+        assert (model._decoder is None) is (workers == 2)
+        threads = {s.get_session_options().intra_op_num_threads for s in loaded}
+        assert threads == {2 // workers, 1}  # the 2-D decoder has one thread in both
+        for session in loaded:
             opts = session.get_session_options()
-            assert opts.intra_op_num_threads == 2
             assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     finally:
         rt.close()
@@ -103,7 +125,7 @@ def test_one_worker_on_this_box_builds_sessions_that_do_not_spin(
 @pytest.mark.parametrize(
     ("cpus", "workers", "threads", "mode", "expected"),
     [
-        (2, 2, 2, "auto", Pinning(workers=(0, 1), pool=(1,))),  # this box's default
+        (2, 2, 2, "auto", Pinning(workers=(0, 1), pool=(1,))),
         (2, 1, 2, "auto", Pinning(workers=(0,), pool=(1,))),
         (4, 2, 4, "auto", Pinning(workers=(0, 1), pool=(3, 2, 1))),
         ({3, 5, 9}, 2, 2, "auto", Pinning(workers=(3, 5), pool=(9,))),  # only CPUs we may use
@@ -151,28 +173,29 @@ def _affinities(session: Any) -> str | None:
 def test_the_daemon_s_workers_and_pool_threads_run_where_the_plan_says(
     voice_cache: Path, mode: str
 ) -> None:
-    """On what `Runtime.load` builds, with this machine's real CPUs: the sessions carry the
-    pool threads' CPUs, ONNX Runtime's pool threads are pinned there, and each worker runs
-    items on its own CPU; with ``off``, nothing is pinned."""
+    """On what `Runtime.load` builds, with this machine's real CPUs and one worker (whose
+    sessions then have a thread per CPU): the sessions carry the pool threads' CPUs, ONNX
+    Runtime's pool threads are pinned there, and the worker runs items on its own CPU;
+    with ``off``, nothing is pinned."""
     from appliance.core.runtime import Runtime
     from appliance.model.engine.onnx import OnnxVoiceModel
 
     cfg = parse_config(
         {
             "voices": {"cache_dir": str(voice_cache)},
-            "engine": {"backend": "onnx-cpu", "pin_threads": mode},
+            "engine": {"backend": "onnx-cpu", "pin_threads": mode, "workers": 1},
         }
     )
     plan = pinning(cfg, cpu_threads(cfg))
     cpus = sorted(os.sched_getaffinity(0))
-    if mode == "auto" and len(cpus) >= 2:  # the default on any box of 2 CPUs or more
-        assert plan == Pinning(workers=(cpus[0], cpus[1]), pool=tuple(cpus[:0:-1]))
+    if mode == "auto" and len(cpus) >= 2:  # on any box of 2 CPUs or more
+        assert plan == Pinning(workers=(cpus[0],), pool=tuple(cpus[:0:-1]))
     before = _single_cpu_threads()
     rt = Runtime.load(cfg)
     try:
         workers = {str(t.native_id) for t in rt.scheduler._threads}
         pinned_now = {t: c for t, c in _single_cpu_threads().items() if t not in before}
-        # ONNX Runtime's pool threads only: worker 1 shares its CPU with them.
+        # ONNX Runtime's pool threads only.
         pool_now = {t: c for t, c in pinned_now.items() if t not in workers}
         model = rt.voices[rt.default_voice].model
         assert isinstance(model, OnnxVoiceModel)
