@@ -19,8 +19,8 @@ def cpu_threads(cfg: Config, cpus: float | None = None) -> int:
 
     On 2 CPUs with the default two workers that is one thread each.  Two each (every CPU,
     the default until stop 61) made a burst of eight streams wait longer for its last first
-    packet (P95 213–238 against 175–180 ms) and sixteen streams too (125–155 against
-    77–103 ms): each 2-thread run then shares its cores with the other worker's, and waits
+    packet (P95 190–238 against 166–183 ms) and sixteen streams too (86–155 against
+    57–103 ms): each 2-thread run then shares its cores with the other worker's, and waits
     for a pool thread that is not running.  A lone request lost ~1.3 ms of a 30 ms first
     packet with one thread (docs/scheduling.md, "Threads per worker").  ``cpus``: what
     :func:`~appliance.ops.cpuquota.usable_cpus` said, where the caller has read it already.
