@@ -1,6 +1,6 @@
 """The victim of tests/ops/test_paths.py: ``python -m tests.ops.victim UID ACTION [ARG]``
 imports everything it runs while still root, drops to UID (no groups) and runs ACTION,
-printing what it says; its exit status is ACTION's.
+printing what it says; its exit status is ACTION's (:data:`UNCAUGHT` if it raised).
 
 A fresh interpreter, not a fork of the pytest worker: a fork carries over the locks that
 the worker's other threads held at that moment (an import's, a logging handler's), and a
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from collections.abc import Callable
 
 # Imported as root: the victim's uid may not be able to read the interpreter's own files
@@ -47,12 +48,21 @@ ACTIONS: dict[str, Callable[..., int]] = {
 }
 
 
+UNCAUGHT = 99
+"""The status when ACTION raised: not 1, which ``ttsd`` and ``ttsctl`` return for a refusal
+they explain, so that a traceback cannot pass for one."""
+
+
 def main(argv: list[str]) -> int:
     uid, action, *args = argv
     os.setgroups([])
     os.setgid(int(uid))
     os.setuid(int(uid))
-    return ACTIONS[action](*args)
+    try:
+        return ACTIONS[action](*args)
+    except Exception:  # the boundary: the test reads the traceback in the output
+        traceback.print_exc()
+        return UNCAUGHT
 
 
 if __name__ == "__main__":
