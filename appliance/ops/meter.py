@@ -10,11 +10,10 @@ which part it goes to: the figure goal 4 of issue 46 asks for (docs/scheduling.m
 
 The CPU time is the calling thread's (``time.thread_time``): a session with more than
 one intra-op thread also runs on its pool threads, which this does not see, so ``cpu_s``
-is a floor for the prior, the flow and the urgent decoder where they run on more than one
-(one worker, or more CPUs than two per worker: appliance.model.engine.threads) and exact
-for the lean decoder (one thread), and for every part with the default two workers on
-2 CPUs.  ``wall_s`` is the run's time on
-the clock, waits for a CPU included.
+is a floor for a part whose session has more than one (the prior, the flow and the urgent
+decoder, with one worker or two or more CPUs per worker: appliance.model.engine.threads)
+and exact for one thread: the lean decoder always, every part with the default two
+workers on 2 CPUs.  ``wall_s`` is the run's time on the clock, waits for a CPU included.
 
 Threads: :meth:`RunMeter.timed` runs on whichever thread runs the model (the inference
 workers, the warm-up); :meth:`RunMeter.snapshot` on any thread.  One lock, held for a few
