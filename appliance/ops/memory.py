@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 
@@ -29,7 +30,10 @@ Runtime's arenas give back after a long run (``appliance.model.engine.onnx``) he
 idle daemon at 272 MB; mapped on their own, 191 MB (at 4 MiB, 204 MB)."""
 
 
+@functools.lru_cache(maxsize=1)
 def _libc() -> ctypes.CDLL | None:
+    # Found once: find_library runs ``ldconfig -p`` in a child process each time, and a
+    # serving daemon trims every few seconds.
     name = ctypes.util.find_library("c")
     if not name:
         return None
