@@ -8,9 +8,9 @@
   call stops them, and systemd restarts the service).
 - Freed memory handed back (:meth:`~appliance.core.runtime.Runtime.release_memory`: ONNX
   Runtime's free arena regions, then ``malloc_trim``) at most every :data:`TRIM_EVERY_S`
-  and about that long after a request ended, busy or idle, so RSS stays flat over long
-  runs; not while real-time work is queued or running, unless that lasts
-  :data:`TRIM_WAIT_S` (see :meth:`Upkeep._trim`).
+  and about that long after a request or the idle warm-up ended, busy or idle, so RSS
+  stays flat over long runs; not while real-time work is queued or running, unless that
+  lasts :data:`TRIM_WAIT_S` (see :meth:`Upkeep._trim`).
 
 Lifecycle: one per daemon once its service is built; every task it starts is given to the
 daemon (``keep``), which cancels them at its stop.
@@ -24,6 +24,8 @@ import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import psutil
 
 from appliance.ops.notify import Notifier, settle_owed, watchdog_interval_s, watchdog_loop
 
@@ -105,6 +107,12 @@ class Upkeep:
         if self.notifier.enabled and now - self._last_status > STATUS_EVERY_S:
             self._last_status = now
             self.notifier.status(status_line(runtime))
+        self.trim_soon()
+
+    def trim_soon(self) -> None:
+        """Work has ended that freed heap (a request, the idle warm-up): a trim about
+        :data:`TRIM_EVERY_S` after the last, unless one is due already."""
+        now = time.monotonic()
         if self._trim_due is None:
             delay = max(0.0, TRIM_EVERY_S - (now - self._last_trim))
             self._trim_due = asyncio.get_running_loop().create_task(self._trim(delay))
@@ -129,7 +137,22 @@ class Upkeep:
             waited += TRIM_RETRY_S
         self._last_trim = time.monotonic()
         self._trim_due = None
-        await asyncio.get_running_loop().run_in_executor(None, self._runtime().release_memory)
+        await asyncio.get_running_loop().run_in_executor(None, self._release, self._runtime())
+
+    @staticmethod
+    def _release(runtime: Runtime) -> None:
+        """(A worker thread.) The runtime's release; what it gave back, at debug level."""
+        if not log.isEnabledFor(logging.DEBUG):
+            runtime.release_memory()
+            return
+        me = psutil.Process()
+        before = me.memory_info().rss
+        runtime.release_memory()
+        log.debug(
+            "memory: freed heap handed back: RSS %.1f -> %.1f MB",
+            before / 1e6,
+            me.memory_info().rss / 1e6,
+        )
 
 
 def status_line(runtime: Runtime) -> str:

@@ -1,7 +1,8 @@
 """What a serving daemon tells systemd (appliance.upkeep), on a real datagram socket as
 ``$NOTIFY_SOCKET`` and no daemon: READY=1 with its status line once serving and after a
 reload, and a STATUS line as requests end at most every couple of seconds; and its heap
-trims: one at most every ``TRIM_EVERY_S`` after requests end, busy or idle."""
+trims: one at most every ``TRIM_EVERY_S`` after requests end, busy or idle, and (the real
+daemon) one after the idle warm-up."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from appliance.ops import memory
 from appliance.ops.config import parse_config
 from appliance.ops.metrics import Metrics
 from appliance.ops.notify import Notifier
-from appliance.upkeep import Upkeep, status_line
+from appliance.upkeep import TRIM_EVERY_S, Upkeep, status_line
+from tests.conftest import DaemonFactory
+from tests.wire import Wire
 
 
 def _received(sock: socket.socket) -> list[str]:
@@ -185,3 +188,22 @@ def test_a_trim_hands_back_the_backends_free_memory_first(monkeypatch: Any) -> N
 
     asyncio.run(scenario())
     assert done == ["release", "heap"]
+
+
+def test_the_idle_warm_up_is_followed_by_a_trim(daemon_factory: DaemonFactory) -> None:
+    """No request at all: the heap the idle warm-up's runs freed is handed back once it is
+    done (an idle daemon held ~12 MB of it until its first request ended)."""
+    d = daemon_factory({"logging": {"level": "debug"}})
+    said = "memory: freed heap handed back: RSS "
+    deadline = time.monotonic() + 300
+    with Wire(d.socket) as w:
+        while w.call({"op": "health", "id": 1})["warm_up"] != "done":
+            assert time.monotonic() < deadline, d.log()[-3000:]
+            time.sleep(0.05)
+    deadline = time.monotonic() + TRIM_EVERY_S + 20  # generous: a busy shared box
+    while said not in d.log():
+        assert d.alive() and time.monotonic() < deadline, d.log()[-3000:]
+        time.sleep(0.05)
+    line = d.log().split(said, 1)[1].splitlines()[0]  # "175.4 -> 163.5 MB"
+    before, after = (float(x) for x in line.removesuffix(" MB").split(" -> "))
+    assert after <= before, line
