@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance.ops.cpuquota import capped_cpus, cpu_quota
+from appliance.ops.cpuquota import cpu_quota
 
 if TYPE_CHECKING:
     from appliance.core.service import Service
@@ -60,9 +60,12 @@ class QuotaWatch:
         self._keep(asyncio.get_running_loop().create_task(self._loop()))
 
     async def _loop(self) -> None:
-        cfg = self._service().runtime.config
-        read = asyncio.get_running_loop().run_in_executor
-        _, self._sized = await read(None, self._read, cfg)
+        runtime = self._service().runtime
+        if runtime.plan is not None:  # as the start sized them, from its own read
+            self._sized = (runtime.plan.threads, runtime.plan.spin)
+        else:
+            read = asyncio.get_running_loop().run_in_executor
+            _, self._sized = await read(None, self._read, runtime.config)
         while True:
             await asyncio.sleep(self.every_s)
             try:
@@ -97,12 +100,10 @@ class QuotaWatch:
 
     def _read(self, cfg: Config) -> tuple[float | None, tuple[int, bool]]:
         """On a worker: the quota and the sessions' (threads, spin) it would give."""
-        from appliance.model.engine.threads import cpu_threads, spin_wait
+        from appliance.model.engine.threads import cpu_plan
 
-        quota = cpu_quota(self.root)
-        cpus = capped_cpus(quota)
-        threads = cpu_threads(cfg, cpus)
-        return quota, (threads, spin_wait(cfg, threads, cpus))
+        plan = cpu_plan(cfg, cpu_quota(self.root), pin=False)
+        return plan.quota, (plan.threads, plan.spin)
 
 
 def _cpus(quota: float | None) -> str:

@@ -316,18 +316,21 @@ def ab(variant: str, runs: int = 20) -> dict[str, Any]:
     from appliance.core.warmup import WARM_UP_LATER
     from appliance.model.engine.base import Scales
     from appliance.model.engine.select import load_voice_model
+    from appliance.model.engine.threads import cpu_plan
     from appliance.model.engine.windows import decode_windows
     from appliance.model.voices import bundled_voice_path, load_voice
     from appliance.ops.config import parse_config
+    from appliance.ops.cpuquota import cpu_quota
     from appliance.ops.paths import default_cache_dir
     from appliance.text.phonemize import Phonemizer
 
     voice = load_voice("en_US-joe-medium", bundled_voice_path(), default_cache_dir())
     cfg = parse_config({"engine": {"backend": "onnx-cpu", "intra_op_threads": 1}})
     real = ort.InferenceSession
-    plain, _ = load_voice_model(voice, cfg, None)
+    plan = cpu_plan(cfg, cpu_quota(), pin=False)
+    plain, _ = load_voice_model(voice, cfg, plan)
     VARIANTS[variant]()  # patches InferenceSession for the sessions made from here on
-    cut, _ = load_voice_model(voice, cfg, None)
+    cut, _ = load_voice_model(voice, cfg, plan)
     ort.InferenceSession = real
     info = voice.info
     ids = Phonemizer(info).ids(WARM_UP_LATER)

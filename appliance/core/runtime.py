@@ -45,7 +45,7 @@ from appliance.model.engine.gpu_select import gpu_health
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.engine.pool import FailoverVoiceModel
 from appliance.model.engine.select import load_voice_model
-from appliance.model.engine.threads import Pinning, cpu_threads, pinning
+from appliance.model.engine.threads import CpuPlan, cpu_plan
 from appliance.model.voices import discover, load_voice
 from appliance.ops import memory
 from appliance.ops.config import Config
@@ -75,13 +75,13 @@ def load_one(
     path: Path,
     cache: Path,
     cfg: Config,
-    pins: Pinning | None,
+    plan: CpuPlan,
     meter: RunMeter | None = None,
 ) -> tuple[VoiceRuntime, dict[str, Any]]:
     """One voice, cut (or its cached cut) and on its backend; the backend's status."""
     t0 = time.monotonic()
     voice = load_voice(name, path, cache)
-    model, status = load_voice_model(voice, cfg, pins, meter)
+    model, status = load_voice_model(voice, cfg, plan, meter)
     info = voice.info
     runtime = VoiceRuntime(
         name=name,
@@ -159,8 +159,9 @@ class Runtime:
     """The user's lexicon (``voices.lexicon``), replaced whole on SIGHUP."""
     skipped: Mapping[str, str] = field(default_factory=dict)
     """Voice files left out (path → why, one line): ``info`` lists them, SIGHUP retries."""
-    pins: Pinning | None = None
-    """The thread placement the voices' sessions were made with (voices added on SIGHUP)."""
+    plan: CpuPlan | None = None
+    """The threads and placement the voices' sessions were made with (voices added on
+    SIGHUP get the same)."""
     cache_dir: Path | None = None
     warm: WarmState = field(default_factory=WarmState)
     """How far the warm-up has got: changed in place by the warm-up alone, and shared by
@@ -208,14 +209,14 @@ class Runtime:
             )
         voices: dict[str, VoiceRuntime] = {}
         status: dict[str, Any] = {}
-        # One placement of threads for the workers and every voice's sessions.
-        pins = pinning(cfg, cpu_threads(cfg))
+        # One read of the CPUs: every voice's sessions and the workers sized and placed alike.
+        plan = cpu_plan(cfg, cpu_quota())
         meter = RunMeter()
         for name, path in found.items():
             if notifier is not None:
                 notifier.extend_timeout(120_000_000)
             try:
-                voices[name], status = load_one(name, path, cache, cfg, pins, meter)
+                voices[name], status = load_one(name, path, cache, cfg, plan, meter)
             except Exception as exc:  # a foreign file: protobuf, onnxruntime, JSON errors …
                 why = one_line(exc)
                 if name == cfg.voices.default:
@@ -225,7 +226,7 @@ class Runtime:
                 skipped[str(path)] = why
                 log_skipped({str(path): why})
         scheduler = Scheduler(
-            cfg.engine.workers, cpus=pins.workers if pins else None, quota=cpu_quota()
+            cfg.engine.workers, cpus=plan.pins.workers if plan.pins else None, quota=plan.quota
         )
         rt = cls(
             cfg,
@@ -235,7 +236,7 @@ class Runtime:
             Metrics(),
             status,
             skipped=skipped,
-            pins=pins,
+            plan=plan,
             cache_dir=cache,
             meter=meter,
         )

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 
 from appliance.core.runtime import Runtime, load_one, log_skipped
 from appliance.core.streaming import VoiceRuntime
+from appliance.model.engine.threads import cpu_plan
 from appliance.model.voices import discover
+from appliance.ops.cpuquota import cpu_quota
 from appliance.ops.logsetup import one_line
 from appliance.ops.paths import default_cache_dir
 
@@ -43,13 +45,14 @@ def scan(rt: Runtime) -> VoiceChanges:
     changes = VoiceChanges()
     found = discover(rt.config.voices.voices_dir, changes.skipped)
     cache = rt.cache_dir or default_cache_dir()
+    plan = rt.plan or cpu_plan(rt.config, cpu_quota(), pin=False)
     changes.removed = [n for n in rt.voices if n not in found and n != rt.default_voice]
     for name, path in found.items():
         known = rt.voices.get(name)
         if known is not None and known.source.model_path == path:
             continue
         try:
-            voice, _status = load_one(name, path, cache, rt.config, rt.pins, rt.meter)
+            voice, _status = load_one(name, path, cache, rt.config, plan, rt.meter)
             rt.warm_voice(voice)
         except Exception as exc:  # a foreign file: protobuf, onnxruntime, JSON errors …
             changes.skipped[str(path)] = one_line(exc)

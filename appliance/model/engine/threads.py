@@ -1,5 +1,5 @@
 """How many ONNX Runtime threads a worker's sessions use, whether they spin, and where
-they run."""
+they run: :func:`cpu_plan` gives a start all three from one read of the CPUs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 
 from appliance.ops.config import Config
-from appliance.ops.cpuquota import usable_cpus
+from appliance.ops.cpuquota import capped_cpus, usable_cpus
 
 
 def cpu_threads(cfg: Config, cpus: float | None = None) -> int:
@@ -81,3 +81,28 @@ def pinning(cfg: Config, threads: int) -> Pinning | None:
         workers=tuple(cpus[: cfg.engine.workers]),
         pool=tuple(cpus[n - 1 - i] for i in range(threads - 1)),
     )
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    """What one read of the CPU quota gives a start: every voice's sessions and the
+    scheduler's workers are sized and placed from the same figures."""
+
+    quota: float | None
+    """The cgroup's CPU quota (appliance.ops.cpuquota), None where there is none."""
+    threads: int
+    """Intra-op threads of each worker's sessions (:func:`cpu_threads`)."""
+    spin: bool
+    """Whether those threads spin between ops (:func:`spin_wait`)."""
+    pins: Pinning | None
+    """Where the workers and the sessions' pool threads run (:func:`pinning`)."""
+
+
+def cpu_plan(cfg: Config, quota: float | None, *, pin: bool = True) -> CpuPlan:
+    """The plan for ``quota`` (what :func:`~appliance.ops.cpuquota.cpu_quota` read) and
+    this process's affinity; ``pin``: False for sessions loaded outside a daemon (a probe,
+    a test), which place no threads."""
+    cpus = capped_cpus(quota)
+    threads = cpu_threads(cfg, cpus)
+    pins = pinning(cfg, threads) if pin else None
+    return CpuPlan(quota, threads, spin_wait(cfg, threads, cpus), pins)

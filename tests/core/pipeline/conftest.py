@@ -10,8 +10,10 @@ import pytest
 
 from appliance.core.pipeline.types import VoiceRuntime
 from appliance.core.runtime import load_one
+from appliance.model.engine.threads import cpu_plan
 from appliance.model.voices import bundled_voice_path
 from appliance.ops.config import parse_config
+from appliance.ops.cpuquota import cpu_quota
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +24,7 @@ def voice(voice_cache: Path) -> Iterator[VoiceRuntime]:
             "engine": {"workers": 1, "intra_op_threads": 2},
         }
     )
-    runtime, _ = load_one("en_US-joe-medium", bundled_voice_path(), voice_cache, cfg, None)
+    plan = cpu_plan(cfg, cpu_quota(), pin=False)
+    runtime, _ = load_one("en_US-joe-medium", bundled_voice_path(), voice_cache, cfg, plan)
     yield runtime
     runtime.model.close()

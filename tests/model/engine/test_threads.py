@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from appliance.model.engine.threads import Pinning, cpu_threads, pinning, spin_wait
+from appliance.model.engine.threads import (
+    CpuPlan,
+    Pinning,
+    cpu_plan,
+    cpu_threads,
+    pinning,
+    spin_wait,
+)
 from appliance.ops import cpuquota
 from appliance.ops.config import parse_config
 
@@ -87,6 +94,21 @@ def test_under_a_cpu_quota_threads_spin_only_with_quota_to_spare(
     assert spin_wait(cfg, 2) is False
     _cpus(monkeypatch, 4, 3.0)
     assert spin_wait(cfg, 2) is True
+
+
+def test_a_plan_is_made_from_the_one_quota_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start reads the quota once, and every voice's sessions and the workers are sized
+    from that read (each voice's load read it again before)."""
+    _cpus(monkeypatch, 4)
+
+    def read_again(root: Any = None) -> float | None:
+        raise AssertionError("the plan read the quota itself")
+
+    monkeypatch.setattr(cpuquota, "cpu_quota", read_again)
+    cfg = parse_config({"engine": {"workers": 1}})
+    assert cpu_plan(cfg, 1.5) == CpuPlan(1.5, 2, False, pinning(cfg, 2))
+    assert cpu_plan(cfg, None) == CpuPlan(None, 4, False, pinning(cfg, 4))
+    assert cpu_plan(cfg, 3.0, pin=False) == CpuPlan(3.0, 3, False, None)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
