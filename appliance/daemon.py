@@ -289,7 +289,7 @@ class Daemon:
         runtime.warm.finished(cost)
         if cost is not None:
             service.admission.measured_at_start(cost)
-        # Its runs freed ~12 MB of heap that an idle daemon kept until its first request.
+        # Its runs freed ~10 MB of heap that an idle daemon kept until its first request.
         self.upkeep.trim_soon()
 
     # ------------------------------------------------------------ stop

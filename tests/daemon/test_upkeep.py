@@ -192,7 +192,7 @@ def test_a_trim_hands_back_the_backends_free_memory_first(monkeypatch: Any) -> N
 
 def test_the_idle_warm_up_is_followed_by_a_trim(daemon_factory: DaemonFactory) -> None:
     """No request at all: the heap the idle warm-up's runs freed is handed back once it is
-    done (an idle daemon held ~12 MB of it until its first request ended)."""
+    done (an idle daemon held ~10 MB of it until its first request ended)."""
     d = daemon_factory({"logging": {"level": "debug"}})
     said = "memory: freed heap handed back: RSS "
     deadline = time.monotonic() + 300
