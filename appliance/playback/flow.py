@@ -5,11 +5,11 @@ before it calls back steadily; a request queued in that pause waits for it.  So 
 counts as *running* only once its callbacks have asked for :data:`STEADY_MIN_S` of audio
 (and four times its latency at least) without a pause longer than twice its latency.
 
-The pause is the sound server's, measured on PulseAudio 16's null sink (the tests'): a sink
-no client asks for less from renders blocks of up to 2 s, and a stream that connects waits
-for its next wake.  An underrun restarts the plugin's stream, so it pauses again (a 30 ms
-stall in the callback: ~1.97 s).  With another client holding the sink at 10 ms neither
-pause came.  A hardware sink was not measured.
+The pause is the sound server's, measured on PulseAudio 16's null sink (the tests'): while
+no client asks it for a shorter latency it renders blocks of up to 2 s, and a stream that
+connects waits for its next wake.  An underrun restarts the plugin's stream, so it pauses
+again (a 30 ms stall in the callback: ~1.97 s).  With another client holding the sink at
+10 ms neither pause came.  A hardware sink was not measured.
 
 Threads: :meth:`FlowWatch.note` runs on PortAudio's audio thread, once per callback, and
 never blocks; :meth:`FlowWatch.reset` runs on the thread opening a stream, before it is
