@@ -62,8 +62,8 @@ def flow_voice(cache: Path | None = None) -> tuple[Voice, OnnxVoiceModel]:
 
 
 class RecordingModel(VoiceModel):
-    """A model passed through, noting each decode call's latent frames and urgency, and
-    each encoder call's phoneme ids.
+    """A model passed through, noting each decode call's latent frames and urgency, each
+    flow call's latent frames, and each encoder call's phoneme ids.
 
     It does not close the model it wraps: whoever built that one closes it."""
 
@@ -72,6 +72,7 @@ class RecordingModel(VoiceModel):
     def __init__(self, inner: VoiceModel) -> None:
         self.inner = inner
         self.decodes: list[tuple[int, bool]] = []
+        self.flows: list[int] = []
         self.encodes: list[int] = []
 
     @property
@@ -96,6 +97,7 @@ class RecordingModel(VoiceModel):
         return self.inner.encode_prior(ids, scales, speaker)
 
     def flow(self, window: Window) -> FloatArray:
+        self.flows.append(window.frames)
         return self.inner.flow(window)
 
     def decode(self, window: Window) -> FloatArray:

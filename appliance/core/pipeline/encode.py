@@ -44,7 +44,7 @@ from appliance.core.pipeline.types import (
 )
 from appliance.model.engine.base import Encoded, Scales
 from appliance.model.engine.bounded import Pieces
-from appliance.model.engine.windows import Beside, decode_span
+from appliance.model.engine.windows import Beside, decode_span, flow_all
 from appliance.speech import FloatArray, IntArray
 
 if TYPE_CHECKING:
@@ -198,13 +198,19 @@ def voice_clause(
 
 def encode_clause(ctx: EncodeContext, clause: Clause) -> EncodedClause:
     """A later clause's item: phonemize and encode it whole (prior and flow); with word
-    timings, find all its written words."""
+    timings, find all its written words.  While no other work waits, a long clause's flow
+    runs in two halves, one on a free core (one piece only: the pieces of a clause past
+    ``engine.max_phonemes`` each run their own flow)."""
     ids = clause_ids(ctx, clause)
     scales = _scales(ctx, clause, ids)
-    if ctx.voice.can_stream:
-        out = EncodedClause(*bounded(ctx, ids, scales, prior=False), None)
-    else:
+    if not ctx.voice.can_stream:
         out = _fused(ctx, ids, scales)
+    elif ctx.beside is not None and len(ids) <= ctx.settings.max_phonemes and _ahead(ctx):
+        ids, enc = bounded(ctx, ids, scales, prior=True)
+        flow_all(ctx.voice.model, enc, ctx.beside)
+        out = EncodedClause(ids, enc, None)
+    else:
+        out = EncodedClause(*bounded(ctx, ids, scales, prior=False), None)
     return _with_words(ctx, clause, out, first=False)
 
 
@@ -235,10 +241,16 @@ def decode(
     and decoded 4× its frames took ~50 ms, and the last streams' second chunks came after
     their listeners had run dry."""
     s, v = ctx.settings, ctx.voice
-    ahead = not s.deterministic and not ctx.crowded()
+    ahead = _ahead(ctx)
     beside = ctx.beside if ahead else None
     audio = decode_span(v.model, enc, a, b, s.context, v.hop, ahead=ahead, beside=beside)
     return audio, words.all() if words is not None else None
+
+
+def _ahead(ctx: EncodeContext) -> bool:
+    """Whether the item may work ahead and hand parts to a free core: no other work waits
+    for the cores (and not in ``deterministic`` mode, whose work never follows the load)."""
+    return not ctx.settings.deterministic and not ctx.crowded()
 
 
 def whole_prior(ctx: EncodeContext, ids: IntArray) -> tuple[Encoded, float]:

@@ -4,6 +4,7 @@ planned and decoded chunk by chunk, a clause is piper's whole-sentence audio."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -40,6 +41,32 @@ def test_a_later_clause_encoded_planned_and_decoded_is_the_whole_sentence(
     assert len(chunks) > 2 and chunks[-1][1] == out.enc.frames
     got = np.concatenate(rest(ctx, out, chunks))
     want = fused(voice, ctx, BARE)
+    assert got.shape == want.shape
+    assert float(np.max(np.abs(got - want))) <= 1e-4
+
+
+@pytest.mark.parametrize(
+    ("crowded", "deterministic", "offers"), [(False, False, 1), (True, False, 0), (False, True, 0)]
+)
+def test_a_long_later_clause_s_flow_goes_half_to_a_free_core(
+    voice: VoiceRuntime, crowded: bool, deterministic: bool, offers: int
+) -> None:
+    """Encoded ahead with a core free (``Scheduler.beside``), a long clause's flow is two
+    halves, one offered to that core; crowded, or ``deterministic``, it is one run on the
+    item's own.  The audio is the whole sentence's either way."""
+    offered: list[Callable[[], FloatArray]] = []
+
+    def beside(run: Callable[[], FloatArray]) -> Callable[[], FloatArray]:
+        offered.append(run)
+        return lambda: run()  # taken: its result comes from "the other core"
+
+    ctx = dataclasses.replace(context(voice, crowded, deterministic=deterministic), beside=beside)
+    clause = clause_of(COMMITTEE)
+    out = encode.encode_clause(ctx, clause)
+    assert out.enc is not None and out.enc.ready == out.enc.frames
+    assert len(offered) == offers
+    got = np.concatenate(rest(ctx, out, [(0, out.enc.frames)]))
+    want = fused(voice, ctx, COMMITTEE)
     assert got.shape == want.shape
     assert float(np.max(np.abs(got - want))) <= 1e-4
 

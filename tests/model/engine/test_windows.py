@@ -13,8 +13,10 @@ from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.engine.windows import (
     AHEAD_MAX_FRAMES,
     MAX_WINDOW_FRAMES,
+    SPLIT_MIN_FLOW_FRAMES,
     decode_span,
     decode_windows,
+    flow_all,
 )
 from appliance.model.voices import CUT_TOLERANCE
 from appliance.speech import FloatArray, IntArray
@@ -140,6 +142,24 @@ def test_with_the_cores_wanted_elsewhere_a_chunk_costs_only_its_own_frames() -> 
     assert again.ready == again.frames
 
 
+def _on_a_thread(offered: list[threading.Thread]) -> Callable[..., Callable[[], FloatArray]]:
+    """A ``beside`` that runs each offered run on a thread of its own, as a free core."""
+
+    def beside(run: Callable[[], FloatArray]) -> Callable[[], FloatArray]:
+        box: list[FloatArray] = []
+        t = threading.Thread(target=lambda: box.append(run()))
+        t.start()
+        offered.append(t)
+
+        def result() -> FloatArray:
+            t.join()
+            return box[0]
+
+        return result
+
+    return beside
+
+
 def test_with_a_core_beside_a_window_is_decoded_in_two_halves_at_once_and_still_exact() -> None:
     """``beside`` (a free core): each decode of at least SPLIT_MIN_FRAMES is two runs, the
     second offered to the other core; the samples are still the fused model's."""
@@ -148,14 +168,7 @@ def test_with_a_core_beside_a_window_is_decoded_in_two_halves_at_once_and_still_
     counting = RecordingModel(model)
     enc = counting.encode_prior(ids, ZERO, None)
     offered: list[threading.Thread] = []
-
-    def beside(run: Callable[[], FloatArray]) -> Callable[[], FloatArray]:
-        box: list[FloatArray] = []
-        t = threading.Thread(target=lambda: box.append(run()))
-        t.start()
-        offered.append(t)
-        return lambda: (t.join(), box[0])[1]
-
+    beside = _on_a_thread(offered)
     spans = chunks_of(enc.frames, [8, 18, 37] + [69] * 20)
     out = np.concatenate(
         [decode_span(counting, enc, a, b, 16, HOP, beside=beside) for a, b in spans]
@@ -164,3 +177,33 @@ def test_with_a_core_beside_a_window_is_decoded_in_two_halves_at_once_and_still_
     assert max(counting.decoded) <= -(-(AHEAD_MAX_FRAMES + 69) // 2) + 2 * 16
     assert out.shape == fused.shape
     assert float(np.max(np.abs(out - fused))) <= CUT_TOLERANCE
+
+
+def test_with_a_core_beside_a_long_clause_s_flow_runs_in_two_halves_and_still_exact() -> None:
+    """A later clause encoded ahead (``flow_all``): its flow is two runs of half the clause
+    and ``flow_context`` frames at the split, the second on the other core; the latent is
+    the one-run flow's, and the audio the fused model's.  With no core free it is one run."""
+    model, _ = model_and_ids()
+    from appliance.text.phonemize import Phonemizer
+
+    voice, _ = real_voice()
+    ids = Phonemizer(voice.info).ids(TEXT + " " + TEXT)
+    whole = model.encode(ids, ZERO, None)
+    counting = RecordingModel(model)
+    enc = counting.encode_prior(ids, ZERO, None)
+    assert enc.frames >= SPLIT_MIN_FLOW_FRAMES
+    offered: list[threading.Thread] = []
+    flow_all(counting, enc, _on_a_thread(offered))
+    c, half = model.flow_context, enc.frames // 2
+    assert len(offered) == 1 and enc.ready == enc.frames and enc.z_p is None
+    assert sorted(counting.flows) == sorted([half + c, enc.frames - half + c])
+    assert float(np.max(np.abs(enc.z - whole.z))) <= 1e-6  # 0.0 here
+    audio = decode_span(model, enc, 0, enc.frames, 16, HOP)
+    fused = model.fused(ids, ZERO, None)
+    assert float(np.max(np.abs(audio - fused))) <= CUT_TOLERANCE
+
+    alone = RecordingModel(model)
+    enc = alone.encode_prior(ids, ZERO, None)
+    flow_all(alone, enc, lambda run: run)  # no core may take it
+    assert alone.flows == [enc.frames] and enc.z_p is None
+    assert float(np.max(np.abs(enc.z - whole.z))) <= 1e-6  # 0.0 here
