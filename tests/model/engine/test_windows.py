@@ -38,6 +38,15 @@ def model_and_ids() -> tuple[OnnxVoiceModel, IntArray]:
     return model, Phonemizer(voice.info).ids(TEXT)
 
 
+@functools.lru_cache(maxsize=1)
+def long_ids() -> IntArray:
+    """The text twice: a clause longer than a decoder window and than a flow split."""
+    from appliance.text.phonemize import Phonemizer
+
+    voice, _ = real_voice()
+    return Phonemizer(voice.info).ids(TEXT + " " + TEXT)
+
+
 def chunks_of(total: int, sizes: list[int]) -> list[tuple[int, int]]:
     out, a = [], 0
     for n in sizes:
@@ -101,10 +110,7 @@ def test_a_whole_long_clause_is_decoded_in_bounded_runs_and_still_exact() -> Non
     decoded run after run (the arenas then keep a bounded run's buffers, not a whole
     sentence's), each run with its context, and the samples are the same."""
     model, _ = model_and_ids()
-    from appliance.text.phonemize import Phonemizer
-
-    voice, _ = real_voice()
-    ids = Phonemizer(voice.info).ids(TEXT + " " + TEXT)
+    ids = long_ids()
     fused = model.fused(ids, ZERO, None)
     counting = RecordingModel(model)
     enc = counting.encode_prior(ids, ZERO, None)
@@ -184,10 +190,7 @@ def test_with_a_core_beside_a_long_clause_s_flow_runs_in_two_halves_and_still_ex
     and ``flow_context`` frames at the split, the second on the other core; the latent is
     the one-run flow's, and the audio the fused model's.  With no core free it is one run."""
     model, _ = model_and_ids()
-    from appliance.text.phonemize import Phonemizer
-
-    voice, _ = real_voice()
-    ids = Phonemizer(voice.info).ids(TEXT + " " + TEXT)
+    ids = long_ids()
     whole = model.encode(ids, ZERO, None)
     counting = RecordingModel(model)
     enc = counting.encode_prior(ids, ZERO, None)
