@@ -289,6 +289,11 @@ class Scheduler:
             self._wake_one_locked()
         return fut
 
+    def lone(self, owner: object) -> bool:
+        """Whether ``owner``'s items are all the work queued or running (or none is)."""
+        with self._lock:
+            return self._by_owner.keys() <= {id(owner)}
+
     def beside(self, fn: Callable[[], T]) -> Callable[[], T]:
         """On a worker: offer ``fn``, part of the item it runs, to an idle worker when that
         item runs ahead of time and its request has all the work there is

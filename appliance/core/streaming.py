@@ -28,6 +28,7 @@ call takes more than ``engine.max_phonemes`` ids (:mod:`appliance.model.engine.b
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -61,6 +62,11 @@ __all__ = ["ClauseQueue", "JobSettings", "JobStats", "SynthesisJob", "VoiceRunti
 
 KEEPALIVE_S = 0.02
 """A keep-alive chunk's silence (``keepalive_ms``)."""
+PREFETCH_DEPTH = 2
+"""Clauses encoded ahead while the request's work is all the scheduler has (else one)."""
+CHAR_S = 0.04
+"""Audio per character of text at speed 1 (the bundled voice: ~18 s for 461 characters),
+until a request's own rate is known: when an encode two clauses ahead falls due."""
 PREFETCH_HOLD_S = 1.0
 """A first clause with more audio than this left after its first chunk encodes the next
 clause only after its second chunk (see :meth:`SynthesisJob._prefetch`)."""
@@ -114,8 +120,9 @@ class SynthesisJob:
         self._chars_done = 0
         """Characters of the clauses whose audio is fully written (admission's estimate)."""
         self._clauses_done = 0
-        self._next: tuple[Clause, asyncio.Future[Any]] | None = None
-        """The next clause and its encode, submitted while this one plays."""
+        self._next: collections.deque[tuple[Clause, asyncio.Future[Any]]] = collections.deque()
+        """The next clauses and their encodes, submitted while this one plays (at most
+        :data:`PREFETCH_DEPTH`)."""
 
     # -- what the service reads
 
@@ -143,8 +150,8 @@ class SynthesisJob:
             # Drops this job's queued items and cancels their futures, which also
             # ends a prefetched encode still waiting in the queue.
             self.cancel_pending()
-            if self._next is not None:
-                self._next[1].cancel()
+            for _clause, fut in self._next:
+                fut.cancel()
 
     async def _run(self, emit: Emit) -> None:
         item = await self._following(emit)
@@ -175,9 +182,8 @@ class SynthesisJob:
     async def _encoded(self, clause: Clause) -> EncodedClause:
         """The clause's encoding: prefetched, or the request's first item (urgent: work
         ahead of time steps aside for it, see the scheduler)."""
-        if self._next is not None and self._next[0] is clause:
-            fut = self._next[1]
-            self._next = None
+        if self._next and self._next[0][0] is clause:
+            fut = self._next.popleft()[1]
             return (await fut)[0]  # type: ignore[no-any-return]
         first = self._clauses_done == 0
         if first:
@@ -200,8 +206,8 @@ class SynthesisJob:
     async def _following(self, emit: Emit) -> Clause | Draft | None:
         """The next clause; with an eager start, the draft of a sentence still being
         written once nothing else is left to play; None: the text is over."""
-        if self._next is not None:
-            return self._next[0]
+        if self._next:
+            return self._next[0][0]
         q = self.clauses
         if self._eager is None and not self.settings.keepalive_ms:
             if self.settings.text_stream and not q.ready and not q.closed:
@@ -257,12 +263,28 @@ class SynthesisJob:
         left, not yet: the second chunk's item (the flow over the rest of the first
         sentence) must land within the first chunk's ~0.12 s, and an encode beside it took
         half the cores (it ran 0.23–0.29 s against the 0.22 s it had: a stall).  (Text that
-        streams in may bring it later, after any chunk.)"""
+        streams in may bring it later, after any chunk.)
+
+        While this request's work is all the scheduler has, the clause after it too
+        (:data:`PREFETCH_DEPTH`), due once the one before it will have played: a whole
+        request read as fast as it comes ran its last long sentence's prior alone at its
+        end, ~120 ms, while the other core waited."""
         if self.timeline.seq <= 1 and ahead_s > PREFETCH_HOLD_S:
             return
-        if self._next is None and (nxt := self.clauses.take_nowait()) is not None:
+        depth = PREFETCH_DEPTH if self.scheduler.lone(self) else 1
+        while len(self._next) < depth and (nxt := self.clauses.take_nowait()) is not None:
             work = functools.partial(encode.encode_clause, self.ctx, nxt)
-            self._next = (nxt, self._submit(work, "encode", ahead_s))
+            due_s = ahead_s + self._queued_audio_s()
+            self._next.append((nxt, self._submit(work, "encode", due_s)))
+
+    def _queued_audio_s(self) -> float:
+        """The audio of the clauses encoded ahead, estimated from their characters (at the
+        request's rate so far, else :data:`CHAR_S`)."""
+        chars = sum(len(c.text) for c, _fut in self._next)
+        if not chars:
+            return 0.0
+        per_char = self.timeline.audio_out_s / self._chars_done if self._chars_done else CHAR_S
+        return chars * per_char
 
     def plan(self, clause: Clause, encoded: EncodedClause, start: int = 0) -> Voiced:
         """How the clause's frames from ``start`` become output: its chunks (the first
@@ -297,7 +319,7 @@ class SynthesisJob:
             last = j == len(voiced.chunks) - 1
             if last and tl.pending is not None:  # no work item of its own carried them
                 tl.place_pending(tl.pending.work.all())
-            more = not self.clauses.exhausted or self._next is not None
+            more = not self.clauses.exhausted or bool(self._next)
             shaped = shape(
                 voiced,
                 audio,

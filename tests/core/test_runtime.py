@@ -564,6 +564,35 @@ def test_a_long_first_sentence_encodes_the_next_after_its_second_chunk(
     assert submitted == [after], (submitted, len(chunks))
 
 
+@pytest.mark.parametrize(("lone", "ahead"), [(True, 2), (False, 1)])
+def test_a_lone_request_encodes_two_clauses_ahead(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, lone: bool, ahead: int
+) -> None:
+    """While its work is all the scheduler has, a request keeps its next two clauses
+    encoding (a whole request ran its last long prior alone at its end); beside other work,
+    one.  The audio is the same."""
+    depths: list[int] = []
+    original = SynthesisJob._submit
+
+    def recording(
+        job: SynthesisJob, fn: Any, kind: str, ahead_s: float = 0.0, urgent: bool = False
+    ) -> Any:
+        if isinstance(fn, functools.partial) and fn.func is encode.encode_clause:
+            depths.append(len(job._next) + 1)  # this one among those encoded ahead
+        return original(job, fn, kind, ahead_s, urgent)
+
+    monkeypatch.setattr(SynthesisJob, "_submit", recording)
+    monkeypatch.setattr(runtime.scheduler, "lone", lambda owner: lone)
+    text = "Hello there. It is cold today. Take a coat. And a hat. Then go home."
+    req = SpeechRequest(text=text, noise_scale=0.0, noise_w=0.0)
+    chunks, _ = _stream(runtime, req)
+    assert len(depths) == 4 and max(depths) == ahead, depths
+    monkeypatch.setattr(runtime.scheduler, "lone", lambda owner: not lone)
+    again, _ = _stream(runtime, req)
+    got = np.concatenate([c.samples for c in chunks])
+    assert np.array_equal(got, np.concatenate([c.samples for c in again]))
+
+
 def test_no_quick_start_where_the_whole_prior_could_not_be_hidden(runtime: Runtime) -> None:
     """A prior estimated far longer than 250 ms of audio lasts (a slow or busy box): the
     sentence is encoded whole from the start, never cut, and every sample is piper's."""

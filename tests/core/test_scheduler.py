@@ -436,3 +436,23 @@ async def test_an_idle_worker_reads_the_cpu_wait_off_the_lock() -> None:
     finally:
         s.stop()
     assert len(seen) >= 3 and set(seen[:3]) == {("idle-0", False)}
+
+
+def test_a_request_is_lone_while_its_items_are_all_the_work() -> None:
+    """``lone``: nothing queued or running, or only ``owner``'s (a stream then encodes two
+    clauses ahead); another owner's item queued, not."""
+    s = Scheduler(1, name="lone")  # never started: what is submitted stays queued
+    mine, other = object(), object()
+
+    async def scenario() -> list[bool]:
+        seen = [s.lone(mine)]
+        s.submit(lambda: None, deadline=0.0, realtime=False, owner=mine, kind="t")
+        seen.append(s.lone(mine))
+        s.submit(lambda: None, deadline=0.0, realtime=False, owner=other, kind="t")
+        seen.append(s.lone(mine))
+        s.cancel_owner(other)
+        seen.append(s.lone(mine))
+        s.cancel_owner(mine)
+        return seen
+
+    assert asyncio.run(scenario()) == [True, True, False, True]
