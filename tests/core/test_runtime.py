@@ -540,6 +540,23 @@ def test_the_word_work_a_first_packet_waits_for_is_its_own_part(
     assert isinstance(plain["ttfp_parts_ms"], dict) and "words" not in plain["ttfp_parts_ms"]
 
 
+def _on_later_encodes(
+    monkeypatch: pytest.MonkeyPatch, note: Callable[[SynthesisJob], None]
+) -> None:
+    """``note(job)`` as each later clause's encode is submitted (the first clause's is
+    ``encode_first``)."""
+    original = SynthesisJob._submit
+
+    def recording(
+        job: SynthesisJob, fn: Any, kind: str, ahead_s: float = 0.0, urgent: bool = False
+    ) -> Any:
+        if isinstance(fn, functools.partial) and fn.func is encode.encode_clause:
+            note(job)
+        return original(job, fn, kind, ahead_s, urgent)
+
+    monkeypatch.setattr(SynthesisJob, "_submit", recording)
+
+
 @pytest.mark.parametrize(("first", "after"), [(BARE, 2), ("Hello there.", 1)])
 def test_a_long_first_sentence_encodes_the_next_after_its_second_chunk(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch, first: str, after: int
@@ -549,16 +566,7 @@ def test_a_long_first_sentence_encodes_the_next_after_its_second_chunk(
     it past the first chunk's audio: stalls at a newcomer's arrival); a short first
     sentence's next is submitted after its first chunk, as before."""
     submitted: list[int] = []
-    original = SynthesisJob._submit
-
-    def recording(
-        job: SynthesisJob, fn: Any, kind: str, ahead_s: float = 0.0, urgent: bool = False
-    ) -> Any:
-        if isinstance(fn, functools.partial) and fn.func is encode.encode_clause:
-            submitted.append(job.timeline.seq)  # a later clause's (the first's is encode_first)
-        return original(job, fn, kind, ahead_s, urgent)
-
-    monkeypatch.setattr(SynthesisJob, "_submit", recording)
+    _on_later_encodes(monkeypatch, lambda job: submitted.append(job.timeline.seq))
     req = SpeechRequest(text=f"{first} And then we went home.", noise_scale=0.0, noise_w=0.0)
     chunks, _ = _stream(runtime, req)
     assert submitted == [after], (submitted, len(chunks))
@@ -571,17 +579,8 @@ def test_a_lone_request_encodes_two_clauses_ahead(
     """While its work is all the scheduler has, a request keeps its next two clauses
     encoding (a whole request ran its last long prior alone at its end); beside other work,
     one.  The audio is the same."""
-    depths: list[int] = []
-    original = SynthesisJob._submit
-
-    def recording(
-        job: SynthesisJob, fn: Any, kind: str, ahead_s: float = 0.0, urgent: bool = False
-    ) -> Any:
-        if isinstance(fn, functools.partial) and fn.func is encode.encode_clause:
-            depths.append(len(job._next) + 1)  # this one among those encoded ahead
-        return original(job, fn, kind, ahead_s, urgent)
-
-    monkeypatch.setattr(SynthesisJob, "_submit", recording)
+    depths: list[int] = []  # each among those encoded ahead when submitted
+    _on_later_encodes(monkeypatch, lambda job: depths.append(len(job._next) + 1))
     monkeypatch.setattr(runtime.scheduler, "lone", lambda owner: lone)
     text = "Hello there. It is cold today. Take a coat. And a hat. Then go home."
     req = SpeechRequest(text=text, noise_scale=0.0, noise_w=0.0)
