@@ -132,11 +132,17 @@ class SynthesisJob:
 
     def remaining_audio_s(self) -> float | None:
         """Estimate of the audio still to come, from the characters left; None before any."""
+        per_char = self._audio_per_char()
+        if per_char is None:
+            return None
+        return max(0.0, (self.clauses.chars_total - self._chars_done) * per_char)
+
+    def _audio_per_char(self) -> float | None:
+        """Seconds of audio per character of the clauses done so far; None before any."""
         out_s = self.timeline.audio_out_s
         if out_s <= 0 or self._chars_done <= 0:
             return None
-        per_char = out_s / self._chars_done
-        return max(0.0, (self.clauses.chars_total - self._chars_done) * per_char)
+        return out_s / self._chars_done
 
     def cancel_pending(self) -> int:
         return self.scheduler.cancel_owner(self)
@@ -281,10 +287,8 @@ class SynthesisJob:
         """The audio of the clauses encoded ahead, estimated from their characters (at the
         request's rate so far, else :data:`CHAR_S`)."""
         chars = sum(len(c.text) for c, _fut in self._next)
-        if not chars:
-            return 0.0
-        per_char = self.timeline.audio_out_s / self._chars_done if self._chars_done else CHAR_S
-        return chars * per_char
+        per_char = self._audio_per_char()
+        return chars * (CHAR_S if per_char is None else per_char)
 
     def plan(self, clause: Clause, encoded: EncodedClause, start: int = 0) -> Voiced:
         """How the clause's frames from ``start`` become output: its chunks (the first

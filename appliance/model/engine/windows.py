@@ -46,8 +46,7 @@ def ensure_latent(model: VoiceModel, enc: Encoded, upto: int, ahead: bool = True
         hi = min(total, max(upto, lo + (MAX_FLOW_FRAMES if ahead else 2 * c)))
         if total - hi < 2 * c:
             hi = total  # a tail this short would cost more in overlap than it holds
-    a, b = max(0, lo - c), min(total, hi + c)
-    enc.z[:, :, lo:hi] = model.flow(Window(enc.z_p[:, :, a:b], enc.g, (lo - a, b - hi)))
+    enc.z[:, :, lo:hi] = _flow(model, enc, lo, hi)
     enc.ready = hi
     if hi == total:
         enc.z_p = None
@@ -86,22 +85,24 @@ def flow_all(model: VoiceModel, enc: Encoded, beside: Beside | None = None) -> N
     core may take it, one run (:func:`ensure_latent`)."""
     if enc.z_p is None:
         return
-    lo, total, c = enc.ready, enc.frames, model.flow_context
+    lo, total = enc.ready, enc.frames
     mid = lo + (total - lo) // 2
-
-    def run(a: int, b: int) -> FloatArray:
-        assert enc.z_p is not None
-        wa, wb = max(0, a - c), min(total, b + c)
-        return model.flow(Window(enc.z_p[:, :, wa:wb], enc.g, (a - wa, wb - b)))
-
-    second = functools.partial(run, mid, total)
+    second = functools.partial(_flow, model, enc, mid, total)
     later = beside(second) if beside is not None and total - lo >= SPLIT_MIN_FLOW_FRAMES else None
     if later is None or later is second:  # nobody may take it: no split to pay for
         ensure_latent(model, enc, total)
         return
-    enc.z[:, :, lo:mid] = run(lo, mid)
+    enc.z[:, :, lo:mid] = _flow(model, enc, lo, mid)
     enc.z[:, :, mid:total] = later()
     enc.ready, enc.z_p = total, None
+
+
+def _flow(model: VoiceModel, enc: Encoded, lo: int, hi: int) -> FloatArray:
+    """``z`` of frames [lo, hi): the flow over them and ``flow_context`` frames each side."""
+    assert enc.z_p is not None
+    c, total = model.flow_context, enc.frames
+    a, b = max(0, lo - c), min(total, hi + c)
+    return model.flow(Window(enc.z_p[:, :, a:b], enc.g, (lo - a, b - hi)))
 
 
 MAX_WINDOW_FRAMES = 256
