@@ -20,10 +20,11 @@ behind somebody else's decode-ahead.  Unless all the work there is belongs to on
 request (a file, a reader that takes audio as fast as it comes): then its next
 clause's encode runs beside its decode on the last worker, and due work that
 arrives while no worker is free stops it, as a newcomer does.  Such an item may
-also hand part of itself to an idle worker when it runs ahead of time
-(:meth:`Scheduler.beside`: half of a decode window); the part runs under the item's
-stop token, so a newcomer stops both, and the item runs it itself if no worker took
-it yet when it needs the result.  Nor does it share the CPU with it: a
+also hand part of itself to a free worker (:meth:`Scheduler.beside`: half of a decode
+window, half of a flow); a part of work ahead runs under the item's stop token, so a
+newcomer stops both, a due item's part yields (another request's work stops it and the
+item runs it itself), and the item runs it itself if no worker took it yet when it needs
+the result.  A free worker takes due work before a part.  Nor does it share the CPU with it: a
 request's first item is *urgent*, and while one is queued or running, work that
 is not due is stopped (:mod:`appliance.model.engine.interrupt`) and put back in the
 queue, and none starts.  The stopped run's partial work is lost; it was only
@@ -282,6 +283,8 @@ class Scheduler:
             heapq.heappush(self._rt if realtime else self._batch, item)
             self._live[item.seq] = item
             self._by_owner.setdefault(id(owner), set()).add(item.seq)
+            if len(self._by_owner) > 1:
+                self._parts.stop_yielding_locked()
             if item.urgent or (
                 item.realtime and item.deadline <= item.submitted and len(self._running) >= self._n
             ):
@@ -294,17 +297,26 @@ class Scheduler:
         with self._lock:
             return self._by_owner.keys() <= {id(owner)}
 
-    def beside(self, fn: Callable[[], T]) -> Callable[[], T]:
-        """On a worker: offer ``fn``, part of the item it runs, to an idle worker when that
-        item runs ahead of time and its request has all the work there is
-        (:mod:`appliance.core.parts`); returns what gives ``fn``'s result (``fn`` itself
-        when nobody may take it).  Only work ahead: a newcomer stops it and its part at
-        once, where a due item's part would hold the worker the newcomer needs."""
+    def beside(self, fn: Callable[[], T], *, wait: bool = False) -> Callable[[], T]:
+        """On a worker: offer ``fn``, part of the item it runs, to a free worker while that
+        item's request has all the work there is (:mod:`appliance.core.parts`); returns
+        what gives ``fn``'s result (``fn`` itself when nobody may take it).  A part of work
+        ahead runs under the item's token (a newcomer stops both); a due item's part
+        yields to any other request's work (its worker is free for the newcomer at once,
+        and the item runs the part itself).  A worker counts as free once its item is
+        done, before it is back waiting: offered only to an idle one, a part was refused
+        in the ~1 ms the other took to come back, and its item ran both halves.  ``wait``:
+        offered even while every worker is busy, for the first to come free (a part long
+        enough to outlast the items there; else the split would be paid for nothing)."""
         mine: _Item[Any] | None = getattr(self._current, "item", None)
         with self._lock:
-            if mine is None or not mine.optional or not self._idle or len(self._by_owner) != 1:
+            free = len(self._running) < self._n
+            if mine is None or not (free or wait) or self._n < 2 or len(self._by_owner) != 1:
                 return fn
-            join = self._parts.offer_locked(fn, mine.token)
+            if mine.optional:
+                join = self._parts.offer_locked(fn, mine.token)
+            else:
+                join = self._parts.offer_yielding_locked(fn)
             self._wake_one_locked()
         return join
 
@@ -341,6 +353,7 @@ class Scheduler:
                     dropped.append(item)
                     if item.token is not None:  # running: stop it, its result is unwanted
                         item.token.stop()
+                        self._parts.stop_yielding_locked()
             if dropped:
                 # Rebuild rather than leave tombstones: the queue depth must be true.
                 self._rt = [i for i in self._rt if not i.cancelled]
@@ -452,11 +465,12 @@ class Scheduler:
         wait outside the lock); None once the scheduler is stopping and nothing is left."""
         with self._lock:
             while True:
-                if (part := self._parts.take_locked()) is not None:
+                now = time.monotonic()
+                due = bool(self._rt) and self._rt[0].deadline <= now
+                if not due and (part := self._parts.take_locked()) is not None:
                     return part
                 if self._stopping and not self._rt and not self._batch:
                     return None
-                now = time.monotonic()
                 item, optional = self._pick(now)
                 if item is None:
                     if not self._running:

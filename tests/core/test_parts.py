@@ -50,3 +50,28 @@ def test_a_part_that_failed_or_was_stopped_raises_in_its_item() -> None:
     part.run()
     with pytest.raises(Interrupted):
         join()
+
+
+def test_a_yielding_part_stopped_for_another_request_runs_in_its_item() -> None:
+    """A due item's part is stopped when another request's work comes
+    (``stop_yielding_locked``): the taker's run ends, and the item runs the part itself."""
+    lock = threading.Lock()
+    parts = Parts(lock)
+
+    def run() -> int:
+        token = current()
+        if token is not None:
+            with token.hooked(lambda: None):  # a model run: raises once stopped
+                pass
+        return threading.get_ident()
+
+    with lock:
+        join = parts.offer_yielding_locked(run)
+        part = parts.take_locked()
+        parts.stop_yielding_locked()
+    assert part is not None
+    taker = threading.Thread(target=part.run)
+    taker.start()
+    taker.join()
+    assert isinstance(part.error, Interrupted)
+    assert join() == threading.get_ident()

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from appliance.core.scheduler import Scheduler, WorkTiming
+from appliance.model.engine.interrupt import Interrupted, current
 from appliance.ops.cpuwait import RunQueueWait
 from tests.fakes.work import Blocking, run_blocking, running_scheduler, started
 
@@ -345,12 +346,11 @@ async def test_each_worker_runs_on_the_cpu_it_was_given() -> None:
 
 
 @pytest.mark.parametrize("ahead", [True, False])
-async def test_a_lone_requests_work_ahead_hands_a_part_to_the_idle_worker(
+async def test_a_lone_requests_item_hands_a_part_to_the_idle_worker(
     two_workers: Scheduler, ahead: bool
 ) -> None:
-    """All the work there is is one request's, run ahead of time: half of its item runs
-    on the other worker, at the same time (0.3 s + 0.3 s in ~0.3 s).  A due item keeps
-    its part (a newcomer could not stop it, and would find no worker free)."""
+    """All the work there is is one request's: half of its item runs on the other worker,
+    at the same time (0.3 s + 0.3 s in ~0.3 s), whether it runs ahead of time or is due."""
     s = two_workers
 
     def item() -> tuple[int, int, float]:
@@ -362,9 +362,95 @@ async def test_a_lone_requests_work_ahead_hands_a_part_to_the_idle_worker(
     deadline = time.monotonic() + (60 if ahead else 0)
     fut = s.submit(item, deadline=deadline, realtime=True, owner="lone", kind="t")
     (mine, theirs, took), _ = await asyncio.wait_for(fut, 5)
-    assert (mine != theirs) == ahead
-    if ahead:
-        assert took < 0.55
+    assert mine != theirs
+    assert took < 0.55
+
+
+async def test_a_due_items_part_yields_its_worker_to_a_newcomer(two_workers: Scheduler) -> None:
+    """A due item's part, running on the other worker, is stopped when another request's
+    work comes: the newcomer runs on that worker at once, and the item runs the part
+    itself (its result is still the part's)."""
+    s = two_workers
+    part_started, newcomer_ran = threading.Event(), threading.Event()
+
+    def part() -> str:
+        token = current()
+        if token is None or threading.get_ident() == item_thread[0]:
+            return "here"
+        stopped = threading.Event()
+        with token.hooked(stopped.set):
+            part_started.set()
+            if stopped.wait(5):
+                raise Interrupted("stopped")
+        return "there"
+
+    item_thread: list[int] = []
+
+    def item() -> tuple[str, bool]:
+        item_thread.append(threading.get_ident())
+        join = s.beside(part)
+        part_started.wait(5)
+        return join(), newcomer_ran.wait(5)
+
+    fut = s.submit(item, deadline=time.monotonic(), realtime=True, owner="lone", kind="t")
+    assert await asyncio.to_thread(part_started.wait, 5)
+    newcomer = s.submit(
+        newcomer_ran.set, deadline=time.monotonic(), realtime=True, owner="new", kind="t"
+    )
+    (result, ran), _ = await asyncio.wait_for(fut, 10)
+    await asyncio.wait_for(newcomer, 5)
+    assert (result, ran) == ("here", True)
+
+
+async def test_with_every_worker_busy_only_a_part_that_may_wait_is_offered(
+    two_workers: Scheduler,
+) -> None:
+    """Both workers run the request's items: a part that must start now is kept (its item
+    runs it), one that may wait (a long flow) is queued, and the worker whose item ends
+    first takes it."""
+    s = two_workers
+    gate, gate_fut = await run_blocking(s, time.monotonic() + 60, owner="me")
+
+    def item() -> tuple[bool, int, int]:
+        def part() -> int:
+            return threading.get_ident()
+
+        kept = s.beside(part) is part
+        join = s.beside(part, wait=True)
+        gate.finish.set()  # the other worker's item ends: it takes the part
+        time.sleep(0.2)
+        return kept, join(), threading.get_ident()
+
+    fut = s.submit(item, deadline=time.monotonic() + 60, realtime=True, owner="me", kind="t")
+    (kept, ran_on, mine), _ = await asyncio.wait_for(fut, 5)
+    await asyncio.wait_for(gate_fut, 5)
+    assert kept and ran_on != mine
+
+
+async def test_due_work_goes_before_a_part_of_work_ahead(two_workers: Scheduler) -> None:
+    """A worker coming free takes the request's due item before a part of its work ahead
+    (the listener waits for the one; the other's item runs it itself if need be)."""
+    s = two_workers
+    gate, gate_fut = await run_blocking(s, time.monotonic() + 60, owner="me")
+    offered, due_ran = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def due() -> None:
+        order.append("due")
+        due_ran.set()
+
+    def item() -> None:
+        join = s.beside(lambda: order.append("part"), wait=True)
+        offered.set()
+        due_ran.wait(5)
+        join()
+
+    fut = s.submit(item, deadline=time.monotonic() + 60, realtime=True, owner="me", kind="t")
+    assert await asyncio.to_thread(offered.wait, 5)
+    due_fut = s.submit(due, deadline=time.monotonic(), realtime=True, owner="me", kind="t")
+    gate.finish.set()
+    await asyncio.wait_for(asyncio.gather(fut, gate_fut, due_fut), 10)
+    assert order == ["due", "part"]
 
 
 async def test_no_part_is_offered_while_another_request_has_work() -> None:
