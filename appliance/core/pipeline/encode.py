@@ -205,7 +205,7 @@ def encode_clause(ctx: EncodeContext, clause: Clause) -> EncodedClause:
     scales = _scales(ctx, clause, ids)
     if not ctx.voice.can_stream:
         out = _fused(ctx, ids, scales)
-    elif ctx.beside is not None and len(ids) <= ctx.settings.max_phonemes and _ahead(ctx):
+    elif ctx.beside is not None and len(ids) <= ctx.settings.max_phonemes and _splits(ctx):
         ids, enc = bounded(ctx, ids, scales, prior=True)
         flow_all(ctx.voice.model, enc, ctx.beside)
         out = EncodedClause(ids, enc, None)
@@ -243,7 +243,9 @@ def decode(
     s, v = ctx.settings, ctx.voice
     ahead = _ahead(ctx)
     beside = ctx.beside if ahead else None
-    audio = decode_span(v.model, enc, a, b, s.context, v.hop, ahead=ahead, beside=beside)
+    audio = decode_span(
+        v.model, enc, a, b, s.context, v.hop, ahead=ahead, beside=beside, later=True
+    )
     return audio, words.all() if words is not None else None
 
 
@@ -251,6 +253,13 @@ def _ahead(ctx: EncodeContext) -> bool:
     """Whether the item may work ahead and hand parts to a free core: no other work waits
     for the cores (and not in ``deterministic`` mode, whose work never follows the load)."""
     return not ctx.settings.deterministic and not ctx.crowded()
+
+
+def _splits(ctx: EncodeContext) -> bool:
+    """Whether a later clause's flow may offer half of itself (the scheduler gives it to
+    another core only while the request has all the work there is, its own due work
+    included): not in ``deterministic`` mode."""
+    return not ctx.settings.deterministic
 
 
 def whole_prior(ctx: EncodeContext, ids: IntArray) -> tuple[Encoded, float]:

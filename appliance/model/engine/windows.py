@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -66,9 +67,17 @@ SPLIT_MIN_FRAMES = 64
 """The shortest span split in two when another core is free: each half pays its own
 ``context`` frames (2 x 10 for the bundled voice), worth it from here on."""
 
-Beside = Callable[[Callable[[], FloatArray]], Callable[[], FloatArray]]
-"""Offer a run to a free core; call what comes back for its result
-(:meth:`appliance.core.scheduler.Scheduler.beside`)."""
+
+class Beside(Protocol):
+    """Offer a run to another core; call what comes back for its result
+    (:meth:`appliance.core.scheduler.Scheduler.beside`).  ``wait``: offered even while
+    every core is busy (a run long enough that one likely comes free before it is
+    needed), else only when one is free now."""
+
+    def __call__(
+        self, fn: Callable[[], FloatArray], /, *, wait: bool = False
+    ) -> Callable[[], FloatArray]: ...
+
 
 SPLIT_MIN_FLOW_FRAMES = 256
 """The shortest rest of a clause whose flow runs in two halves when another core is free:
@@ -88,7 +97,10 @@ def flow_all(model: VoiceModel, enc: Encoded, beside: Beside | None = None) -> N
     lo, total = enc.ready, enc.frames
     mid = lo + (total - lo) // 2
     second = functools.partial(_flow, model, enc, mid, total)
-    later = beside(second) if beside is not None and total - lo >= SPLIT_MIN_FLOW_FRAMES else None
+    long = beside is not None and total - lo >= SPLIT_MIN_FLOW_FRAMES
+    # Offered even while the other core is busy: a flow this long outlasts most items
+    # there (a 1 042-frame flow ran 126 ms beside decode windows of ~40 ms).
+    later = beside(second, wait=True) if beside is not None and long else None
     if later is None or later is second:  # nobody may take it: no split to pay for
         ensure_latent(model, enc, total)
         return
@@ -111,18 +123,22 @@ one window (``sentence`` mode) made ONNX Runtime's arenas keep that run's buffer
 good; longer spans are decoded window after window (each with its context)."""
 
 
-def _ahead_end(a: int, b: int, total: int, context: int, ahead: bool = True) -> int:
+def _ahead_end(
+    a: int, b: int, total: int, context: int, ahead: bool = True, later: bool = False
+) -> int:
     """Where a decode that must produce [a, b) stops: further ahead the further the
     clause has got, so a stream with audio in hand decodes in large windows.
 
     A clause that has delivered ``a`` frames is at least that far ahead of its
     listener; decoding 4 ``a`` frames takes ~0.2 ``a`` frames' time on one slow core
     (the decoder runs at ~0.045 of real time), so even with a quarter of a core the
-    window is done before the audio in hand has played.  Without ``ahead``, [a, b).
+    window is done before the audio in hand has played.  A ``later`` clause's first
+    chunk counts its own ``b`` frames so: its listener has the clauses before in hand.
+    Without ``ahead``, [a, b).
     """
-    if a == 0:
-        return b  # the first chunk of a clause: what the listener may be waiting for
-    n = max(b - a, min(AHEAD_MAX_FRAMES, 4 * a)) if ahead else b - a
+    if a == 0 and not later:
+        return b  # a request's first chunk: what the listener waits for
+    n = max(b - a, min(AHEAD_MAX_FRAMES, 4 * (a or b))) if ahead else b - a
     end = min(total, a + n)
     if total - end < 2 * context:
         end = total  # a tail this short would cost more in context than it holds
@@ -139,6 +155,7 @@ def decode_span(
     urgent: bool = False,
     ahead: bool = True,
     beside: Beside | None = None,
+    later: bool = False,
 ) -> FloatArray:
     """Samples of frames [a, b) decoded with ``context`` frames of latent on each side.
 
@@ -149,6 +166,7 @@ def decode_span(
     when other work waits for them, a call does no more than its own frames need.
     ``beside``: offers a run to another core (its result: the run's samples); given,
     a span of at least :data:`SPLIT_MIN_FRAMES` is decoded in two halves at once.
+    ``later``: a later clause of its request, whose first chunk decodes ahead too.
     """
     total = enc.frames
     b = min(b, total)
@@ -164,8 +182,17 @@ def decode_span(
                 enc.ahead_from = b
                 return have
     enc.ahead = None
-    end = _ahead_end(start, b, total, context, ahead)
-    ensure_latent(model, enc, min(total, end + context), ahead)
+    end = _ahead_end(start, b, total, context, ahead, later)
+    upto = min(total, end + context)
+    if (
+        beside is not None
+        and ahead
+        and 0 < enc.ready < upto
+        and total - enc.ready <= 2 * MAX_FLOW_FRAMES
+    ):
+        flow_all(model, enc, beside)  # the rest of the clause, half of it on another core
+    else:
+        ensure_latent(model, enc, upto, ahead)
     size = MAX_WINDOW_FRAMES
     if beside is not None and end - start >= SPLIT_MIN_FRAMES:
         size = min(size, -(-(end - start) // 2))
@@ -176,8 +203,8 @@ def decode_span(
         margins = (run_start - lo, hi - run_end)
         window = Window(enc.z[:, :, lo:hi], enc.g, margins, urgent=urgent)
         runs.append(functools.partial(model.decode, window))
-    later = [beside(run) for run in runs[1:]] if beside is not None else runs[1:]
-    pieces = [runs[0](), *(run() for run in later)]
+    rest = [beside(run) for run in runs[1:]] if beside is not None else runs[1:]
+    pieces = [runs[0](), *(run() for run in rest)]
     fresh = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
     if end > b:
         enc.ahead = fresh[(b - start) * hop :]

@@ -91,6 +91,22 @@ def test_the_first_chunk_decodes_nothing_ahead() -> None:
     assert enc.ahead is None
 
 
+def test_a_later_clauses_first_chunk_decodes_ahead_and_stays_exact() -> None:
+    """A later clause's listener has the clauses before it in hand: its first chunk
+    decodes 4x its frames (what a chunk that far into a clause would), and the next
+    chunk comes from that audio."""
+    model, ids = model_and_ids()
+    fused = model.fused(ids, ZERO, None)
+    counting = RecordingModel(model)
+    enc = counting.encode_prior(ids, ZERO, None)
+    first = decode_span(counting, enc, 0, 20, 16, HOP, later=True)
+    assert counting.decoded == [4 * 20 + 16] and enc.ahead is not None
+    second = decode_span(counting, enc, 20, 60, 16, HOP, later=True)
+    assert len(counting.decoded) == 1  # served from what the first decoded ahead
+    got = np.concatenate([first, second])
+    assert float(np.max(np.abs(got - fused[: len(got)]))) <= CUT_TOLERANCE
+
+
 def test_a_long_clause_is_decoded_in_windows_larger_than_its_chunks() -> None:
     model, ids = model_and_ids()
     counting = RecordingModel(model)
@@ -151,7 +167,7 @@ def test_with_the_cores_wanted_elsewhere_a_chunk_costs_only_its_own_frames() -> 
 def _on_a_thread(offered: list[threading.Thread]) -> Callable[..., Callable[[], FloatArray]]:
     """A ``beside`` that runs each offered run on a thread of its own, as a free core."""
 
-    def beside(run: Callable[[], FloatArray]) -> Callable[[], FloatArray]:
+    def beside(run: Callable[[], FloatArray], *, wait: bool = False) -> Callable[[], FloatArray]:
         box: list[FloatArray] = []
         t = threading.Thread(target=lambda: box.append(run()))
         t.start()
@@ -207,6 +223,30 @@ def test_with_a_core_beside_a_long_clause_s_flow_runs_in_two_halves_and_still_ex
 
     alone = RecordingModel(model)
     enc = alone.encode_prior(ids, ZERO, None)
-    flow_all(alone, enc, lambda run: run)  # no core may take it
+    flow_all(alone, enc, lambda run, wait=False: run)  # no core may take it
     assert alone.flows == [enc.frames] and enc.z_p is None
     assert float(np.max(np.abs(enc.z - whole.z))) <= 1e-6  # 0.0 here
+
+
+def test_with_a_core_beside_the_second_chunk_runs_the_rest_of_the_flow_in_halves() -> None:
+    """A first sentence's second chunk runs the flow over the rest of it: with a core
+    beside, as two halves at once (the second on that core); the audio is the fused
+    model's all the same."""
+    model, _ = model_and_ids()
+    ids = long_ids()
+    fused = model.fused(ids, ZERO, None)
+    counting = RecordingModel(model)
+    enc = counting.encode_prior(ids, ZERO, None)
+    offered: list[threading.Thread] = []
+    first = decode_span(counting, enc, 0, 8, 16, HOP)  # as the first item: no core beside
+    ready = enc.ready
+    assert counting.flows == [ready + model.flow_context]
+    assert enc.frames - ready >= SPLIT_MIN_FLOW_FRAMES
+    second = decode_span(counting, enc, 8, 26, 16, HOP, beside=_on_a_thread(offered))
+    c, half = model.flow_context, (enc.frames - ready) // 2
+    assert enc.ready == enc.frames and len(offered) >= 1
+    first_half = min(ready, c) + half + c  # its context reaches back to frame 0 at most
+    assert sorted(counting.flows[1:]) == sorted([first_half, enc.frames - ready - half + c])
+    rest = decode_span(model, enc, 26, enc.frames, 16, HOP)
+    audio = np.concatenate([first, second, rest])
+    assert float(np.max(np.abs(audio - fused))) <= CUT_TOLERANCE
