@@ -69,7 +69,8 @@ CHAR_S = 0.04
 until a request's own rate is known: when an encode two clauses ahead falls due."""
 PREFETCH_HOLD_S = 1.0
 """A first clause with more audio than this left after its first chunk encodes the next
-clause only after its second chunk (see :meth:`SynthesisJob._prefetch`)."""
+clause only after its second chunk, beside other requests' work (see
+:meth:`SynthesisJob._prefetch`)."""
 
 
 class SynthesisJob:
@@ -266,18 +267,21 @@ class SynthesisJob:
         Only after this clause's first chunk is out: submitted earlier, it would take a
         free worker from the window the listener waits for.  And while only the request's
         first chunk is out and this clause has more than :data:`PREFETCH_HOLD_S` of audio
-        left, not yet: the second chunk's item (the flow over the rest of the first
-        sentence) must land within the first chunk's ~0.12 s, and an encode beside it took
-        half the cores (it ran 0.23–0.29 s against the 0.22 s it had: a stall).  (Text that
-        streams in may bring it later, after any chunk.)
+        left, not yet, unless the request is alone: the second chunk's item (the flow over
+        the rest of the first sentence) must land within the first chunk's ~0.12 s, and
+        beside other streams an encode beside it took half the cores (it ran 0.23–0.29 s
+        against the 0.22 s it had: a stall).  Alone, that item hands half its flow to the
+        other core first (a part goes before work ahead) and the encode follows on the core
+        that comes free.  (Text that streams in may bring it later, after any chunk.)
 
         While this request's work is all the scheduler has, the clause after it too
         (:data:`PREFETCH_DEPTH`), due once the one before it will have played: a whole
         request read as fast as it comes ran its last long sentence's prior alone at its
         end, ~120 ms, while the other core waited."""
-        if self.timeline.seq <= 1 and ahead_s > PREFETCH_HOLD_S:
+        lone = self.scheduler.lone(self)
+        if self.timeline.seq <= 1 and ahead_s > PREFETCH_HOLD_S and not lone:
             return
-        depth = PREFETCH_DEPTH if self.scheduler.lone(self) else 1
+        depth = PREFETCH_DEPTH if lone else 1
         while len(self._next) < depth and (nxt := self.clauses.take_nowait()) is not None:
             work = functools.partial(encode.encode_clause, self.ctx, nxt)
             due_s = ahead_s + self._queued_audio_s()
