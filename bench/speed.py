@@ -39,7 +39,7 @@ import numpy as np
 
 from appliance.clients.client import Client
 from bench.rig import proc_cpu_s
-from bench.wyoming import ANSWER, WHOLE
+from bench.wyoming import WHOLE_TEXTS
 
 SHORT = "Turn left in two hundred metres."
 LONG = (
@@ -54,17 +54,6 @@ COST_TEXTS = (
     "paints the door blue.",
     LONG,
 )
-WHOLE_TEXTS = (
-    ("whole_short", ANSWER.rsplit(" Is there", 1)[0]),
-    ("whole", WHOLE),
-    (
-        "whole_long",
-        f"{WHOLE} After the meeting, the members walked across the square to look at the "
-        "site, where the old bakery had stood until the fire. Most of them agreed that the "
-        "plan was sound.",
-    ),
-)
-"""Whole requests read as fast as they come: ~8, ~22 and ~31 s of audio (piper-tts's)."""
 GOALS = {
     "short": 2.5,
     "long": 10.0,
@@ -242,7 +231,7 @@ def bench_speed(
                 "ratio": _pct(theirs, 50) / _pct(ours, 50),
                 "block_ratios": block_ratios,
             }
-        for name, text in WHOLE_TEXTS:
+        for name, text, _label in WHOLE_TEXTS:
             result[name] = whole_row(sock, piper, text, runs, blocks)
         reference = piper_cost(piper, rounds)
         result["piper_cost"] = reference
@@ -303,7 +292,7 @@ def print_speed(r: dict[str, Any]) -> None:
             f"| {x['ratio']:.2f}× ({min(x['block_ratios']):.2f}–{max(x['block_ratios']):.2f}) "
             f"| ≥ {GOALS[name.removesuffix('_quiet')]}× |"
         )
-    for name, _text in WHOLE_TEXTS:
+    for name, _text, _label in WHOLE_TEXTS:
         x = r[name]
         print(
             f"| a whole {x['audio_s']:.0f} s request read as it comes (P50) "
