@@ -16,19 +16,19 @@ Threads: :class:`SynthesisJob` runs on the event loop; what runs on a worker is 
 function of :mod:`.encode` (or a strategy's ``open``) over immutable inputs, submitted
 through :meth:`SynthesisJob._submit` and awaited, one item of the job at a time, its
 result handed back frozen (:mod:`appliance.core.pipeline.types`).  The loop's state —
-the timeline, the time-stretch, the chunk sizes, the clause prefetched — is owned by the
-job and touched only on the loop.
+the timeline, the time-stretch, the chunk sizes, the clauses encoded ahead
+(:mod:`appliance.core.pipeline.ahead`) — is owned by the job and touched only on the loop.
 
-Lifecycle and bounds: a job lives for one request; at most two of its work items exist
-at once (the chunk being decoded and the next clause's encode); cancelling it drops its
-queued items and stops its running one (the scheduler's ``cancel_owner``).  No encoder
+Lifecycle and bounds: a job lives for one request; at most three of its work items exist
+at once (the chunk being decoded and the encodes of the next one or two clauses);
+cancelling it drops its queued items and stops its running one (the scheduler's
+``cancel_owner``).  No encoder
 call takes more than ``engine.max_phonemes`` ids (:mod:`appliance.model.engine.bounded`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +38,7 @@ import numpy as np
 
 from appliance.core.chunkplan import QUICK_MIN_IDS, chunk_span, mode_plan
 from appliance.core.pipeline import eager, encode
+from appliance.core.pipeline.ahead import ClausesAhead
 from appliance.core.pipeline.clauses import ClauseQueue, Draft
 from appliance.core.pipeline.shape import Output, Shaped, joined, shape, stretch_factor
 from appliance.core.pipeline.start import choose
@@ -62,15 +63,6 @@ __all__ = ["ClauseQueue", "JobSettings", "JobStats", "SynthesisJob", "VoiceRunti
 
 KEEPALIVE_S = 0.02
 """A keep-alive chunk's silence (``keepalive_ms``)."""
-PREFETCH_DEPTH = 2
-"""Clauses encoded ahead while the request's work is all the scheduler has (else one)."""
-CHAR_S = 0.04
-"""Audio per character of text at speed 1 (the bundled voice: ~18 s for 461 characters),
-until a request's own rate is known: when an encode two clauses ahead falls due."""
-PREFETCH_HOLD_S = 1.0
-"""A first clause with more audio than this left after its first chunk encodes the next
-clause only after its second chunk, beside other requests' work (see
-:meth:`SynthesisJob._prefetch`)."""
 
 
 class SynthesisJob:
@@ -121,9 +113,10 @@ class SynthesisJob:
         self._chars_done = 0
         """Characters of the clauses whose audio is fully written (admission's estimate)."""
         self._clauses_done = 0
-        self._next: collections.deque[tuple[Clause, asyncio.Future[Any]]] = collections.deque()
-        """The next clauses and their encodes, submitted while this one plays (at most
-        :data:`PREFETCH_DEPTH`)."""
+        self.ahead = ClausesAhead(
+            clauses, self._submit_encode, functools.partial(scheduler.lone, self)
+        )
+        """The next clauses and their encodes, submitted while this one plays."""
 
     # -- what the service reads
 
@@ -157,8 +150,7 @@ class SynthesisJob:
             # Drops this job's queued items and cancels their futures, which also
             # ends a prefetched encode still waiting in the queue.
             self.cancel_pending()
-            for _clause, fut in self._next:
-                fut.cancel()
+            self.ahead.cancel()
 
     async def _run(self, emit: Emit) -> None:
         item = await self._following(emit)
@@ -189,8 +181,7 @@ class SynthesisJob:
     async def _encoded(self, clause: Clause) -> EncodedClause:
         """The clause's encoding: prefetched, or the request's first item (urgent: work
         ahead of time steps aside for it, see the scheduler)."""
-        if self._next and self._next[0][0] is clause:
-            fut = self._next.popleft()[1]
+        if (fut := self.ahead.take(clause)) is not None:
             return (await fut)[0]  # type: ignore[no-any-return]
         first = self._clauses_done == 0
         if first:
@@ -213,8 +204,8 @@ class SynthesisJob:
     async def _following(self, emit: Emit) -> Clause | Draft | None:
         """The next clause; with an eager start, the draft of a sentence still being
         written once nothing else is left to play; None: the text is over."""
-        if self._next:
-            return self._next[0][0]
+        if (nxt := self.ahead.peek()) is not None:
+            return nxt
         q = self.clauses
         if self._eager is None and not self.settings.keepalive_ms:
             if self.settings.text_stream and not q.ready and not q.closed:
@@ -261,38 +252,11 @@ class SynthesisJob:
             timeout = due if timeout is None else min(timeout, due)
         await self.clauses.changed(None if timeout is None else max(0.0, timeout))
 
-    def _prefetch(self, ahead_s: float) -> None:
-        """Encode the next clause now, due when this clause's audio runs out.
-
-        Only after this clause's first chunk is out: submitted earlier, it would take a
-        free worker from the window the listener waits for.  And while only the request's
-        first chunk is out and this clause has more than :data:`PREFETCH_HOLD_S` of audio
-        left, not yet, unless the request is alone: the second chunk's item (the flow over
-        the rest of the first sentence) must land within the first chunk's ~0.12 s, and
-        beside other streams an encode beside it took half the cores (it ran 0.23–0.29 s
-        against the 0.22 s it had: a stall).  Alone, that item hands half its flow to the
-        other core first (a part goes before work ahead) and the encode follows on the core
-        that comes free.  (Text that streams in may bring it later, after any chunk.)
-
-        While this request's work is all the scheduler has, the clause after it too
-        (:data:`PREFETCH_DEPTH`), due once the one before it will have played: a whole
-        request read as fast as it comes ran its last long sentence's prior alone at its
-        end, ~120 ms, while the other core waited."""
-        lone = self.scheduler.lone(self)
-        if self.timeline.seq <= 1 and ahead_s > PREFETCH_HOLD_S and not lone:
-            return
-        depth = PREFETCH_DEPTH if lone else 1
-        while len(self._next) < depth and (nxt := self.clauses.take_nowait()) is not None:
-            work = functools.partial(encode.encode_clause, self.ctx, nxt)
-            due_s = ahead_s + self._queued_audio_s()
-            self._next.append((nxt, self._submit(work, "encode", due_s)))
-
-    def _queued_audio_s(self) -> float:
-        """The audio of the clauses encoded ahead, estimated from their characters (at the
-        request's rate so far, else :data:`CHAR_S`)."""
-        chars = sum(len(c.text) for c, _fut in self._next)
-        per_char = self._audio_per_char()
-        return chars * (CHAR_S if per_char is None else per_char)
+    def _submit_encode(self, clause: Clause, due_s: float) -> asyncio.Future[Any]:
+        """A later clause's encode, due when the listener needs ``due_s`` more audio."""
+        return self._submit(
+            functools.partial(encode.encode_clause, self.ctx, clause), "encode", due_s
+        )
 
     def plan(self, clause: Clause, encoded: EncodedClause, start: int = 0) -> Voiced:
         """How the clause's frames from ``start`` become output: its chunks (the first
@@ -327,7 +291,7 @@ class SynthesisJob:
             last = j == len(voiced.chunks) - 1
             if last and tl.pending is not None:  # no work item of its own carried them
                 tl.place_pending(tl.pending.work.all())
-            more = not self.clauses.exhausted or bool(self._next)
+            more = not self.clauses.exhausted or len(self.ahead) > 0
             shaped = shape(
                 voiced,
                 audio,
@@ -346,7 +310,7 @@ class SynthesisJob:
             )
             await self.send(shaped, place, emit)
             clause_out_s += (b - a) * hop / rate
-            self._prefetch(clause_audio_s - clause_out_s)
+            self.ahead.fill(clause_audio_s - clause_out_s, tl.seq <= 1, self._audio_per_char())
 
     async def _chunk_audio(self, voiced: Voiced, j: int, a: int, b: int) -> FloatArray:
         encoded = voiced.encoded

@@ -590,7 +590,7 @@ def test_a_lone_request_encodes_two_clauses_ahead(
     encoding (a whole request ran its last long prior alone at its end); beside other work,
     one.  The audio is the same."""
     depths: list[int] = []  # each among those encoded ahead when submitted
-    _on_later_encodes(monkeypatch, lambda job: depths.append(len(job._next) + 1))
+    _on_later_encodes(monkeypatch, lambda job: depths.append(len(job.ahead) + 1))
     monkeypatch.setattr(runtime.scheduler, "lone", lambda owner: lone)
     text = "Hello there. It is cold today. Take a coat. And a hat. Then go home."
     req = SpeechRequest(text=text, noise_scale=0.0, noise_w=0.0)
