@@ -24,11 +24,11 @@ also hand part of itself to a free worker (:meth:`Scheduler.beside`: half of a d
 window, half of a flow); a part of work ahead runs under the item's stop token, so a
 newcomer stops both, a due item's part yields (another request's work stops it and the
 item runs it itself), and the item runs it itself if no worker took it yet when it needs
-the result.  A free worker takes due work before a part.  Nor does it share the CPU with it: a
-request's first item is *urgent*, and while one is queued or running, work that
-is not due is stopped (:mod:`appliance.model.engine.interrupt`) and put back in the
-queue, and none starts.  The stopped run's partial work is lost; it was only
-ever using time nobody else was waiting for.  Due work is never stopped for a
+the result.  A free worker takes due work before a part.  Nor does a newcomer share the
+CPU with such work: a request's first item is *urgent*, and while one is queued or
+running, work that is not due is stopped (:mod:`appliance.model.engine.interrupt`) and
+put back in the queue, and none starts.  The stopped run's partial work is lost; it was
+only ever using time nobody else was waiting for.  Due work is never stopped for a
 newcomer, so a newcomer may still wait for due windows a worker is running.
 
 A queued newcomer also goes ahead of due work that can wait: work whose listener

@@ -22,8 +22,8 @@ the timeline, the time-stretch, the chunk sizes, the clauses encoded ahead
 Lifecycle and bounds: a job lives for one request; at most three of its work items exist
 at once (the chunk being decoded and the encodes of the next one or two clauses);
 cancelling it drops its queued items and stops its running one (the scheduler's
-``cancel_owner``).  No encoder
-call takes more than ``engine.max_phonemes`` ids (:mod:`appliance.model.engine.bounded`).
+``cancel_owner``).  No encoder call takes more than ``engine.max_phonemes`` ids
+(:mod:`appliance.model.engine.bounded`).
 """
 
 from __future__ import annotations
