@@ -97,10 +97,11 @@ def flow_all(model: VoiceModel, enc: Encoded, beside: Beside | None = None) -> N
     lo, total = enc.ready, enc.frames
     mid = lo + (total - lo) // 2
     second = functools.partial(_flow, model, enc, mid, total)
-    long = beside is not None and total - lo >= SPLIT_MIN_FLOW_FRAMES
-    # Offered even while the other core is busy: a flow this long outlasts most items
-    # there (a 1 042-frame flow ran 126 ms beside decode windows of ~40 ms).
-    later = beside(second, wait=True) if beside is not None and long else None
+    later = None
+    if beside is not None and total - lo >= SPLIT_MIN_FLOW_FRAMES:
+        # Offered even while the other core is busy: a flow this long outlasts most
+        # items there (a 1 042-frame flow ran 126 ms beside decode windows of ~40 ms).
+        later = beside(second, wait=True)
     if later is None or later is second:  # nobody may take it: no split to pay for
         ensure_latent(model, enc, total)
         return
