@@ -85,13 +85,17 @@ each half pays ``flow_context`` frames (32) at the split, ~7 ms of CPU here, and
 later clause of 1 053 frames ran its flow for 113 ms while the other core waited."""
 
 
-def flow_all(model: VoiceModel, enc: Encoded, beside: Beside | None = None) -> None:
-    """Run the flow over every frame not yet run (a later clause, encoded ahead).
+def flow_all(
+    model: VoiceModel, enc: Encoded, beside: Beside | None = None, upto: int | None = None
+) -> None:
+    """Run the flow over every frame not yet run (a later clause encoded ahead, the rest
+    of a first clause with its second chunk).
 
     ``beside`` given (see :func:`decode_span`) and at least :data:`SPLIT_MIN_FLOW_FRAMES`
     to run: the second half is offered to another core and the first run here; as exact
     as any window of the flow (``flow_context`` frames of context each side).  When no
-    core may take it, one run (:func:`ensure_latent`)."""
+    core may take it, what :func:`ensure_latent` runs for ``upto`` (None: every frame),
+    so no split is paid for and its bounds hold."""
     if enc.z_p is None:
         return
     lo, total = enc.ready, enc.frames
@@ -103,7 +107,7 @@ def flow_all(model: VoiceModel, enc: Encoded, beside: Beside | None = None) -> N
         # items there (a 1 042-frame flow ran 126 ms beside decode windows of ~40 ms).
         later = beside(second, wait=True)
     if later is None or later is second:  # nobody may take it: no split to pay for
-        ensure_latent(model, enc, total)
+        ensure_latent(model, enc, total if upto is None else upto)
         return
     enc.z[:, :, lo:mid] = _flow(model, enc, lo, mid)
     enc.z[:, :, mid:total] = later()
@@ -191,7 +195,7 @@ def decode_span(
         and 0 < enc.ready < upto
         and total - enc.ready <= 2 * MAX_FLOW_FRAMES
     ):
-        flow_all(model, enc, beside)  # the rest of the clause, half of it on another core
+        flow_all(model, enc, beside, upto)  # the rest of the clause, half on another core
     else:
         ensure_latent(model, enc, upto, ahead)
     size = MAX_WINDOW_FRAMES

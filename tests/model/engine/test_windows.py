@@ -12,6 +12,7 @@ from appliance.model.engine.base import Scales
 from appliance.model.engine.onnx import OnnxVoiceModel
 from appliance.model.engine.windows import (
     AHEAD_MAX_FRAMES,
+    MAX_FLOW_FRAMES,
     MAX_WINDOW_FRAMES,
     SPLIT_MIN_FLOW_FRAMES,
     decode_span,
@@ -250,3 +251,18 @@ def test_with_a_core_beside_the_second_chunk_runs_the_rest_of_the_flow_in_halves
     rest = decode_span(model, enc, 26, enc.frames, 16, HOP)
     audio = np.concatenate([first, second, rest])
     assert float(np.max(np.abs(audio - fused))) <= CUT_TOLERANCE
+
+
+def test_a_second_chunk_whose_flow_nobody_takes_keeps_the_flows_bound() -> None:
+    """With no core free to take half (``beside`` hands the run back), the second chunk
+    runs the rest of the flow as it would without a core beside: at most
+    ``MAX_FLOW_FRAMES`` (and its context) in one call, the rest later."""
+    model, _ = model_and_ids()
+    ids = long_ids()
+    counting = RecordingModel(model)
+    enc = counting.encode_prior(ids, ZERO, None)
+    decode_span(counting, enc, 0, 8, 16, HOP)
+    assert enc.frames - enc.ready > MAX_FLOW_FRAMES
+    decode_span(counting, enc, 8, 26, 16, HOP, beside=lambda run, wait=False: run)
+    assert max(counting.flows[1:]) <= MAX_FLOW_FRAMES + 2 * model.flow_context
+    assert enc.ready < enc.frames
