@@ -48,13 +48,13 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-# Two test processes (pytest-xdist, a file each at a time): most of the suite waits on real
+# Test processes (pytest-xdist, a file each at a time): most of the suite waits on real
 # time (audio played at 1x, timeouts, daemons starting), so on 2 cores two at once took
-# pytest from 24-27 to ~14 minutes; a file's module fixtures (a voice cut, a daemon) stay
-# one.  Tests marked ``solo`` assert that real-time streams do not stall: the other test
-# process would be a CPU hog beside them, so they run after the rest, alone (exit 5: the
-# arguments selected none of them).
-TEST_WORKERS ?= 2
+# pytest from 24-27 to ~14 minutes, and three to ~12 (1.9 cores busy: a fourth would only
+# queue); a file's module fixtures (a voice cut, a daemon) stay one.  Tests marked ``solo``
+# assert that real-time streams do not stall: the other test processes would be CPU hogs
+# beside them, so they run after the rest, alone (exit 5: the arguments selected none).
+TEST_WORKERS ?= 3
 
 pytest: venv
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not solo" $(PYTEST_ARGS)
