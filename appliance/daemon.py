@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from appliance.keepwarm import KeepWarm
 from appliance.ops import memory
 from appliance.ops.activation import ActivationError, activated_unix_listener, listen_fds
 from appliance.ops.config import Config, Flags
@@ -113,6 +114,7 @@ class Daemon:
         self.stopper = Stopper(self.notifier, self._halt, self._notice_s, self._give_notice)
         self.upkeep = Upkeep(self.notifier, self._serving_runtime, self._keep)
         self.quota_watch = QuotaWatch(self._service, self._keep)
+        self.keep_warm = KeepWarm(self._service, self._keep)
         self._player_started: asyncio.Future[None] | None = None
 
     @property
@@ -190,6 +192,7 @@ class Daemon:
         self.stopper.serving(self.reload)
         self.upkeep.start_watchdog()
         self.service.on_request_done.append(self.upkeep.on_request_done)
+        self.service.on_request_done.append(self.keep_warm.on_request_done)
         self.quota_watch.start()
         return True
 

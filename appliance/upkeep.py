@@ -101,7 +101,7 @@ class Upkeep:
         if self.notifier.owed and watchdog_interval_s() is None:
             self._keep(asyncio.get_running_loop().create_task(settle_owed(self.notifier)))
 
-    def on_request_done(self) -> None:
+    def on_request_done(self, _stream: object = None) -> None:
         now = time.monotonic()
         runtime = self._runtime()
         if self.notifier.enabled and now - self._last_status > STATUS_EVERY_S:

@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "daemon",
         (
             "appliance.daemon",
+            "appliance.keepwarm",
             "appliance.main",
             "appliance.quotawatch",
             "appliance.reload",

@@ -34,8 +34,9 @@ class StreamRegistry(Generic[S]):
     def __init__(self) -> None:
         self.streams: set[S] = set()
         self.doors: list[DoorCount] = []
-        self.on_request_done: list[Callable[[], None]] = []
-        """Called after each stream ends (the daemon's status line and heap trim)."""
+        self.on_request_done: list[Callable[[S], None]] = []
+        """Called with each stream as it ends (the daemon's status line, heap trim, voices kept
+        warm)."""
         self._numbers = itertools.count(1)
         self._idle = asyncio.Event()
         self._idle.set()
@@ -53,7 +54,7 @@ class StreamRegistry(Generic[S]):
         if not self.streams:
             self._idle.set()
         for cb in self.on_request_done:
-            cb()
+            cb(stream)
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """True once no stream is live, False when ``timeout_s`` passed first."""

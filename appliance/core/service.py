@@ -607,7 +607,7 @@ class Service:
         return self.registry.doors
 
     @property
-    def on_request_done(self) -> list[Callable[[], None]]:
+    def on_request_done(self) -> list[Callable[[Stream], None]]:
         return self.registry.on_request_done
 
     def add_door(self, name: str, connections: Callable[[], int]) -> None:

@@ -127,6 +127,23 @@ def warm_first_packet(v: VoiceRuntime, ids: IntArray) -> None:
         decode_span(v.model, enc, 0, width, v.context, v.hop, urgent)
 
 
+KEEP_WARM_TEXT = "Hi."
+"""What :func:`keep_warm_touch` runs: the fewest ids a voice phonemizes to a clause."""
+
+
+def keep_warm_touch(v: VoiceRuntime) -> None:
+    """(A worker.) The fewest runs that go through every part of ``v``'s model: the prior
+    on a word, the flow and the decoder over one frame and no context; its audio is thrown
+    away.  Run often enough (``engine.keep_warm_s``, :mod:`appliance.keepwarm`), it keeps
+    the CPU and the voice's weights from going cold between a conversation's turns."""
+    ids = v.phonemizer.ids(KEEP_WARM_TEXT)
+    if not v.can_stream:
+        v.model.fused(ids, v.defaults, v.default_speaker)
+        return
+    enc = v.model.encode_prior(ids, v.defaults, v.default_speaker)
+    decode_span(v.model, enc, 0, 1, 0, v.hop, ahead=False)
+
+
 @dataclass
 class ClauseWarmUp:
     """One clause of ``voice`` through the shapes a stream takes (see the module).

@@ -12,7 +12,7 @@ def test_streams_are_numbered_and_the_registry_is_idle_after_the_last_one() -> N
     async def scenario() -> None:
         reg: StreamRegistry[str] = StreamRegistry()
         ended: list[int] = []
-        reg.on_request_done.append(lambda: ended.append(len(reg.streams)))
+        reg.on_request_done.append(lambda _stream: ended.append(len(reg.streams)))
         assert [reg.number(), reg.number()] == [1, 2]
         assert await reg.wait_idle(0.0)  # nothing live: at once
         reg.add("a")

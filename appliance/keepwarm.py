@@ -1,0 +1,103 @@
+"""A voice kept warm after its requests (``engine.keep_warm_s``, off by default).
+
+Where the CPU slows when it idles (this 2-vCPU VM's host: a pure arithmetic loop ran
+2.7x slower after a second of quiet than back to back, and the model's caches go cold
+too), the short command's first packet after 3 s of quiet came at 149 ms instead of 39
+(docs/speed.md, "Kept warm").  For ``keep_warm_s`` after each request, the voice it used
+is run on one word every :data:`KEEP_WARM_EVERY_S`
+(:func:`~appliance.core.warmup.keep_warm_touch`) while no request is in flight: a
+conversation's next turn found it at 55 ms, for ~17 % of one core while it lasts; a box
+left alone stops paying after ``keep_warm_s``.
+
+Bounds: one task, at most one touch queued or running at a time, as batch work on the
+scheduler (a request goes first: it never waits for a touch it did not find running, and
+a running one takes 17 ms warm, ~45 cold, on one worker); the voices remembered are those
+loaded, each forgotten ``keep_warm_s`` after its last request, or when a reload drops it.
+Lifecycle: made with the daemon; :meth:`KeepWarm.on_request_done` starts its task when
+there is something to keep warm; the task is the daemon's, cancelled at stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from appliance.core.service import Service, Stream
+    from appliance.core.streaming import VoiceRuntime
+
+log = logging.getLogger("ttsd")
+
+KEEP_WARM_EVERY_S = 0.2
+"""How often a kept voice runs.  In one process, the first item after a second of quiet
+took 151 ms not kept (38 back to back), 47 ms with a run every 0.1 s, 49 every 0.25 s."""
+
+
+class KeepWarm:
+    """Runs the voices of recent requests while the daemon is quiet (see the module)."""
+
+    def __init__(
+        self,
+        service: Callable[[], Service],
+        keep: Callable[[asyncio.Task[Any]], None],
+        every_s: float = KEEP_WARM_EVERY_S,
+    ) -> None:
+        self._service = service
+        self._keep = keep
+        self.every_s = every_s
+        self.until: dict[str, float] = {}
+        """Voice name → when it stops being kept warm (monotonic seconds)."""
+        self.touches = 0
+        """Touches run since start (tests, the debug log)."""
+        self._task: asyncio.Task[None] | None = None
+
+    def on_request_done(self, stream: Stream) -> None:
+        """(The loop.) A request ended: keep its voice warm ``keep_warm_s`` from now."""
+        keep_s = self._service().runtime.config.engine.keep_warm_s
+        if keep_s <= 0:
+            return
+        self.until[stream.voice_name] = time.monotonic() + keep_s
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+            self._keep(self._task)
+
+    async def _loop(self) -> None:
+        while self.until:
+            await asyncio.sleep(self.every_s)
+            now = time.monotonic()
+            self.until = {name: t for name, t in self.until.items() if t > now}
+            service = self._service()
+            if service.registry.streams:
+                continue  # a request in flight runs the model itself
+            for name in list(self.until):
+                voice = service.runtime.voices.get(name)
+                if voice is None:  # a reload dropped it
+                    del self.until[name]
+                    continue
+                await self._touch(service, voice)
+
+    async def _touch(self, service: Service, voice: VoiceRuntime) -> None:
+        # Here, not at the top: the daemon imports the core in its loading thread.
+        from appliance.core.warmup import keep_warm_touch
+
+        scheduler = service.runtime.scheduler
+        fut = scheduler.submit(
+            functools.partial(keep_warm_touch, voice),
+            deadline=time.monotonic() + 60.0,
+            realtime=False,
+            owner=self,
+            kind="keep-warm",
+        )
+        try:
+            await fut
+        except asyncio.CancelledError:
+            scheduler.cancel_owner(self)  # stopping: nothing of ours left queued
+            raise
+        except Exception as exc:  # the voice's requests fail the same way and say so
+            log.debug("keeping %s warm failed: %s", voice.name, exc)
+            return
+        self.touches += 1

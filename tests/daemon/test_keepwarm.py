@@ -1,0 +1,53 @@
+"""``engine.keep_warm_s`` on the real daemon (appliance.keepwarm): after a request, its
+voice runs while the daemon is quiet, for ``keep_warm_s`` and no longer; a request in the
+meantime is served as ever; off by default, a quiet daemon runs nothing."""
+
+from __future__ import annotations
+
+import time
+
+from tests.conftest import Daemon, DaemonFactory
+from tests.wire import Wire
+
+KEEP_S = 2.0
+
+
+def _prior_runs(d: Daemon) -> int:
+    """The prior's runs so far: a touch runs it once, a one-sentence request once."""
+    with Wire(d.socket) as w:
+        runs = w.call({"op": "stats", "id": 1})["model_runs"]
+    return int(runs.get("prior", {}).get("runs", 0))
+
+
+def _speak(d: Daemon, text: str) -> dict[str, object]:
+    with Wire(d.socket) as w:
+        return w.call({"op": "synthesize", "id": 2, "text": text})
+
+
+def test_a_voice_is_kept_warm_for_keep_warm_s_after_its_request(
+    daemon_factory: DaemonFactory,
+) -> None:
+    d = daemon_factory({"engine": {"keep_warm_s": KEEP_S}})
+    quiet = _prior_runs(d)
+    time.sleep(0.6)
+    assert _prior_runs(d) == quiet  # no request yet: nothing to keep warm
+    assert _speak(d, "Turn left.")["event"] == "end"
+    ended = time.monotonic()
+    first = _prior_runs(d)
+    time.sleep(1.0)
+    # Every 0.2 s while quiet: ~5 in a second; a busy box's loop may run late.
+    assert _prior_runs(d) >= first + 2
+    # A request while it is kept warm is served as ever, and keeps it warm longer.
+    assert _speak(d, "Then right.")["event"] == "end"
+    ended = time.monotonic()
+    time.sleep(max(0.0, ended + KEEP_S + 0.5 - time.monotonic()))
+    settled = _prior_runs(d)
+    time.sleep(0.8)
+    assert _prior_runs(d) == settled  # past keep_warm_s: it stopped
+
+
+def test_off_by_default_a_quiet_daemon_runs_nothing(daemon: Daemon) -> None:
+    assert _speak(daemon, "Turn left.")["event"] == "end"
+    after = _prior_runs(daemon)
+    time.sleep(0.8)
+    assert _prior_runs(daemon) == after
