@@ -5,7 +5,8 @@ Prints one table with every goal's figure:
 * time to first packet over the socket for a short command and a long sentence,
   each as a ratio to piper-tts's time to first audio on the same text (in-process
   ``PiperVoice.synthesize``, the same voice), and the short command again with a
-  second of quiet before each request on both sides (what a voice assistant meets);
+  second of quiet before each request on both sides (what a voice assistant meets), and
+  after 3 s of quiet with and without ``engine.keep_warm_s`` (:mod:`bench.keptwarm`);
 * whole requests of ~8, ~22 and ~31 s of audio read as fast as they come (request →
   ``end``) against piper-tts's whole ``synthesize`` of the same text (issue 46 goal 3:
   8–30 s; a request of a few sentences has less to run side by side than a long one);
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from appliance.clients.client import Client
+from bench import keptwarm
 from bench.rig import proc_cpu_s
 from bench.wyoming import WHOLE_TEXTS
 
@@ -231,6 +233,7 @@ def bench_speed(
                 "ratio": _pct(theirs, 50) / _pct(ours, 50),
                 "block_ratios": block_ratios,
             }
+        result["kept_warm"] = keptwarm.kept_warm(out, sock, piper, 4 if quick else 10, config)
         for name, text, _label in WHOLE_TEXTS:
             result[name] = whole_row(sock, piper, text, runs, blocks)
         reference = piper_cost(piper, rounds)
@@ -292,6 +295,7 @@ def print_speed(r: dict[str, Any]) -> None:
             f"| {x['ratio']:.2f}× ({min(x['block_ratios']):.2f}–{max(x['block_ratios']):.2f}) "
             f"| ≥ {GOALS[name.removesuffix('_quiet')]}× |"
         )
+    keptwarm.print_rows(r["kept_warm"], GOALS["short"])
     for name, _text, _label in WHOLE_TEXTS:
         x = r[name]
         print(

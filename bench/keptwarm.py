@@ -1,0 +1,83 @@
+"""The short command after a conversation's pause (issue 46, stop 64): the first packet
+after :data:`QUIET_S` of quiet, from the bench's daemon (``engine.keep_warm_s`` off, the
+default) and from a second one with ``keep_warm_s`` :data:`KEEP_S`, in interleaved blocks
+with piper-tts's first audio after the same quiet; and what keeping warm costs, the second
+daemon's CPU over the quiet after a request (its ``/proc/PID/stat`` times).
+
+Where the CPU slows while it idles (a VM's host, a power-saving governor) a first packet
+after quiet waits far longer than one right after another (docs/speed.md, "Kept warm").
+Run by :func:`bench.speed.bench_speed`; its table prints the rows.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.rig import proc_cpu_s, start_daemon
+
+QUIET_S = 3.0
+"""The pause before each request: a conversation's next turn."""
+KEEP_S = 30.0
+"""The second daemon's ``engine.keep_warm_s``."""
+
+
+def kept_warm(
+    out: Path, sock: str, piper: Any, runs: int, config: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Both daemons' first packets and piper-tts's first audio after :data:`QUIET_S`
+    (``runs`` each, in two blocks), and the kept daemon's CPU share while kept warm."""
+    from bench.speed import SHORT, piper_ttfa_ms, ttfp_ms
+
+    cfg = dict(config or {})
+    cfg["engine"] = {**cfg.get("engine", {}), "keep_warm_s": KEEP_S}
+    proc, kept_sock = start_daemon(out, cfg)
+    try:
+        off: list[float] = []
+        kept: list[float] = []
+        theirs: list[float] = []
+        for _ in range(2):
+            off += ttfp_ms(sock, SHORT, max(1, runs // 2), QUIET_S)
+            kept += ttfp_ms(kept_sock, SHORT, max(1, runs // 2), QUIET_S)
+            theirs += piper_ttfa_ms(piper, SHORT, max(1, runs // 2), QUIET_S)
+        ttfp_ms(kept_sock, SHORT, 0)  # two requests (its warm-ups), then a quiet spell
+        cpu0 = proc_cpu_s(proc.pid)
+        time.sleep(QUIET_S)
+        share = (proc_cpu_s(proc.pid) - cpu0) / QUIET_S
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    piper_p50 = float(np.median(theirs))
+    return {
+        "quiet_s": QUIET_S,
+        "keep_s": KEEP_S,
+        "piper_ttfa_p50_ms": piper_p50,
+        "off": _row(off, piper_p50),
+        "kept": _row(kept, piper_p50),
+        "kept_cpu_share": share,
+    }
+
+
+def _row(ms: list[float], piper_p50: float) -> dict[str, float]:
+    p50 = float(np.median(ms))
+    p95 = float(np.percentile(ms, 95))
+    return {"ttfp_p50_ms": p50, "ttfp_p95_ms": p95, "ratio": piper_p50 / p50}
+
+
+def print_rows(r: dict[str, Any], goal: float) -> None:
+    """The two rows of the speed table (``goal``: the short command's ratio)."""
+    quiet, piper_ms = r["quiet_s"], r["piper_ttfa_p50_ms"]
+    for key, label in (
+        ("off", f"short command after {quiet:.0f} s of quiet"),
+        ("kept", f"the same, `engine.keep_warm_s: {r['keep_s']:.0f}`"),
+    ):
+        x = r[key]
+        cost = f" ({r['kept_cpu_share'] * 100:.0f} % of a core while kept)" if key == "kept" else ""
+        print(
+            f"| first packet, {label} (P50) | {x['ttfp_p50_ms']:.1f} ms "
+            f"(P95 {x['ttfp_p95_ms']:.1f}){cost} | {piper_ms:.1f} ms | {x['ratio']:.2f}× "
+            f"| ≥ {goal}× |"
+        )
