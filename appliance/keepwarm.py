@@ -51,14 +51,13 @@ class KeepWarm:
         self.every_s = every_s
         self.until: dict[str, float] = {}
         """Voice name → when it stops being kept warm (monotonic seconds)."""
-        self.touches = 0
-        """Touches run since start (tests, the debug log)."""
         self._task: asyncio.Task[None] | None = None
 
     def on_request_done(self, stream: Stream) -> None:
         """(The loop.) A request ended: keep its voice warm ``keep_warm_s`` from now."""
-        keep_s = self._service().runtime.config.engine.keep_warm_s
-        if keep_s <= 0:
+        service = self._service()
+        keep_s = service.runtime.config.engine.keep_warm_s
+        if keep_s <= 0 or service.stopping:  # nothing comes after a stop's last requests
             return
         self.until[stream.voice_name] = time.monotonic() + keep_s
         if self._task is None or self._task.done():
@@ -71,9 +70,11 @@ class KeepWarm:
             now = time.monotonic()
             self.until = {name: t for name, t in self.until.items() if t > now}
             service = self._service()
-            if service.registry.streams:
-                continue  # a request in flight runs the model itself
+            if service.stopping:
+                return
             for name in list(self.until):
+                if service.registry.streams:
+                    break  # a request in flight runs the model itself
                 voice = service.runtime.voices.get(name)
                 if voice is None:  # a reload dropped it
                     del self.until[name]
@@ -99,5 +100,3 @@ class KeepWarm:
             raise
         except Exception as exc:  # the voice's requests fail the same way and say so
             log.debug("keeping %s warm failed: %s", voice.name, exc)
-            return
-        self.touches += 1

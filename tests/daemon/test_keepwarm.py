@@ -1,6 +1,7 @@
 """``engine.keep_warm_s`` on the real daemon (appliance.keepwarm): after a request, its
 voice runs while the daemon is quiet, for ``keep_warm_s`` and no longer; a request in the
-meantime is served as ever; off by default, a quiet daemon runs nothing."""
+meantime is served as ever; a stop meanwhile is clean; off by default, a quiet daemon runs
+nothing."""
 
 from __future__ import annotations
 
@@ -44,6 +45,13 @@ def test_a_voice_is_kept_warm_for_keep_warm_s_after_its_request(
     settled = _prior_runs(d)
     time.sleep(0.8)
     assert _prior_runs(d) == settled  # past keep_warm_s: it stopped
+    # Stopped while it keeps a voice warm: at once, cleanly.
+    assert _speak(d, "Turn left.")["event"] == "end"
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    assert d.stop(timeout=15) == 0
+    assert time.monotonic() - t0 < 10
+    assert "Traceback" not in d.log()
 
 
 def test_off_by_default_a_quiet_daemon_runs_nothing(daemon: Daemon) -> None:
