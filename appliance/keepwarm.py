@@ -5,7 +5,8 @@ Where the CPU slows when it idles (this 2-vCPU VM's host: a pure arithmetic loop
 too), the short command's first packet after 3 s of quiet came at 149 ms instead of 39
 (docs/speed.md, "Kept warm").  For ``keep_warm_s`` after each request, the voice it used
 is run on one word every :data:`KEEP_WARM_EVERY_S`
-(:func:`~appliance.core.warmup.keep_warm_touch`) while no request is in flight: a
+(:func:`~appliance.core.warmup.keep_warm_touch`) while the scheduler has nothing else
+queued or running (a stream waiting on a language model's next words is kept warm too): a
 conversation's next turn found it at 55 ms, for ~17 % of one core while it lasts; a box
 left alone stops paying after ``keep_warm_s``.
 
@@ -73,8 +74,8 @@ class KeepWarm:
             if service.stopping:
                 return
             for name in list(self.until):
-                if service.registry.streams:
-                    break  # a request in flight runs the model itself
+                if service.runtime.scheduler.depth():
+                    break  # other work runs the model, or is about to
                 voice = service.runtime.voices.get(name)
                 if voice is None:  # a reload dropped it
                     del self.until[name]
