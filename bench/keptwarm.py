@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bench.rig import proc_cpu_s, start_daemon
 
 QUIET_S = 3.0
@@ -30,7 +28,7 @@ def kept_warm(
 ) -> dict[str, Any]:
     """Both daemons' first packets and piper-tts's first audio after :data:`QUIET_S`
     (``runs`` each, in two blocks), and the kept daemon's CPU share while kept warm."""
-    from bench.speed import SHORT, piper_ttfa_ms, ttfp_ms
+    from bench.speed import SHORT, _pct, piper_ttfa_ms, ttfp_ms
 
     cfg = dict(config or {})
     cfg["engine"] = {**cfg.get("engine", {}), "keep_warm_s": KEEP_S}
@@ -50,21 +48,23 @@ def kept_warm(
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    piper_p50 = float(np.median(theirs))
+    piper_p50 = _pct(theirs, 50)
+
+    def row(ms: list[float]) -> dict[str, float]:
+        return {
+            "ttfp_p50_ms": _pct(ms, 50),
+            "ttfp_p95_ms": _pct(ms, 95),
+            "ratio": piper_p50 / _pct(ms, 50),
+        }
+
     return {
         "quiet_s": QUIET_S,
         "keep_s": KEEP_S,
         "piper_ttfa_p50_ms": piper_p50,
-        "off": _row(off, piper_p50),
-        "kept": _row(kept, piper_p50),
+        "off": row(off),
+        "kept": row(kept),
         "kept_cpu_share": share,
     }
-
-
-def _row(ms: list[float], piper_p50: float) -> dict[str, float]:
-    p50 = float(np.median(ms))
-    p95 = float(np.percentile(ms, 95))
-    return {"ttfp_p50_ms": p50, "ttfp_p95_ms": p95, "ratio": piper_p50 / p50}
 
 
 def print_rows(r: dict[str, Any], goal: float) -> None:

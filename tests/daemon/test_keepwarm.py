@@ -33,7 +33,6 @@ def test_a_voice_is_kept_warm_for_keep_warm_s_after_its_request(
     time.sleep(0.6)
     assert _prior_runs(d) == quiet  # no request yet: nothing to keep warm
     assert _speak(d, "Turn left.")["event"] == "end"
-    ended = time.monotonic()
     first = _prior_runs(d)
     time.sleep(1.0)
     # Every 0.2 s while quiet: ~5 in a second; a busy box's loop may run late.
