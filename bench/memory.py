@@ -46,7 +46,7 @@ import numpy as np
 from appliance.upkeep import TRIM_EVERY_S
 from bench.concurrency import TEXTS
 from bench.memprobe import VARIANTS, rollup, second_voice_dir
-from bench.rig import peak_rss_mb, poll_until, rss_mb, start_daemon, wait_warm
+from bench.rig import peak_rss_mb, poll_until, rss_mb, start_daemon
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -229,7 +229,6 @@ def daemon_memory(
     entry, env = _daemon_entry(candidate)
     proc, sock = start_daemon(out, entry=entry, env=env)
     try:
-        wait_warm(sock)
         time.sleep(1.0)
         rows = [("idle after warm-up", _rollup_mb(proc.pid))]
         load = MixedLoad(sock, proc.pid, settle_s=settle_s)
@@ -280,7 +279,6 @@ def _voices_rss(out: Path, candidate: str, extra: Path | None) -> float:
     config = {"voices": {"voices_dir": str(extra)}} if extra else None
     proc, sock = start_daemon(out, config, entry=entry, env=env)
     try:
-        wait_warm(sock)
         with Client(sock) as client:
             for voice in client.info()["voices"]:
                 name = voice["name"] if isinstance(voice, dict) else str(voice)
@@ -311,7 +309,6 @@ def first_start(out: Path) -> dict[str, Any]:
     config = {"voices": {"cache_dir": str(cache)}}
     proc, sock = start_daemon(out, config, entry=entry, env=env, timeout_s=1800.0)
     try:
-        wait_warm(sock)
         ready_s = time.monotonic() - t0
         with Client(sock) as client:
             client.synthesize_all(TEXTS[0], realtime=False)
