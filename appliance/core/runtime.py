@@ -226,7 +226,10 @@ class Runtime:
                 skipped[str(path)] = why
                 log_skipped({str(path): why})
         scheduler = Scheduler(
-            cfg.engine.workers, cpus=plan.pins.workers if plan.pins else None, quota=plan.quota
+            cfg.engine.workers,
+            cpus=plan.pins.workers if plan.pins else None,
+            quota=plan.quota,
+            own_cores=plan.own_cores,
         )
         rt = cls(
             cfg,

@@ -191,7 +191,10 @@ class SynthesisJob:
         else:
             work = functools.partial(encode.encode_clause, self.ctx, clause)
         encoded: EncodedClause
-        encoded, timing = await self._submit(work, "encode", urgent=first)
+        submitted = self._submit(work, "encode", urgent=first)
+        if first and self.scheduler.own_cores:
+            self.ahead.open(clause)
+        encoded, timing = await submitted
         if first:
             self.stats.first_encoded(timing.queue_s, timing.run_s, encoded, self.timeline.words)
             self.voice.costs.observe_first_decode(encoded.first_decode_s)

@@ -602,6 +602,29 @@ def test_a_lone_request_encodes_two_clauses_ahead(
     assert np.array_equal(got, np.concatenate([c.samples for c in again]))
 
 
+@pytest.mark.parametrize(
+    ("own_cores", "lone", "at"), [(True, True, 0), (True, False, 1), (False, True, 1)]
+)
+def test_alone_on_cores_of_its_own_the_next_sentence_encodes_beside_the_first_item(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, own_cores: bool, lone: bool, at: int
+) -> None:
+    """Where each worker has a core of its own, a lone request submits its next sentence's
+    encode with its first item (before any chunk is out: the scheduler runs it on the
+    idle core); beside other work, or on shared cores, after its first chunk as before.
+    The audio is the same."""
+    submitted: list[int] = []
+    _on_later_encodes(monkeypatch, lambda job: submitted.append(job.timeline.seq))
+    monkeypatch.setattr(runtime.scheduler, "lone", lambda owner: lone)
+    monkeypatch.setattr(runtime.scheduler, "own_cores", own_cores)
+    req = SpeechRequest(text="Hello there. And then we went home.", noise_scale=0.0, noise_w=0.0)
+    chunks, _ = _stream(runtime, req)
+    assert submitted == [at], submitted
+    monkeypatch.setattr(runtime.scheduler, "own_cores", not own_cores)
+    again, _ = _stream(runtime, req)
+    got = np.concatenate([c.samples for c in chunks])
+    assert np.array_equal(got, np.concatenate([c.samples for c in again]))
+
+
 def test_no_quick_start_where_the_whole_prior_could_not_be_hidden(runtime: Runtime) -> None:
     """A prior estimated far longer than 250 ms of audio lasts (a slow or busy box): the
     sentence is encoded whole from the start, never cut, and every sample is piper's."""

@@ -542,3 +542,25 @@ def test_a_request_is_lone_while_its_items_are_all_the_work() -> None:
         return seen
 
     assert asyncio.run(scenario()) == [True, True, False, True]
+
+
+@pytest.mark.parametrize(
+    ("own_cores", "owner", "runs_beside"),
+    [(True, "me", True), (False, "me", False), (True, "other", False)],
+)
+async def test_a_lone_newcomer_s_work_ahead_runs_beside_it_only_on_cores_of_its_own(
+    own_cores: bool, owner: str, runs_beside: bool
+) -> None:
+    """While a first item runs, work ahead waits (it would share the newcomer's cores),
+    but the newcomer's own next encode where each worker has a core to itself; another
+    request's work ahead still waits."""
+    with running_scheduler(2, own_cores=own_cores) as s:
+        first, first_fut = await run_blocking(s, time.monotonic(), owner="me", urgent=True)
+        ahead = Blocking()
+        fut = s.submit(ahead, deadline=time.monotonic() + 60, realtime=True, owner=owner, kind="t")
+        ran = await asyncio.to_thread(ahead.started.wait, 0.5)
+        assert ran == runs_beside
+        assert first.runs == 1 and s.snapshot()["stopped_ahead"] == 0
+        first.finish.set()
+        ahead.finish.set()
+        await asyncio.wait_for(asyncio.gather(first_fut, fut), 5)

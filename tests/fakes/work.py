@@ -14,8 +14,10 @@ from appliance.model.engine.interrupt import Interrupted
 
 
 @contextmanager
-def running_scheduler(workers: int, name: str = "test") -> Iterator[Scheduler]:
-    s = Scheduler(workers, name=name)
+def running_scheduler(
+    workers: int, name: str = "test", own_cores: bool = False
+) -> Iterator[Scheduler]:
+    s = Scheduler(workers, name=name, own_cores=own_cores)
     s.start()
     try:
         yield s

@@ -120,10 +120,11 @@ class Timeline:
     # -- deadlines
 
     def due(self, ahead_s: float = 0.0) -> float:
-        """When the client will need audio beyond what it has (+ ``ahead_s`` more)."""
+        """When the client will need audio beyond what it has (+ ``ahead_s`` more); before
+        the first chunk, as if it started playing now."""
         origin = self._origin()
         if origin is None:
-            return time.monotonic()
+            return time.monotonic() + max(0.0, ahead_s - self.watermark_s)
         return origin + self.audio_out_s + ahead_s - self.watermark_s
 
     def slack_until(self, ahead_s: float = 0.0) -> float | None:

@@ -96,6 +96,10 @@ class CpuPlan:
     """Whether those threads spin between ops (:func:`spin_wait`)."""
     pins: Pinning | None
     """Where the workers and the sessions' pool threads run (:func:`pinning`)."""
+    own_cores: bool = False
+    """Each worker's runs keep to one CPU of their own: one thread per session and no more
+    workers than CPUs (the quota's), so two workers' runs never share a core
+    (``Scheduler.own_cores``)."""
 
 
 def cpu_plan(cfg: Config, quota: float | None, *, pin: bool = True) -> CpuPlan:
@@ -105,4 +109,5 @@ def cpu_plan(cfg: Config, quota: float | None, *, pin: bool = True) -> CpuPlan:
     cpus = capped_cpus(quota)
     threads = cpu_threads(cfg, cpus)
     pins = pinning(cfg, threads) if pin else None
-    return CpuPlan(quota, threads, spin_wait(cfg, threads, cpus), pins)
+    own = threads == 1 and cfg.engine.workers <= cpus
+    return CpuPlan(quota, threads, spin_wait(cfg, threads, cpus), pins, own)

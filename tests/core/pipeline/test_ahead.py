@@ -73,3 +73,16 @@ async def test_only_the_next_clause_is_taken_and_the_rest_cancelled_at_the_end()
     assert ahead.take(first) is submitted.futures[0]
     ahead.cancel()
     assert not submitted.futures[0].cancelled() and submitted.futures[1].cancelled()
+
+
+@pytest.mark.parametrize("lone", [True, False])
+async def test_alone_the_next_clause_is_encoded_beside_the_first_due_after_its_audio(
+    lone: bool,
+) -> None:
+    ahead, submitted = ahead_of(["Three four five.", "Six."], lone)
+    ahead.open(clause("One two."))
+    assert submitted.due == ([("Three four five.", 8 * CHAR_S)] if lone else [])
+    ahead.open(clause("One two."))  # one at most
+    assert len(submitted.due) == (1 if lone else 0)
+    ahead.fill(1.0, first_chunks=False, per_char=None)  # after the first chunk: the rest
+    assert [t for t, _ in submitted.due] == ["Three four five.", "Six."][: 2 if lone else 1]

@@ -122,6 +122,15 @@ def test_a_chunk_after_the_listener_ran_dry_is_a_stall() -> None:
     assert stats.stalls == 1
 
 
+def test_before_the_first_chunk_audio_ahead_is_due_as_if_playing_began_now() -> None:
+    """Watermark 0.05 s: a clause 2 s past the first is due 1.95 s from now; one within
+    the watermark is due now."""
+    tl = timeline(stats=JobStats(t_request=time.monotonic()))
+    t0 = time.monotonic()
+    assert t0 + 1.95 <= tl.due(2.0) <= time.monotonic() + 1.95
+    assert tl.due(0.03) <= time.monotonic()
+
+
 class _Kinds:
     """Id kinds of a toy voice: 0 a pad, 1 a sound, 3 a word gap."""
 

@@ -249,3 +249,29 @@ def test_the_daemon_s_workers_and_pool_threads_run_where_the_plan_says(
     pool_threads = [c for c in pool_now.values() if c <= set(plan.pool)]
     assert len(pool_threads) >= len(parallel) * len(plan.pool)
     assert all(len(c) == 1 and c <= set(plan.workers) for c in seen)
+
+
+@pytest.mark.parametrize(
+    ("workers", "cpus", "quota", "threads", "own"),
+    [
+        (2, 2, None, None, True),  # the default on 2 CPUs: a thread each, a core each
+        (2, 4, None, None, False),  # two threads each: a session's pool shares cores
+        (2, 2, 1.5, None, False),  # two workers on a quota of 1.5 CPUs share them
+        (3, 2, None, 1, False),  # more workers than CPUs
+        (1, 1, None, None, True),
+    ],
+)
+def test_workers_have_cores_of_their_own_only_with_a_thread_each_and_a_cpu_each(
+    monkeypatch: pytest.MonkeyPatch,
+    workers: int,
+    cpus: int,
+    quota: float | None,
+    threads: int | None,
+    own: bool,
+) -> None:
+    """What lets the scheduler run a lone request's next encode beside its first item."""
+    _cpus(monkeypatch, cpus, quota)
+    engine: dict[str, Any] = {"workers": workers}
+    if threads is not None:
+        engine["intra_op_threads"] = threads
+    assert cpu_plan(parse_config({"engine": engine}), quota).own_cores is own
