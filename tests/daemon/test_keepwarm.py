@@ -1,12 +1,25 @@
-"""``engine.keep_warm_s`` on the real daemon (appliance.keepwarm): after a request, its
+"""``engine.keep_warm_s`` (appliance.keepwarm): on the real daemon, after a request its
 voice runs while the daemon is quiet, for ``keep_warm_s`` and no longer; a request in the
 meantime is served as ever; a stop meanwhile is clean; off by default, a quiet daemon runs
-nothing."""
+nothing.  In process, on a runtime without voices: nothing runs before the idle warm-up
+is done (the daemon's tests start after it)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from types import SimpleNamespace
+from typing import Any, cast
 
+import pytest
+
+from appliance.core import warmup
+from appliance.core.runtime import Runtime
+from appliance.core.scheduler import Scheduler
+from appliance.core.service import Service, Stream
+from appliance.keepwarm import KeepWarm
+from appliance.ops.config import parse_config
+from appliance.ops.metrics import Metrics
 from tests.conftest import Daemon, DaemonFactory
 from tests.wire import Wire
 
@@ -58,3 +71,37 @@ def test_off_by_default_a_quiet_daemon_runs_nothing(daemon: Daemon) -> None:
     after = _prior_runs(daemon)
     time.sleep(0.8)
     assert _prior_runs(daemon) == after
+
+
+def test_nothing_is_kept_warm_until_the_idle_warm_up_is_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The warm-up's later steps measure the CPU they take (admission's stream cost): a
+    touch between two of them would count in it, so none runs until it is done."""
+    touched: list[object] = []
+    monkeypatch.setattr(warmup, "keep_warm_touch", touched.append)
+    cfg = parse_config({"engine": {"workers": 1, "keep_warm_s": 30.0}})
+    voice = object()  # what the touch gets: only handed over here
+    runtime = Runtime(cfg, {"joe": cast(Any, voice)}, "joe", Scheduler(1, name="kw"), Metrics())
+    service = Service(runtime)
+    tasks: list[asyncio.Task[Any]] = []
+
+    async def scenario() -> None:
+        kw = KeepWarm(lambda: service, tasks.append, every_s=0.02)
+        kw.on_request_done(cast(Stream, SimpleNamespace(voice_name="joe")))
+        await asyncio.sleep(0.3)
+        assert touched == []  # ~15 periods, the warm-up still running
+        runtime.warm.done = True
+        deadline = time.monotonic() + 10
+        while len(touched) < 2:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        tasks[0].cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    runtime.scheduler.start()
+    try:
+        asyncio.run(scenario())
+    finally:
+        runtime.scheduler.stop()
+    assert touched[:2] == [voice, voice]
