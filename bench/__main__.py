@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.rig import peak_rss_mb, start_daemon, v1_request
+from bench.rig import pct, peak_rss_mb, start_daemon, v1_request
 
 SHORT = "Turn on the kitchen lights, please."
 LONG = (
@@ -29,10 +29,6 @@ LONG = (
     "building which would replace the old structure that had stood in the town square for more "
     "than one hundred years and had become far too small for the growing number of students."
 )
-
-
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def socket_ttfp(path: str, text: str, runs: int) -> dict[str, Any]:
@@ -51,9 +47,9 @@ def socket_ttfp(path: str, text: str, runs: int) -> dict[str, Any]:
             audio_ms = float(end["stats"]["audio_ms"])
     client.close()
     return {
-        "p50": _pct(ttfp, 50),
-        "p95": _pct(ttfp, 95),
-        "rtf": _pct(rtf, 50),
+        "p50": pct(ttfp, 50),
+        "p95": pct(ttfp, 95),
+        "rtf": pct(rtf, 50),
         "audio_ms": audio_ms,
         "runs": len(ttfp),
     }
@@ -71,7 +67,7 @@ def piper_ttfa(text: str, runs: int) -> dict[str, Any]:
         next(iter(voice.synthesize(text)))
         if i >= 2:
             times.append((time.perf_counter() - t0) * 1000)
-    return {"p50": _pct(times, 50), "p95": _pct(times, 95)}
+    return {"p50": pct(times, 50), "p95": pct(times, 95)}
 
 
 def phoneme_count(text: str) -> tuple[int, int]:

@@ -19,9 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bench.eager import RATES, REPLIES, feed_v1, tokens
+from bench.rig import pct
 
 VOICE = "en_US-joe-medium"
 
@@ -55,10 +54,6 @@ async def feed_ws(base: str, toks: list[str], rate: float) -> tuple[float, int]:
     return first, audio
 
 
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
-
-
 def bench_agents(out: Path, quick: bool = False) -> dict[str, Any]:
     from bench.rig import free_port, start_daemon, wait_port
 
@@ -76,7 +71,7 @@ def bench_agents(out: Path, quick: bool = False) -> dict[str, Any]:
             v1 = [asyncio.run(feed_v1(sock, tokens(r), rate, "eager")).first_ms for r in replies]
             for door, times in (("elevenlabs websocket", ws), ("protocol v1 text_stream", v1)):
                 result["rows"].append(
-                    {"door": door, "rate": rate, "p50": _pct(times, 50), "p95": _pct(times, 95)}
+                    {"door": door, "rate": rate, "p50": pct(times, 50), "p95": pct(times, 95)}
                 )
     finally:
         proc.terminate()

@@ -35,6 +35,7 @@ import numpy as np
 
 from appliance.clients.client import AsyncClient, TtsdError
 from appliance.text.frontend import FrontendLimits, prepare
+from bench.rig import pct
 
 REPLIES = [
     "Sure! The pharmacy on Elm Street opens at 8:30 am and closes at 9 pm on weekdays. "
@@ -156,10 +157,6 @@ async def feed_wyoming(port: int, toks: list[str], rate: float, start: str | Non
 
         await asyncio.gather(feed(), read())
     return run
-
-
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 # ---------------------------------------------------------------- against whole sentences
@@ -318,8 +315,8 @@ def _v1_row(
         "door": "v1",
         "rate": rate,
         "start": start,
-        "first_p50_ms": _pct(firsts, 50),
-        "first_p95_ms": _pct(firsts, 95),
+        "first_p50_ms": pct(firsts, 50),
+        "first_p95_ms": pct(firsts, 95),
         "cpu_per_audio_s": cpu / audio_s,
         "compute_per_audio_s": sum(r.stats["compute_ms"] for _, r in runs) / 1000 / audio_s,
         "stalls": sum(r.stats["stalls"] for _, r in runs),
@@ -345,8 +342,8 @@ def _wyoming_rows(port: int, replies: list[str], peer: bool) -> list[dict[str, A
                     "door": "wyoming",
                     "rate": rate,
                     "start": start or "wyoming-piper",
-                    "first_p50_ms": _pct(firsts, 50),
-                    "first_p95_ms": _pct(firsts, 95),
+                    "first_p50_ms": pct(firsts, 50),
+                    "first_p95_ms": pct(firsts, 95),
                 }
             )
     return rows
@@ -376,15 +373,15 @@ def bench_eager(out: Path, quick: bool = False) -> dict[str, Any]:
         result["together_8"] = {
             "stalls": sum(r.stats["stalls"] for r in together),
             "text_waits": sum(r.stats.get("text_waits", 0) for r in together),
-            "first_p50_ms": _pct([r.first_ms for r in together], 50),
+            "first_p50_ms": pct([r.first_ms for r in together], 50),
             "refused": len(got) - len(together),
         }
     finally:
         proc.terminate()
         proc.wait(timeout=60)
     result["piper_tts"] = {
-        rate: {"first_p50_ms": _pct(v := piper_sentence_by_sentence(rate, replies), 50)}
-        | {"first_p95_ms": _pct(v, 95)}
+        rate: {"first_p50_ms": pct(v := piper_sentence_by_sentence(rate, replies), 50)}
+        | {"first_p95_ms": pct(v, 95)}
         for rate in RATES
     }
     peer: subprocess.Popen[bytes] | None = None

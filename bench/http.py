@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from bench.rig import pct
 
 
 def _free_port() -> int:
@@ -25,10 +25,6 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def http_first_byte(conn: http.client.HTTPConnection, text: str) -> float:
@@ -85,11 +81,11 @@ def bench_http(out: Path, runs: int, texts: dict[str, str]) -> dict[str, Any]:
                         v1.append(a)
                         over_http.append(b)
                 rows[name] = {
-                    "v1_p50_ms": _pct(v1, 50),
-                    "v1_p95_ms": _pct(v1, 95),
-                    "http_p50_ms": _pct(over_http, 50),
-                    "http_p95_ms": _pct(over_http, 95),
-                    "delta_p50_ms": _pct(over_http, 50) - _pct(v1, 50),
+                    "v1_p50_ms": pct(v1, 50),
+                    "v1_p95_ms": pct(v1, 95),
+                    "http_p50_ms": pct(over_http, 50),
+                    "http_p95_ms": pct(over_http, 95),
+                    "delta_p50_ms": pct(over_http, 50) - pct(v1, 50),
                     "runs": len(v1),
                 }
         finally:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.rig import proc_cpu_s, start_daemon
+from bench.rig import pct, proc_cpu_s, start_daemon
 
 QUIET_S = 3.0
 """The pause before each request: a conversation's next turn."""
@@ -28,7 +28,7 @@ def kept_warm(
 ) -> dict[str, Any]:
     """Both daemons' first packets and piper-tts's first audio after :data:`QUIET_S`
     (``runs`` each, in two blocks), and the kept daemon's CPU share while kept warm."""
-    from bench.speed import SHORT, _pct, piper_ttfa_ms, ttfp_ms
+    from bench.speed import SHORT, piper_ttfa_ms, ttfp_ms
 
     cfg = dict(config or {})
     cfg["engine"] = {**cfg.get("engine", {}), "keep_warm_s": KEEP_S}
@@ -48,13 +48,13 @@ def kept_warm(
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    piper_p50 = _pct(theirs, 50)
+    piper_p50 = pct(theirs, 50)
 
     def row(ms: list[float]) -> dict[str, float]:
         return {
-            "ttfp_p50_ms": _pct(ms, 50),
-            "ttfp_p95_ms": _pct(ms, 95),
-            "ratio": piper_p50 / _pct(ms, 50),
+            "ttfp_p50_ms": pct(ms, 50),
+            "ttfp_p95_ms": pct(ms, 95),
+            "ratio": piper_p50 / pct(ms, 50),
         }
 
     return {

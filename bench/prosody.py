@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from appliance.clients.client import Client
+from bench.rig import pct
 
 PROSODY_TEXTS = (
     "The old lighthouse keeper climbed the spiral stairs every evening to light the lamp "
@@ -63,10 +64,6 @@ QUICK_MS = 250.0
 PAUSE_MS = 60.0
 SVITS_SPEC = ("streaming-vits==0.4.*", "piper-phonemize==1.1.*")
 GOALS = {"mid_over_short": 1.6, "long_vs_piper": 8.0, "short_vs_piper": 2.5, "vs_svits": 2.0}
-
-
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 # ---------------------------------------------------------------- prosody
@@ -250,10 +247,10 @@ def bench_latency_table(out: Path, piper: Any, runs: int) -> dict[str, Any]:
     for k, text in LATENCY_TEXTS.items():
         rows[k] = {
             "chars": len(text),
-            "ttsd_p50_ms": _pct(ours[k], 50),
-            "ttsd_p95_ms": _pct(ours[k], 95),
-            "piper_p50_ms": _pct(theirs[k], 50),
-            "svits_p50_ms": _pct(svits[k], 50) if svits else float("nan"),
+            "ttsd_p50_ms": pct(ours[k], 50),
+            "ttsd_p95_ms": pct(ours[k], 95),
+            "piper_p50_ms": pct(theirs[k], 50),
+            "svits_p50_ms": pct(svits[k], 50) if svits else float("nan"),
         }
     return rows
 

@@ -14,9 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:
     from appliance.model.engine.onnx import OnnxVoiceModel
     from appliance.voicetypes import Voice
+
+
+def pct(values: list[float], q: float) -> float:
+    """The ``q``-th percentile of ``values`` (NaN for none: a row with nothing measured)."""
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def start_daemon(

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from bench.rig import pct
 
 SHORT = "File saved."
 PARAGRAPH = (
@@ -203,15 +203,11 @@ def _socket_reference(sock: str, runs: int) -> dict[str, Any]:
                 if i >= 2 and first is not None:
                     firsts.append(first * 1000)
             out[f"{name}_first_ms"] = {
-                "p50": _pct(firsts, 50),
-                "p95": _pct(firsts, 95),
+                "p50": pct(firsts, 50),
+                "p95": pct(firsts, 95),
                 "runs": len(firsts),
             }
     return out
-
-
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def bench_speechd(out: Path, sock: str, runs: int) -> dict[str, Any]:
@@ -263,7 +259,7 @@ def bench_speechd(out: Path, sock: str, runs: int) -> dict[str, Any]:
         finally:
             m.close()
         results[name] = {
-            key: {"p50": _pct(v, 50), "p95": _pct(v, 95), "runs": len(v)} for key, v in raw.items()
+            key: {"p50": pct(v, 50), "p95": pct(v, 95), "runs": len(v)} for key, v in raw.items()
         }
     shutil.rmtree(work, ignore_errors=True)
     print_table(results)

@@ -36,11 +36,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from appliance.clients.client import Client
 from bench import keptwarm
-from bench.rig import proc_cpu_s
+from bench.rig import pct, proc_cpu_s
 from bench.wyoming import WHOLE_TEXTS
 
 SHORT = "Turn left in two hundred metres."
@@ -64,10 +62,6 @@ GOALS = {
     "sentence": 0.9,
     "p95_ms": 150.0,
 }
-
-
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 QUIET_S = 1.0
@@ -188,8 +182,8 @@ def burst(sock: str, streams: int = 8) -> dict[str, Any]:
             "busy": sum(r.outcome == "busy" for r in results),
             "other": sorted({r.outcome for r in results} - {"end", "busy"}),
             "stalls": sum(r.stalls for r in results),
-            "ttfp_p50_ms": _pct(ttfp, 50),
-            "ttfp_p95_ms": _pct(ttfp, 95),
+            "ttfp_p50_ms": pct(ttfp, 50),
+            "ttfp_p95_ms": pct(ttfp, 95),
         }
 
     return asyncio.run(go())
@@ -225,12 +219,12 @@ def bench_speed(
                 t = piper_ttfa_ms(piper, text, runs // blocks, quiet)
                 ours += o
                 theirs += t
-                block_ratios.append(round(_pct(t, 50) / _pct(o, 50), 2))
+                block_ratios.append(round(pct(t, 50) / pct(o, 50), 2))
             result[name] = {
-                "ttfp_p50_ms": _pct(ours, 50),
-                "ttfp_p95_ms": _pct(ours, 95),
-                "piper_ttfa_p50_ms": _pct(theirs, 50),
-                "ratio": _pct(theirs, 50) / _pct(ours, 50),
+                "ttfp_p50_ms": pct(ours, 50),
+                "ttfp_p95_ms": pct(ours, 95),
+                "piper_ttfa_p50_ms": pct(theirs, 50),
+                "ratio": pct(theirs, 50) / pct(ours, 50),
                 "block_ratios": block_ratios,
             }
         result["kept_warm"] = keptwarm.kept_warm(out, sock, piper, 4 if quick else 10, config)
@@ -268,13 +262,13 @@ def whole_row(sock: str, piper: Any, text: str, runs: int, blocks: int) -> dict[
         t = piper_whole_ms(piper, text, max(1, runs // (2 * blocks)))
         ours += o
         theirs += t
-        block_ratios.append(round(_pct(t, 50) / _pct(o, 50), 2))
+        block_ratios.append(round(pct(t, 50) / pct(o, 50), 2))
     audio_s = sum(len(c.audio_float_array) for c in piper.synthesize(text))
     return {
         "audio_s": audio_s / piper.config.sample_rate,
-        "ttsd_p50_ms": _pct(ours, 50),
-        "piper_p50_ms": _pct(theirs, 50),
-        "ratio": _pct(theirs, 50) / _pct(ours, 50),
+        "ttsd_p50_ms": pct(ours, 50),
+        "piper_p50_ms": pct(theirs, 50),
+        "ratio": pct(theirs, 50) / pct(ours, 50),
         "block_ratios": block_ratios,
     }
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.rig import free_port, wait_port
+from bench.rig import free_port, pct, wait_port
 
 SHORT = "Turn on the kitchen lights, please."
 LONG = (
@@ -57,10 +57,6 @@ WHOLE_TEXTS = (
 is 8–30 s: a request of a few sentences has less to run side by side than a long one)."""
 TOKENS_PER_S = 20.0
 PIPER_SPEC = "wyoming-piper==2.5.*"
-
-
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def piper_python(out: Path) -> Path:
@@ -182,8 +178,8 @@ async def measure_concurrent(port: int, runs: int) -> dict[str, Any]:
                     times.append(t * 1000)
             await asyncio.sleep(0.5)
         r[f"concurrent_{n}"] = {
-            "p50_ms": _pct(times, 50),
-            "p95_ms": _pct(times, 95),
+            "p50_ms": pct(times, 50),
+            "p95_ms": pct(times, 95),
             "max_ms": max(times) if times else float("nan"),
             "errors": sum(codes.values()),
             "error_codes": codes,
@@ -204,14 +200,14 @@ async def measure(port: int, runs: int) -> dict[str, Any]:
                     errors += 1
                 else:
                     times.append(t * 1000)
-        r[name] = {"p50_ms": _pct(times, 50), "errors": errors}
+        r[name] = {"p50_ms": pct(times, 50), "errors": errors}
     for name, text, _label in WHOLE_TEXTS:
         wholes: list[float] = []
         for i in range(max(3, runs // 4) + 1):
             _first, took, err = await timed_request(port, text)
             if i and err is None:  # the first warms up
                 wholes.append(took * 1000)
-        r[name] = {"p50_ms": _pct(wholes, 50)}
+        r[name] = {"p50_ms": pct(wholes, 50)}
     r.update(await measure_concurrent(port, runs))
     firsts: list[float] = []
     feed_s = 0.0
@@ -219,7 +215,7 @@ async def measure(port: int, runs: int) -> dict[str, Any]:
         t, feed_s = await streamed_first_audio(port, ANSWER)
         if t is not None:
             firsts.append(t * 1000)
-    r["streamed"] = {"first_audio_p50_ms": _pct(firsts, 50), "feed_s": feed_s}
+    r["streamed"] = {"first_audio_p50_ms": pct(firsts, 50), "feed_s": feed_s}
     return r
 
 
