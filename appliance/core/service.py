@@ -49,7 +49,9 @@ from appliance.core.textstream import TextFeed
 from appliance.errors import ErrorCode, ServiceError
 from appliance.model import stretch
 from appliance.model.engine.base import Scales
+from appliance.model.engine.threads import own_cores
 from appliance.ops.config import Config
+from appliance.ops.cpuquota import capped_cpus
 from appliance.playback import NoAudioDevice, Utterance
 from appliance.playback.speak import Speech
 from appliance.speech import Chunk, SpeechRequest, Viseme
@@ -436,10 +438,14 @@ class Service:
 
     def set_cpu_quota(self, quota: float | None) -> None:
         """The process's CPU quota changed while serving (appliance.quotawatch): the
-        scheduler and admission count the new one from the next decision on."""
+        scheduler and admission count the new one from the next decision on, and the
+        workers have cores of their own only while the quota leaves one each."""
         scheduler = self.runtime.scheduler
         scheduler.set_quota(quota)
         self.admission.workers = scheduler.capacity
+        if (plan := self.runtime.plan) is not None:
+            workers = self.runtime.config.engine.workers
+            scheduler.own_cores = own_cores(plan.threads, workers, capped_cpus(quota))
 
     def hold_speech(self) -> None:
         """``speak`` waits (before admission) until :meth:`release_speech`: the daemon

@@ -17,6 +17,7 @@ import pytest
 from appliance.core.runtime import Runtime
 from appliance.core.scheduler import Scheduler
 from appliance.core.service import Service
+from appliance.model.engine.threads import CpuPlan
 from appliance.ops.config import parse_config
 from appliance.ops.metrics import Metrics
 from appliance.quotawatch import QuotaWatch
@@ -117,3 +118,24 @@ def test_the_daemon_follows_its_quota_raised_on_sighup(
         done = c.synthesize_all("A little more room to breathe.")
     assert done.duration_ms > 1000 and not done.cancelled
     assert "the inference sessions run 1 thread, sized for the old quota" in d.log()
+
+
+@pytest.mark.parametrize(("threads", "own_unlimited"), [(1, True), (2, False)])
+def test_workers_have_cores_of_their_own_only_while_the_quota_leaves_one_each(
+    monkeypatch: pytest.MonkeyPatch, threads: int, own_unlimited: bool
+) -> None:
+    """Two workers on 2 CPUs with one-thread sessions run a lone request's next encode
+    beside its first item (``Scheduler.own_cores``); under a quota of 1.5 CPUs they share
+    them, and a quota lifted gives the cores back.  Two-thread sessions share cores
+    whatever the quota."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    cfg = parse_config({"engine": {"workers": 2}})
+    plan = CpuPlan(None, threads, False, None, threads == 1)
+    runtime = Runtime(cfg, {}, "none", Scheduler(2, own_cores=plan.own_cores), Metrics(), plan=plan)
+    service = Service(runtime)
+    service.set_cpu_quota(1.5)
+    assert runtime.scheduler.own_cores is False
+    service.set_cpu_quota(None)
+    assert runtime.scheduler.own_cores is own_unlimited
+    service.set_cpu_quota(2.0)
+    assert runtime.scheduler.own_cores is own_unlimited

@@ -109,5 +109,11 @@ def cpu_plan(cfg: Config, quota: float | None, *, pin: bool = True) -> CpuPlan:
     cpus = capped_cpus(quota)
     threads = cpu_threads(cfg, cpus)
     pins = pinning(cfg, threads) if pin else None
-    own = threads == 1 and cfg.engine.workers <= cpus
+    own = own_cores(threads, cfg.engine.workers, cpus)
     return CpuPlan(quota, threads, spin_wait(cfg, threads, cpus), pins, own)
+
+
+def own_cores(threads: int, workers: int, cpus: float) -> bool:
+    """Whether each worker's runs keep to one CPU of their own: sessions of one thread and
+    no more workers than ``cpus`` (the affinity's, capped by a CPU quota)."""
+    return threads == 1 and workers <= cpus
