@@ -611,7 +611,9 @@ def test_alone_on_cores_of_its_own_the_next_sentence_encodes_beside_the_first_it
     """Where each worker has a core of its own, a lone request submits its next sentence's
     encode with its first item (before any chunk is out: the scheduler runs it on the
     idle core); beside other work, or on shared cores, after its first chunk as before.
-    The audio is the same."""
+    The audio is the same (within the 1e-4 of any two window plans: how far ahead a window
+    decodes follows the load, and the blocked decoder's sums differ by ~1e-7 between
+    window widths)."""
     submitted: list[int] = []
     _on_later_encodes(monkeypatch, lambda job: submitted.append(job.timeline.seq))
     monkeypatch.setattr(runtime.scheduler, "lone", lambda owner: lone)
@@ -622,7 +624,9 @@ def test_alone_on_cores_of_its_own_the_next_sentence_encodes_beside_the_first_it
     monkeypatch.setattr(runtime.scheduler, "own_cores", not own_cores)
     again, _ = _stream(runtime, req)
     got = np.concatenate([c.samples for c in chunks])
-    assert np.array_equal(got, np.concatenate([c.samples for c in again]))
+    want = np.concatenate([c.samples for c in again])
+    assert got.shape == want.shape
+    assert float(np.max(np.abs(got - want))) <= 1e-4
 
 
 def test_no_quick_start_where_the_whole_prior_could_not_be_hidden(runtime: Runtime) -> None:
