@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="core http normalizer ssml markdown concurrency speed prosody playback textstream "
         "eager bargein agents speechd wyoming scaleout wordtimes visemes pacing speeds device "
-        "memory",
+        "memory drops",
     )
     parser.add_argument("--soak", type=int, default=None, help="soak requests (default 10000)")
     args = parser.parse_args(argv)
@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             "speeds",
             "device",
             "memory",
+            "drops",
         ]
     )
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}}
@@ -254,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         results["device"] = _optional("device", lambda: _bench_device(out))
     if "memory" in want:  # issue 46: where the resident memory goes, and its growth
         results["memory"] = _optional("memory", lambda: _bench_memory(out, args.quick, args.soak))
+    if "drops" in want:  # issue 46: the heap a dropped request leaves (stop 66)
+        results["drops"] = _optional("drops", lambda: _bench_drops(out, args.quick))
     (out / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nWrote {out / 'bench.json'}")
     return 0
@@ -278,6 +281,12 @@ def _bench_memory(out: Path, quick: bool, soak: int | None) -> dict[str, Any]:
         growth = 300 if soak is None else soak
         return bench_memory(out, 100, growth, [], ["daemon"], 1, ["daemon"], cut=False)
     return bench_memory(out, growth=3000 if soak is None else soak)
+
+
+def _bench_drops(out: Path, quick: bool) -> dict[str, Any]:
+    from bench.drops import bench_drops
+
+    return bench_drops(out, 50 if quick else 100)
 
 
 def _bench_wordtimes(out: Path, runs: int) -> dict[str, Any]:

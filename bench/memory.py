@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,14 +88,22 @@ def _rollup_mb(pid: int) -> dict[str, float]:
     return {"rss_mb": round(rss, 1), "anon_mb": round(anon, 1)}
 
 
-def _one(client: Any, k: int) -> tuple[Any, str]:
-    """Request ``k`` on ``client``; the client to use next (a new one after a drop)."""
+def _one(
+    client: Any,
+    k: int,
+    drop: bool | None = None,
+    request: Callable[[int], tuple[str, dict[str, Any]]] = request_for,
+) -> tuple[Any, str]:
+    """Request ``k`` on ``client``; the client to use next (a new one after a drop).
+    ``drop``: whether the client leaves after the first chunk (default: every
+    :data:`DROP_EVERY`-th); ``request``: request ``k``'s text and options."""
     from appliance.clients.client import Client, TtsdError
 
-    text, opts = request_for(k)
+    text, opts = request(k)
+    drop = k % DROP_EVERY == DROP_EVERY - 1 if drop is None else drop
     try:
         for ev in client.synthesize(text, **opts):
-            if ev.get("event") == "chunk" and k % DROP_EVERY == DROP_EVERY - 1:
+            if ev.get("event") == "chunk" and drop:
                 client.close()  # gone mid-stream, as a client that crashed
                 return Client(client.path), "dropped"
             if ev.get("event") == "end":
@@ -118,8 +127,17 @@ class MixedLoad:
     is read at once (the freed heap still resident), ``kept`` after ``settle_s`` more (the
     daemon's own trim has run: what it keeps)."""
 
-    def __init__(self, sock: str, pid: int, clients: int = 2, settle_s: float = SETTLE_S) -> None:
+    def __init__(
+        self,
+        sock: str,
+        pid: int,
+        clients: int = 2,
+        settle_s: float = SETTLE_S,
+        one: Callable[[Any, int], tuple[Any, str]] | None = None,
+    ) -> None:
         self.sock, self.pid, self.clients, self.settle_s = sock, pid, clients, settle_s
+        # Request ``k`` on a client: the client to use next, and how it ended (:func:`_one`).
+        self.one = one or _one
         self.outcomes: Counter[str] = Counter()
         self.samples: list[tuple[int, float]] = []
         self.kept: list[tuple[int, float]] = []
@@ -150,7 +168,7 @@ class MixedLoad:
 
         def worker(slot: int) -> None:
             while (k := next(ks, None)) is not None:
-                clients[slot], outcome = _one(clients[slot], k)
+                clients[slot], outcome = self.one(clients[slot], k)
                 with self._lock:
                     self.outcomes[outcome] += 1
 
