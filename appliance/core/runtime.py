@@ -19,6 +19,7 @@ every runtime made from the first shares.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Mapping
@@ -395,9 +396,17 @@ class Runtime:
         }
 
     def release_memory(self) -> None:
-        """Give back what runs left allocated and nothing holds: each voice's backend's
-        (ONNX Runtime's free arena regions), then glibc's free heap.  A few ms: off the
-        loop, at a quiet moment (:class:`appliance.upkeep.Upkeep`)."""
+        """Give back what runs left allocated and nothing holds: garbage in reference
+        cycles, each voice's backend's (ONNX Runtime's free arena regions), then glibc's
+        free heap.  Tens of ms: off the loop, at a quiet moment
+        (:class:`appliance.upkeep.Upkeep`)."""
+        # First, so that what the garbage held is free for the arena and glibc to give
+        # back.  A client that leaves mid-stream leaves its connection in cycles (the
+        # transport's write error, its traceback, the frames holding the last audio; a
+        # worker's interrupted run, its feeds and outputs) that only a full collection
+        # frees, and an idle daemon runs none: ~60 KB a dropped request stayed until later
+        # requests' allocations set one off (docs/speed.md, stop 66).
+        gc.collect()
         for v in self.voices.values():
             v.model.release_memory()
         memory.trim()

@@ -7,9 +7,11 @@ daemon) one after the idle warm-up."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import socket
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +190,44 @@ def test_a_trim_hands_back_the_backends_free_memory_first(monkeypatch: Any) -> N
 
     asyncio.run(scenario())
     assert done == ["release", "heap"]
+
+
+class _Held:
+    """Stands for a dropped connection: its objects in a cycle, as its write error's
+    traceback puts them."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_trim_frees_garbage_in_cycles_before_the_heap_is_trimmed(monkeypatch: Any) -> None:
+    """A client that left mid-stream leaves its connection and its last audio in reference
+    cycles; an idle daemon runs no collection of its own (docs/speed.md, stop 66)."""
+    held = _Held()
+    gone = weakref.ref(held)
+    seen: list[bool] = []
+
+    def trim() -> bool:
+        seen.append(gone() is None)  # freed before glibc is asked to give pages back
+        return True
+
+    monkeypatch.setattr(memory, "trim", trim)
+    monkeypatch.setattr(upkeep_module, "TRIM_EVERY_S", 0.0)
+    runtime = Runtime(parse_config({}), {}, "none", Scheduler(1), Metrics())
+    tasks: set[asyncio.Task[Any]] = set()
+
+    async def scenario() -> None:
+        Upkeep(Notifier.disabled(), lambda: runtime, tasks.add).on_request_done()
+        await asyncio.gather(*tasks)
+
+    gc.disable()  # as in an idle daemon: no allocations set a collection off
+    try:
+        del held
+        assert gone() is not None
+        asyncio.run(scenario())
+    finally:
+        gc.enable()
+    assert seen == [True]
 
 
 def test_the_idle_warm_up_is_followed_by_a_trim(daemon_factory: DaemonFactory) -> None:
