@@ -8,11 +8,11 @@ requests whose client drops its connection after the first chunk; requests that 
 again.  Each run reads the RSS the daemon keeps once it has trimmed
 (:class:`bench.memory.MixedLoad`) after :data:`WARM_IN` requests and after the rest.
 
-Why: stop 66 found the daemon keeping ~60–80 KB of heap per dropped request, live
-allocations and not Python objects, which the finished requests after them gave back:
-the part of the mixed load's growth between trims that issue 46's 5 MB per 3 000
-requests is missing, not yet explained (docs/speed.md, stop 66).  This table says whether
-it is still there.
+Why: stop 66 found ~60–80 KB of heap kept per dropped request, given back only once later
+requests' allocations set off a collection: each dropped connection was left in reference
+cycles (its write error's traceback, the frames holding its last audio) that an idle
+daemon never collected.  The upkeep's trim collects them now (docs/speed.md, stop 66);
+this table says whether a drop still leaves anything.
 
 Bounds: 3 × (``requests`` + :data:`WARM_IN`) requests of ~1.5 s of audio each; about four
 minutes at 100.  JSON in ``OUT/drops.json``.
