@@ -19,7 +19,6 @@ every runtime made from the first shares.
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections.abc import Mapping
@@ -406,7 +405,7 @@ class Runtime:
         # worker's interrupted run, its feeds and outputs) that only a full collection
         # frees, and an idle daemon runs none: ~60 KB a dropped request stayed until later
         # requests' allocations set one off (docs/speed.md, stop 66).
-        gc.collect()
+        memory.collect_garbage()
         for v in self.voices.values():
             v.model.release_memory()
         memory.trim()

@@ -67,7 +67,9 @@ def test_ready_reloaded_and_status_lines_reach_the_manager(tmp_path: Path) -> No
 
 
 def _trims(monkeypatch: Any, every_s: float) -> list[float]:
-    """The times of the upkeep's heap trims (each still the real ``malloc_trim``)."""
+    """The times of the upkeep's heap trims (each still the real ``malloc_trim``; no
+    collection before it: a test process's heap takes it far longer than the daemon's,
+    and these tests time the trims' spacing)."""
     real, done = memory.trim, []
 
     def trim() -> bool:
@@ -75,6 +77,7 @@ def _trims(monkeypatch: Any, every_s: float) -> list[float]:
         return real()
 
     monkeypatch.setattr(memory, "trim", trim)
+    monkeypatch.setattr(memory, "collect_garbage", lambda: 0)
     monkeypatch.setattr(upkeep_module, "TRIM_EVERY_S", every_s)
     return done
 
