@@ -16,7 +16,7 @@ def test_each_run_is_read_before_and_after_its_requests(tmp_path: Path) -> None:
     for name in drops.RUNS:
         before, after = r[name]["kept_mb"]
         assert 100 < before < 1000 and 100 < after < 1000
-        assert r[name]["per_100_mb"] == round((after - before) * 50, 2)
+        assert r[name]["per_100_mb"] == round((after - before) * 100 / 2, 2)
     table = drops.format_drops(r)
     assert "| 2 whose client leaves after the first chunk |" in table
     assert table.count("\n| 2 ") == 3
