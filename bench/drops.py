@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.memory import MIX, MixedLoad, _one, request_for
+from bench.memory import MIX, SETTLE_S, MixedLoad, _one, request_for
 from bench.rig import start_daemon
 
 WARM_IN = 10
@@ -60,14 +60,13 @@ RUNS: dict[str, tuple[Callable[[Any, int], tuple[Any, str]], str]] = {
 """Each run's requests, in order, and its row."""
 
 
-def drop_growth(out: Path, requests: int = 100, settle_s: float | None = None) -> dict[str, Any]:
+def drop_growth(out: Path, requests: int = 100, settle_s: float = SETTLE_S) -> dict[str, Any]:
     """Kept RSS before and after each of :data:`RUNS`, ``requests`` each."""
     proc, sock = start_daemon(out)
     try:
         result: dict[str, Any] = {"requests": requests}
         for name, (one, _) in RUNS.items():
-            extra = {} if settle_s is None else {"settle_s": settle_s}
-            load = MixedLoad(sock, proc.pid, clients=1, one=one, **extra)
+            load = MixedLoad(sock, proc.pid, clients=1, settle_s=settle_s, one=one)
             load.run(WARM_IN + requests, {WARM_IN, WARM_IN + requests})
             (_, before), (_, after) = sorted(load.kept)
             result[name] = {
