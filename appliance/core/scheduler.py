@@ -435,33 +435,40 @@ class Scheduler:
         self._pin(k)
         wake = threading.Condition(self._lock)
         while (item := self._next(k, wake)) is not None:
-            if isinstance(item, _Idle):
-                # Nothing ran for a while: the wait still follows other processes' CPU.
-                self.cpu_wait.sample()
-                continue
-            if isinstance(item, Part):
-                ran_s = item.run()
-                with self._lock:
-                    self.busy_s += ran_s
-                self.cpu_wait.sample()
-                continue
-            started = time.monotonic()
-            result, error, stopped = self._run_one(item)
-            finished = time.monotonic()
-            if self._settle(item, stopped, started, finished):
-                timing = WorkTiming(
-                    started - item.submitted,
-                    finished - started,
-                    finished,
-                    item.realtime and finished > item.deadline,
-                )
-                try:
-                    item.loop.call_soon_threadsafe(_resolve, item.future, result, error, timing)
-                except RuntimeError:
-                    log.debug("event loop closed before %s result was delivered", item.kind)
-            # After the result went out, never before an item (a read costs ~0.5 ms): at
-            # most once a second, by whichever worker comes first.
+            self._take(item)
+            # The wait for the next holds nothing of this one: its owner (a request's job,
+            # with its output and timeline) and its result go with the request.
+            item = None
+
+    def _take(self, item: _Item[Any] | Part[Any] | _Idle) -> None:
+        """(Worker thread.) Run ``item`` and deliver its result to its loop."""
+        if isinstance(item, _Idle):
+            # Nothing ran for a while: the wait still follows other processes' CPU.
             self.cpu_wait.sample()
+            return
+        if isinstance(item, Part):
+            ran_s = item.run()
+            with self._lock:
+                self.busy_s += ran_s
+            self.cpu_wait.sample()
+            return
+        started = time.monotonic()
+        result, error, stopped = self._run_one(item)
+        finished = time.monotonic()
+        if self._settle(item, stopped, started, finished):
+            timing = WorkTiming(
+                started - item.submitted,
+                finished - started,
+                finished,
+                item.realtime and finished > item.deadline,
+            )
+            try:
+                item.loop.call_soon_threadsafe(_resolve, item.future, result, error, timing)
+            except RuntimeError:
+                log.debug("event loop closed before %s result was delivered", item.kind)
+        # After the result went out, never before an item (a read costs ~0.5 ms): at
+        # most once a second, by whichever worker comes first.
+        self.cpu_wait.sample()
 
     def _pin(self, k: int) -> None:
         if self._cpus is not None:

@@ -200,7 +200,7 @@ class Stream:
     # -- views
 
     def load(self) -> StreamLoad:
-        producing = self._job_task is None or not self._job_task.done()
+        producing = not self._done and (self._job_task is None or not self._job_task.done())
         if self.job is None:
             return StreamLoad(self.realtime, producing)
         st = self.job.stats
@@ -279,6 +279,7 @@ class Stream:
             outcome = ErrorCode.INTERNAL
             raise ServiceError(ErrorCode.INTERNAL, type(exc).__name__) from exc
         finally:
+            door_exc.clear()  # its traceback holds ``guarded``'s frame, which holds the list
             self._end(outcome, stats)
 
     def sent_text_span(self) -> tuple[int, int] | None:
@@ -295,6 +296,10 @@ class Stream:
         if self._done:
             return
         self._done = True
+        if self._job_task is not None and self._job_task.done():
+            # A failed job's task keeps its exception, whose traceback holds the door's
+            # frames and through them this stream: a cycle only a collection frees.
+            self._job_task = None
         if self.job is not None:
             self.job.cancel_pending()
             if not stats:

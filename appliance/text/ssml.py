@@ -485,6 +485,10 @@ class _Parser:
             raise _bad(
                 f"SSML is not well-formed: {reason} (line {exc.lineno}, column {column})"
             ) from None
+        finally:
+            # The parser's handlers are this object's methods: a cycle that only a
+            # collection would free, with the document's text and lists.
+            del self.p
         return SsmlDocument(
             source=self.source,
             text=MappedText("".join(self.parts), tuple(self.starts), tuple(self.ends)),

@@ -4,11 +4,16 @@ shutdown, whatever door a stream came through; live config reaching open connect
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
+import itertools
 import os
 import signal
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -228,3 +233,42 @@ def test_a_long_text_starts_from_its_head_and_sounds_the_same(
         assert closed and all_queued > queued
         assert head_first == whole, fmt
         assert head_first[-1][0][1] > len(text) - 40  # the tail was spoken
+
+
+def test_what_a_request_made_goes_with_it_not_at_a_collection(runtime: Runtime) -> None:
+    """A stream's job (its output, timeline, the encodes ahead; ~70 objects) is freed when
+    its last reference goes, finished or failed by its door, with the interpreter's
+    collector off: the daemon freezes what start-up made so that collections are cheap,
+    and a request that lived on in reference cycles stayed until one ran (every request
+    did: the job and the encodes ahead held each other; a failed door's error held the
+    door's frames, and they the stream)."""
+
+    async def one(fail: bool, text: str) -> weakref.ref[Any]:
+        service = Service(runtime)
+        stream = await service.open_stream(SpeechRequest(text=text), door="mini")
+
+        async def emit(chunk: Chunk) -> None:
+            if fail:
+                raise ConnectionResetError("the client went away")
+
+        with contextlib.suppress(ConnectionResetError):
+            await stream.run(emit)
+        service.close()
+        assert stream.job is not None
+        return weakref.ref(stream.job)
+
+    def freed(ref: weakref.ref[Any]) -> bool:
+        # A work item the failure stopped may still be finishing on its worker.
+        deadline = time.monotonic() + 10.0
+        while ref() is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return ref() is None
+
+    texts = ("Short one.", "<speak>Two sentences. <break time='100ms'/>And a second.</speak>")
+    gc.collect()
+    gc.disable()
+    try:
+        for fail, text in itertools.product((False, True), texts):
+            assert freed(asyncio.run(one(fail, text))), (fail, text)
+    finally:
+        gc.enable()

@@ -112,6 +112,11 @@ class StreamChannel(Channel):
 
     def close(self) -> None:
         self.writer.close()
+        # A write that failed left its error with the reader, and the error's traceback
+        # the frames of that write (the session, the audio being sent): a cycle through
+        # this channel that only a collection frees.  Nothing reads the traceback.
+        if (exc := self.reader.exception()) is not None:
+            exc.__traceback__ = None
 
     async def refuse(self, payload: bytes) -> None:
         await refuse(self.transport, payload, read_to_eof(self.reader))
