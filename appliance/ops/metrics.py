@@ -14,6 +14,7 @@ which histogram buckets cannot give.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import numpy.typing as npt
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from appliance.ops.memory import Collections
 from appliance.ops.meter import PartCost
 
 _TTFP_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
@@ -109,6 +111,42 @@ def _model_families(runs: dict[str, PartCost]) -> Iterator[Metric]:
         for part, cost in sorted(runs.items()):
             family.add_metric([part], getattr(cost, key))
         yield family
+
+
+class _CollectionsCollector:
+    """The interpreter's collections (:class:`~appliance.ops.memory.Collections`) and the
+    objects frozen: a collection holds every thread, a stall's possible cause."""
+
+    def __init__(self, collections: Collections) -> None:
+        self._collections = collections
+
+    def collect(self) -> Iterator[Metric]:
+        c = self._collections
+        families = (
+            (CounterMetricFamily, "ttsd_gc_collections", "Collections by generation", c.count),
+            (
+                CounterMetricFamily,
+                "ttsd_gc_pause_seconds",
+                "Seconds collections held the interpreter, by generation",
+                c.seconds,
+            ),
+            (
+                GaugeMetricFamily,
+                "ttsd_gc_longest_pause_seconds",
+                "The longest collection so far, by generation",
+                c.longest,
+            ),
+        )
+        for kind, name, doc, values in families:
+            family = kind(name, doc, labels=["generation"])
+            for g, value in enumerate(values):
+                family.add_metric([str(g)], value)
+            yield family
+        yield GaugeMetricFamily(
+            "ttsd_gc_frozen_objects",
+            "Objects frozen after the start-up, which no collection walks",
+            gc.get_freeze_count(),
+        )
 
 
 class _LiveCollector:
@@ -233,6 +271,9 @@ class Metrics:
         self.parts: dict[str, Distribution] = {}
         self.live: Callable[[], LiveNumbers] | None = None
         r.register(_LiveCollector(self))
+        self.collections = Collections()
+        """The interpreter's collections, counted once the daemon installs it at start."""
+        r.register(_CollectionsCollector(self.collections))
 
     # ------------------------------------------------------------ what the core calls
 

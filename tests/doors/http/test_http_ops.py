@@ -74,6 +74,10 @@ def test_metrics_parse_move_and_match_stats(http_daemon: HttpDaemon) -> None:
     assert total(after, "ttsd_backend_info", backend="onnx-cpu") == 1
     assert total(after, "ttsd_health", status="ok") == 1
     assert total(after, "ttsd_connections", frontend="http") >= 1
+    # What start-up made is frozen (appliance.ops.memory.freeze); collections are counted.
+    assert after[("ttsd_gc_frozen_objects", ())] > 10_000
+    assert total(after, "ttsd_gc_collections_total") >= 1
+    assert total(after, "ttsd_gc_pause_seconds_total") > 0
     # protocol v1's stats reads the same registry: the same numbers.
     with Client(http_daemon.daemon.socket) as c:
         st = c.stats()
