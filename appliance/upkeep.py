@@ -130,8 +130,8 @@ class Upkeep:
         The trim holds each of glibc's arenas while it walks it (7 ms idle, 9–25 ms median
         with two clients on this busy 2-core box), and a thread that allocates meanwhile
         waits; the full collection before it (reference cycles a dropped client left)
-        holds the interpreter, 18–72 ms on that box: it waits for real-time work to pause
-        first, batch work is not held up."""
+        holds the interpreter, ~1 ms with the start-up frozen (18–72 ms before, on that
+        box): it waits for real-time work to pause first, batch work is not held up."""
         await asyncio.sleep(delay)
         scheduler, waited = self._runtime().scheduler, 0.0
         while scheduler.realtime_busy() and waited < TRIM_WAIT_S:

@@ -397,14 +397,15 @@ class Runtime:
     def release_memory(self) -> None:
         """Give back what runs left allocated and nothing holds: garbage in reference
         cycles, each voice's backend's (ONNX Runtime's free arena regions), then glibc's
-        free heap.  Tens of ms: off the loop, at a quiet moment
+        free heap.  A few ms to tens: off the loop, at a quiet moment
         (:class:`appliance.upkeep.Upkeep`)."""
         # First, so that what the garbage held is free for the arena and glibc to give
         # back.  A client that leaves mid-stream leaves its connection in cycles (the
         # transport's write error, its traceback, the frames holding the last audio; a
         # worker's interrupted run, its feeds and outputs) that only a full collection
         # frees, and an idle daemon runs none: ~60 KB a dropped request stayed until later
-        # requests' allocations set one off (docs/speed.md, stop 66).
+        # requests' allocations set one off (docs/speed.md, stop 66).  Most of those cycles
+        # are broken where they formed since (stop 67); the collection stays for the rest.
         memory.collect_garbage()
         for v in self.voices.values():
             v.model.release_memory()
