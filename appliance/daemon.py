@@ -18,7 +18,8 @@
   (a hung file must neither stall the loop nor keep SIGTERM waiting), the live keys
   applied, ``voices_dir`` scanned for voices added or removed (:mod:`appliance.core.voiceset`),
   the CPU quota read again (also every 10 s while serving: :mod:`appliance.quotawatch`);
-  what start-up froze is thawed first (see :func:`appliance.ops.memory.freeze`);
+  what start-up froze is thawed first (:func:`appliance.ops.memory.freeze`) and frozen
+  again at the first trim that finds nobody connected (:mod:`appliance.upkeep`);
   one reload at a time, a SIGHUP during one asks for one more after it; one during
   start-up (whose default action would end the process) runs once the daemon serves.
 - **stop** — SIGTERM first gives notice when a balancer can read it (the HTTP door or
@@ -114,7 +115,7 @@ class Daemon:
         self.file_reads = FileReads()
         self.reloads = Reloads()
         self.stopper = Stopper(self.notifier, self._halt, self._notice_s, self._give_notice)
-        self.upkeep = Upkeep(self.notifier, self._serving_runtime, self._keep)
+        self.upkeep = Upkeep(self.notifier, self._serving_runtime, self._keep, self._unattended)
         self.quota_watch = QuotaWatch(self._service, self._keep)
         self.keep_warm = KeepWarm(self._service, self._keep)
         self._player_started: asyncio.Future[None] | None = None
@@ -140,6 +141,11 @@ class Daemon:
     def _serving_runtime(self) -> Runtime:
         assert self.runtime is not None
         return self.runtime
+
+    def _unattended(self) -> bool:
+        """No connection open on any door and no request in flight."""
+        s = self.service
+        return s is not None and not s.streams and not any(s.registry.connections().values())
 
     def _service(self) -> Service:
         assert self.service is not None
@@ -366,7 +372,7 @@ class Daemon:
         assert self.service is not None
         self.notifier.reloading()
         # What a reload replaces (a voice removed, the old runtime) may sit in reference
-        # cycles: frozen, it would never be freed.  Collections walk everything again.
+        # cycles: frozen, it would never be freed.  Frozen again once nobody is connected.
         memory.thaw()
         try:
             await Reloader(self.service, self.config_path, self.flags, self.file_reads).reload()
@@ -376,6 +382,7 @@ class Daemon:
             log.debug("reload failure", exc_info=True)
         finally:
             self.upkeep.reloaded()
+            self.upkeep.thawed()
 
 
 def _load_warm(cfg: Config, notifier: Notifier) -> Runtime | str:

@@ -250,3 +250,33 @@ def test_the_idle_warm_up_is_followed_by_a_trim(daemon_factory: DaemonFactory) -
     line = d.log().split(said, 1)[1].splitlines()[0]  # "175.4 -> 163.5 MB"
     before, after = (float(x) for x in line.removesuffix(" MB").split(" -> "))
     assert after <= before, line
+
+
+def test_after_a_reload_the_start_up_is_frozen_again_once_nobody_is_connected(
+    monkeypatch: Any,
+) -> None:
+    """A reload thaws what start-up froze (what it replaces may sit in cycles); the trims
+    after it freeze again, but not while a client is connected or a request in flight: a
+    connection's objects frozen would stay for good if they died in a cycle."""
+    _trims(monkeypatch, 0.05)
+    monkeypatch.setattr(upkeep_module, "REFREEZE_RETRY_S", 0.05)
+    runtime = Runtime(parse_config({}), {}, "none", Scheduler(1), Metrics())
+    tasks: set[asyncio.Task[Any]] = set()
+    connected = [True]
+
+    async def scenario() -> tuple[int, int]:
+        upkeep = Upkeep(Notifier.disabled(), lambda: runtime, tasks.add, lambda: not connected[0])
+        memory.thaw()  # as the reload does
+        upkeep.thawed()
+        await asyncio.sleep(0.3)  # several trims, each finding a client
+        while_connected = gc.get_freeze_count()
+        connected[0] = False
+        await asyncio.sleep(0.3)
+        return while_connected, gc.get_freeze_count()
+
+    try:
+        while_connected, after = asyncio.run(scenario())
+    finally:
+        memory.thaw()
+    assert while_connected == 0
+    assert after > 1000
