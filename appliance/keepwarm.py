@@ -7,8 +7,8 @@ too), the short command's first packet after 3 s of quiet came at 149 ms instead
 is run on one word every :data:`KEEP_WARM_EVERY_S`
 (:func:`~appliance.core.warmup.keep_warm_touch`) while the scheduler has nothing else
 queued or running (a stream waiting on a language model's next words is kept warm too): a
-conversation's next turn found it at 55 ms, for ~17 % of one core while it lasts; a box
-left alone stops paying after ``keep_warm_s``.
+conversation's next turn found it at 34 ms (49 not kept), for ~2 % of one core while it
+lasts; a box left alone stops paying after ``keep_warm_s``.
 
 Bounds: one task, at most one touch queued or running at a time, as batch work on the
 scheduler (a request goes first: it never waits for a touch it did not find running, and
@@ -33,9 +33,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ttsd")
 
-KEEP_WARM_EVERY_S = 0.2
-"""How often a kept voice runs.  In one process, the first item after a second of quiet
-took 151 ms not kept (38 back to back), 47 ms with a run every 0.1 s, 49 every 0.25 s."""
+KEEP_WARM_EVERY_S = 1.0
+"""How often a kept voice runs.  The real daemon, the short command after 3 s of quiet,
+two rounds of each period alternated (docs/speed.md, stop 67): first packet P50 45–48 ms
+not kept; every 0.2 s 33–35 ms for 7–11 % of a core; every 1 s 34 ms for 2–3 %; every
+2 s 37 ms for 1 %."""
 
 
 class KeepWarm:
