@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.memory import MIX, SETTLE_S, MixedLoad, _one, request_for
+from bench.memory import MIX, SETTLE_S, MixedLoad, one_request, request_for
 from bench.rig import start_daemon
 
 WARM_IN = 10
@@ -40,14 +40,14 @@ def _short(k: int) -> tuple[str, dict[str, Any]]:
 
 
 def _dropped(client: Any, k: int) -> tuple[Any, str]:
-    return _one(client, k, True, _short)
+    return one_request(client, k, True, _short)
 
 
 def _finished(client: Any, k: int) -> tuple[Any, str]:
     """A finished request on a connection of its own: a drop is also a new connection."""
     from appliance.clients.client import Client
 
-    client, outcome = _one(client, k, False, _short)
+    client, outcome = one_request(client, k, False, _short)
     client.close()
     return Client(client.path), outcome
 

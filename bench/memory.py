@@ -88,7 +88,7 @@ def _rollup_mb(pid: int) -> dict[str, float]:
     return {"rss_mb": round(rss, 1), "anon_mb": round(anon, 1)}
 
 
-def _one(
+def one_request(
     client: Any,
     k: int,
     drop: bool | None = None,
@@ -136,8 +136,9 @@ class MixedLoad:
         one: Callable[[Any, int], tuple[Any, str]] | None = None,
     ) -> None:
         self.sock, self.pid, self.clients, self.settle_s = sock, pid, clients, settle_s
-        # Request ``k`` on a client: the client to use next, and how it ended (:func:`_one`).
-        self.one = one or _one
+        # Request ``k`` on a client: the client to use next, and how it ended
+        # (:func:`one_request`).
+        self.one = one or one_request
         self.outcomes: Counter[str] = Counter()
         self.samples: list[tuple[int, float]] = []
         self.kept: list[tuple[int, float]] = []
