@@ -80,15 +80,17 @@ def collect_garbage() -> int:
     return gc.collect()
 
 
-def freeze() -> int:
+def freeze(generation: int = 2) -> int:
     """Collect, then move every object left into the permanent generation, which no
     collection walks again: the modules, the voices and the runtime a start-up made are
     ~50 000 objects that every full collection walked (18–72 ms holding the interpreter
     on this 2-core box; an automatic one mid-stream took 56 ms).  Objects frozen are still
     freed when their last reference goes, but never as garbage in cycles: call it once
     what it freezes is to live as long as the process, and :func:`thaw` before anything
-    frozen may be dropped (a reload).  Returns the objects frozen."""
-    gc.collect()
+    frozen may be dropped (a reload).  ``generation``: how far the collection goes (1
+    right after a full one, whose survivors are all in the oldest generation already, so
+    only what came since is walked).  Returns the objects frozen."""
+    gc.collect(generation)
     gc.freeze()
     return gc.get_freeze_count()
 
