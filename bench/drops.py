@@ -11,8 +11,9 @@ again.  Each run reads the RSS the daemon keeps once it has trimmed
 Why: stop 66 found ~60–80 KB of heap kept per dropped request, given back only once later
 requests' allocations set off a collection: each dropped connection was left in reference
 cycles (its write error's traceback, the frames holding its last audio) that an idle
-daemon never collected.  The upkeep's trim collects them now (docs/speed.md, stop 66);
-this table says whether a drop still leaves anything.
+daemon never collected.  The upkeep's trim collects them now (docs/speed.md, stop 66),
+and most of those cycles are broken where they form (stop 67); this table says whether a
+drop still leaves anything.
 
 Bounds: 3 × (``requests`` + :data:`WARM_IN`) requests of ~1.5 s of audio each; about four
 minutes at 100.  JSON in ``OUT/drops.json``.
