@@ -1,14 +1,16 @@
-"""A voice kept warm after its requests (``engine.keep_warm_s``, off by default).
+"""A voice kept warm after its requests (``engine.keep_warm_s``: 30 s by default, 0 off).
 
 Where the CPU slows when it idles (this 2-vCPU VM's host: a pure arithmetic loop ran
 2.7x slower after a second of quiet than back to back, and the model's caches go cold
 too), the short command's first packet after 3 s of quiet came at 149 ms instead of 39
 (docs/speed.md, "Kept warm").  For ``keep_warm_s`` after each request, the voice it used
-is run on one word every :data:`KEEP_WARM_EVERY_S`
-(:func:`~appliance.core.warmup.keep_warm_touch`) while the scheduler has nothing else
-queued or running (a stream waiting on a language model's next words is kept warm too): a
-conversation's next turn found it at 34 ms (49 not kept), for ~2 % of one core while it
-lasts; a box left alone stops paying after ``keep_warm_s``.
+is run on one word (:func:`~appliance.core.warmup.keep_warm_touch`) at the end of every
+:data:`KEEP_WARM_EVERY_S` in which the model ran nothing else, while the scheduler has
+nothing queued or running (a stream waiting on a language model's next words is kept
+warm too; one whose windows keep coming needs no touch): a conversation's next turn found
+it at 34 ms (49 not kept), for ~2 % of one core while it lasts; a box left alone stops
+paying after ``keep_warm_s``.  On by default since stop 68: a voice assistant speaks
+after a pause, and that first packet is the one its users feel.
 
 Bounds: one task, at most one touch queued or running at a time, as batch work on the
 scheduler (a request goes first: it never waits for a touch it did not find running, and
@@ -68,6 +70,8 @@ class KeepWarm:
             self._keep(self._task)
 
     async def _loop(self) -> None:
+        # The scheduler's count of finished runs at the last look (the request's are in).
+        seen = self._service().runtime.scheduler.completed
         while self.until:
             await asyncio.sleep(self.every_s)
             now = time.monotonic()
@@ -77,14 +81,19 @@ class KeepWarm:
                 return
             if not service.runtime.warm_up_done:
                 continue  # its steps measure the CPU they take: a touch beside would count
+            scheduler = service.runtime.scheduler
+            seen, last = scheduler.completed, seen
+            if seen != last:
+                continue  # the model ran in the last period (a stream's windows): warm
             for name in list(self.until):
-                if service.runtime.scheduler.depth():
+                if scheduler.depth():
                     break  # other work runs the model, or is about to
                 voice = service.runtime.voices.get(name)
                 if voice is None:  # a reload dropped it
                     del self.until[name]
                     continue
                 await self._touch(service, voice)
+            seen = scheduler.completed  # our own touches count as quiet
 
     async def _touch(self, service: Service, voice: VoiceRuntime) -> None:
         # Here, not at the top: the daemon imports the core in its loading thread.
@@ -92,7 +101,7 @@ class KeepWarm:
 
         scheduler = service.runtime.scheduler
         fut = scheduler.submit(
-            functools.partial(keep_warm_touch, voice),
+            functools.partial(keep_warm_touch, voice, service.runtime.meter),
             deadline=time.monotonic() + 60.0,
             realtime=False,
             owner=self,

@@ -28,6 +28,7 @@ from typing import Any
 import psutil
 
 from appliance.clients.client import decoder, encode
+from appliance.ops.meter import KEEP_WARM
 from bench.rig import wait_warm
 
 TEXTS = (
@@ -306,7 +307,8 @@ async def _stats(socket_path: str) -> dict[str, Any]:
 def model_cpu_per_audio_s(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
     """The model's CPU per second of audio the daemon produced between two ``stats``, by
     part (``stats.model_runs``; the calling threads' CPU: see appliance.ops.meter) and
-    in all (``model``).  Empty when no audio was produced."""
+    in all for the requests (``model``: the keep-warm touches, the daemon's own, are their
+    own part and not in it).  Empty when no audio was produced."""
     audio_s = (after["counters"]["audio_ms"] - before["counters"]["audio_ms"]) / 1000.0
     if audio_s <= 0:
         return {}
@@ -315,7 +317,7 @@ def model_cpu_per_audio_s(before: dict[str, Any], after: dict[str, Any]) -> dict
         part: round((cost["cpu_s"] - was.get(part, {}).get("cpu_s", 0.0)) / audio_s, 4)
         for part, cost in after.get("model_runs", {}).items()
     }
-    out["model"] = round(sum(out.values()), 4)
+    out["model"] = round(sum(v for part, v in out.items() if part != KEEP_WARM), 4)
     return out
 
 

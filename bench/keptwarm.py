@@ -1,8 +1,9 @@
-"""The short command after a conversation's pause (issue 46, stop 64): the first packet
-after :data:`QUIET_S` of quiet, from the bench's daemon (``engine.keep_warm_s`` off, the
-default) and from a second one with ``keep_warm_s`` :data:`KEEP_S`, in interleaved blocks
-with piper-tts's first audio after the same quiet; and what keeping warm costs, the second
-daemon's CPU over the quiet after a request (its ``/proc/PID/stat`` times).
+"""The short command after a conversation's pause (issue 46, stops 64 and 68): the first
+packet after :data:`QUIET_S` of quiet, from the bench's daemon (``engine.keep_warm_s`` at
+its default, 30 s, since stop 68) and from a second one with ``keep_warm_s: 0``, in
+interleaved blocks with piper-tts's first audio after the same quiet; and what keeping warm
+costs, the bench's daemon's CPU over the quiet after a request (its ``/proc/PID/stat``
+times).
 
 Where the CPU slows while it idles (a VM's host, a power-saving governor) a first packet
 after quiet waits far longer than one right after another (docs/speed.md, "Kept warm").
@@ -15,39 +16,46 @@ import time
 from pathlib import Path
 from typing import Any
 
+from appliance.ops.config import EngineConfig
 from bench.rig import pct, proc_cpu_s, start_daemon
 
 QUIET_S = 3.0
 """The pause before each request: a conversation's next turn."""
-KEEP_S = 30.0
-"""The second daemon's ``engine.keep_warm_s``."""
 
 
 def kept_warm(
-    out: Path, sock: str, piper: Any, runs: int, config: dict[str, Any] | None = None
+    out: Path,
+    sock: str,
+    pid: int,
+    piper: Any,
+    runs: int,
+    config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Both daemons' first packets and piper-tts's first audio after :data:`QUIET_S`
-    (``runs`` each, in two blocks), and the kept daemon's CPU share while kept warm."""
+    """The first packets of the bench's daemon (``sock``, process ``pid``, kept warm as
+    configured) and of one with ``keep_warm_s: 0``, and piper-tts's first audio, after
+    :data:`QUIET_S` (``runs`` each, in two blocks); and the bench's daemon's CPU share
+    while kept warm."""
     from bench.speed import SHORT, piper_ttfa_ms, ttfp_ms
 
     cfg = dict(config or {})
-    cfg["engine"] = {**cfg.get("engine", {}), "keep_warm_s": KEEP_S}
-    proc, kept_sock = start_daemon(out, cfg)
+    keep_s = float(cfg.get("engine", {}).get("keep_warm_s", EngineConfig().keep_warm_s))
+    cfg["engine"] = {**cfg.get("engine", {}), "keep_warm_s": 0.0}
+    proc, off_sock = start_daemon(out, cfg)
     try:
         off: list[float] = []
         kept: list[float] = []
         theirs: list[float] = []
         for _ in range(2):
-            off += ttfp_ms(sock, SHORT, max(1, runs // 2), QUIET_S)
-            kept += ttfp_ms(kept_sock, SHORT, max(1, runs // 2), QUIET_S)
+            off += ttfp_ms(off_sock, SHORT, max(1, runs // 2), QUIET_S)
+            kept += ttfp_ms(sock, SHORT, max(1, runs // 2), QUIET_S)
             theirs += piper_ttfa_ms(piper, SHORT, max(1, runs // 2), QUIET_S)
-        ttfp_ms(kept_sock, SHORT, 0)  # two requests (its warm-ups), then a quiet spell
-        cpu0 = proc_cpu_s(proc.pid)
-        time.sleep(QUIET_S)
-        share = (proc_cpu_s(proc.pid) - cpu0) / QUIET_S
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+    ttfp_ms(sock, SHORT, 0)  # two requests (its warm-ups), then a quiet spell
+    cpu0 = proc_cpu_s(pid)
+    time.sleep(QUIET_S)
+    share = (proc_cpu_s(pid) - cpu0) / QUIET_S
     piper_p50 = pct(theirs, 50)
 
     def row(ms: list[float]) -> dict[str, float]:
@@ -59,7 +67,7 @@ def kept_warm(
 
     return {
         "quiet_s": QUIET_S,
-        "keep_s": KEEP_S,
+        "keep_s": keep_s,
         "piper_ttfa_p50_ms": piper_p50,
         "off": row(off),
         "kept": row(kept),
@@ -71,8 +79,8 @@ def print_rows(r: dict[str, Any], goal: float) -> None:
     """The two rows of the speed table (``goal``: the short command's ratio)."""
     quiet, piper_ms = r["quiet_s"], r["piper_ttfa_p50_ms"]
     for key, label in (
-        ("off", f"short command after {quiet:.0f} s of quiet"),
-        ("kept", f"the same, `engine.keep_warm_s: {r['keep_s']:.0f}`"),
+        ("kept", f"short command after {quiet:.0f} s of quiet (kept warm {r['keep_s']:.0f} s)"),
+        ("off", "the same, `engine.keep_warm_s: 0`"),
     ):
         x = r[key]
         cost = f" ({r['kept_cpu_share'] * 100:.0f} % of a core while kept)" if key == "kept" else ""

@@ -6,7 +6,8 @@ Prints one table with every goal's figure:
   each as a ratio to piper-tts's time to first audio on the same text (in-process
   ``PiperVoice.synthesize``, the same voice), and the short command again with a
   second of quiet before each request on both sides (what a voice assistant meets), and
-  after 3 s of quiet with and without ``engine.keep_warm_s`` (:mod:`bench.keptwarm`);
+  after 3 s of quiet with ``engine.keep_warm_s`` as configured (30 s by default) and at 0
+  (:mod:`bench.keptwarm`);
 * whole requests of ~8, ~22 and ~31 s of audio read as fast as they come (request →
   ``end``) against piper-tts's whole ``synthesize`` of the same text (issue 46 goal 3:
   8–30 s; a request of a few sentences has less to run side by side than a long one);
@@ -227,7 +228,8 @@ def bench_speed(
                 "ratio": pct(theirs, 50) / pct(ours, 50),
                 "block_ratios": block_ratios,
             }
-        result["kept_warm"] = keptwarm.kept_warm(out, sock, piper, 4 if quick else 10, config)
+        kept_runs = 4 if quick else 10
+        result["kept_warm"] = keptwarm.kept_warm(out, sock, proc.pid, piper, kept_runs, config)
         for name, text, _label in WHOLE_TEXTS:
             result[name] = whole_row(sock, piper, text, runs, blocks)
         reference = piper_cost(piper, rounds)

@@ -229,6 +229,9 @@ def daemon_factory(
             else:
                 cfg[key] = value
         cfg.setdefault("engine", {}).setdefault("backend", "onnx-cpu")
+        # Off unless a test asks (tests/daemon/test_keepwarm.py): a touch between two reads
+        # of ``stats`` would count in the model runs a test expects of its own requests.
+        cfg["engine"].setdefault("keep_warm_s", 0.0)
         for key, value in ROOMY_ADMISSION.items():  # tests of admission set their own
             cfg.setdefault("scheduler", {}).setdefault(key, value)
         cfg.setdefault("playback", {}).setdefault("enabled", False)

@@ -36,6 +36,7 @@ from appliance.core.streaming import VoiceRuntime
 from appliance.model.engine.base import Encoded
 from appliance.model.engine.windows import MAX_WINDOW_FRAMES, decode_span
 from appliance.model.voices.costs import StoredCosts, read_costs, write_costs
+from appliance.ops.meter import KEEP_WARM, RunMeter
 from appliance.speech import IntArray
 from appliance.voicetypes import Voice
 
@@ -131,17 +132,19 @@ KEEP_WARM_TEXT = "Hi."
 """What :func:`keep_warm_touch` runs: the fewest ids a voice phonemizes to a clause."""
 
 
-def keep_warm_touch(v: VoiceRuntime) -> None:
+def keep_warm_touch(v: VoiceRuntime, meter: RunMeter) -> None:
     """(A worker.) The fewest runs that go through every part of ``v``'s model: the prior
     on a word, the flow and the decoder over one frame and no context; its audio is thrown
     away.  Run often enough (``engine.keep_warm_s``, :mod:`appliance.keepwarm`), it keeps
-    the CPU and the voice's weights from going cold between a conversation's turns."""
+    the CPU and the voice's weights from going cold between a conversation's turns.  Its
+    runs count in ``meter`` as :data:`~appliance.ops.meter.KEEP_WARM`, not as a request's."""
     ids = v.phonemizer.ids(KEEP_WARM_TEXT)
-    if not v.can_stream:
-        v.model.fused(ids, v.defaults, v.default_speaker)
-        return
-    enc = v.model.encode_prior(ids, v.defaults, v.default_speaker)
-    decode_span(v.model, enc, 0, 1, 0, v.hop, ahead=False)
+    with meter.counted_as(KEEP_WARM):
+        if not v.can_stream:
+            v.model.fused(ids, v.defaults, v.default_speaker)
+            return
+        enc = v.model.encode_prior(ids, v.defaults, v.default_speaker)
+        decode_span(v.model, enc, 0, 1, 0, v.hop, ahead=False)
 
 
 @dataclass

@@ -158,13 +158,14 @@ class EngineConfig:
     context_frames: int | None = field(default=None, metadata=_rng(0, 128))
     """Decoder frames of latent on each side of a streamed window; None = each voice's own,
     the fewest that pass the cut's exactness check (10 for the bundled voice, else 16)."""
-    keep_warm_s: float = field(default=0.0, metadata=_rng(0.0, 3600.0, live=True))
-    """Latency option, off (0) by default: for this many seconds after each request, the
-    voice it used runs on one word every second while no other work is queued.  On a host
-    whose CPU slows when idle (this 2-vCPU VM: an arithmetic loop ran 2.7x slower after a
-    second of quiet), the short command's first packet after 3 s of quiet took 149 ms
-    instead of 39 (another day 48 against 34); kept warm, 34–55.  Costs ~2 % of one core
-    while it lasts (docs/speed.md, "Kept warm" and stop 67)."""
+    keep_warm_s: float = field(default=30.0, metadata=_rng(0.0, 3600.0, live=True))
+    """Latency option, on by default; 0 turns it off: for this many seconds after each
+    request, the voice it used runs on one word every second in which the model ran
+    nothing else.  On a host whose CPU slows when idle (this 2-vCPU VM: an arithmetic loop
+    ran 2.7x slower after a second of quiet), the short command's first packet after 3 s
+    of quiet took 149 ms instead of 39 (another day 48 against 34); kept warm, 34–55.
+    Costs ~2 % of one core while it lasts, nothing while requests keep the model running
+    (docs/speed.md, "Kept warm" and stop 68)."""
     max_phonemes: int = field(default=1024, metadata=_rng(16, 4096))
     """Most phoneme ids of one encoder call, on every backend (the encoder's memory grows
     about quadratically with them).  A sentence up to ``streaming.max_sentence_chars``

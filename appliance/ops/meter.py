@@ -8,6 +8,10 @@ produced (``ttsd_audio_seconds_total``), these say what a second of speech costs
 which part it goes to: the figure goal 4 of issue 46 asks for (docs/scheduling.md,
 "Where a stream's CPU goes").
 
+The keep-warm touches (``engine.keep_warm_s``) count as one part of their own,
+:data:`KEEP_WARM`, whichever parts of the model they run (:meth:`RunMeter.counted_as`):
+what keeping warm costs, and a stream's cost without it.
+
 The CPU time is the calling thread's (``time.thread_time``): a session with more than
 one intra-op thread also runs on its pool threads, which this does not see, so ``cpu_s``
 is a floor for a part whose session has more than one (the prior, the flow and the urgent
@@ -28,6 +32,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+KEEP_WARM = "keep_warm"
+"""The part the keep-warm touches count as (``engine.keep_warm_s``): the model's runs that
+keep it warm between requests, apart from those of the requests (a stream's cost)."""
 
 
 @dataclass
@@ -61,6 +69,19 @@ class RunMeter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._parts: dict[str, PartCost] = {}
+        self._as = threading.local()
+        """``part``: what the runs this thread times count as, where not their own."""
+
+    @contextmanager
+    def counted_as(self, part: str) -> Iterator[None]:
+        """Every run this thread times inside counts as ``part``, whichever part of the
+        model it is: the daemon's own runs (:data:`KEEP_WARM`), apart from the requests'."""
+        before = getattr(self._as, "part", None)
+        self._as.part = part
+        try:
+            yield
+        finally:
+            self._as.part = before
 
     @contextmanager
     def timed(self, part: str, frames: int = 0) -> Iterator[Run]:
@@ -68,6 +89,7 @@ class RunMeter:
         sets on the :class:`Run` it gets once the run has said (a prior's frames).  A
         failed run counts too: its time was spent."""
         run = Run(frames)
+        part = getattr(self._as, "part", None) or part
         cpu, wall = time.thread_time(), time.perf_counter()
         try:
             yield run

@@ -34,9 +34,11 @@ def test_model_cpu_is_per_second_of_audio_produced_between_two_reads() -> None:
             "decoder": {"cpu_s": 1.4},
             "prior": {"cpu_s": 0.6},
             "flow": {"cpu_s": 0.05},  # a part first run between the two reads
+            "keep_warm": {"cpu_s": 0.2},  # the daemon's own: not a stream's cost
         },
     }
     cpu = model_cpu_per_audio_s(before, after)
+    assert cpu.pop("keep_warm") == 0.02
     assert cpu == {"decoder": 0.04, "prior": 0.01, "flow": 0.005, "model": 0.055}
     assert model_cpu_per_audio_s(after, after) == {}  # no audio: no figure
     table = format_model_cpu([{"streams": 8, "model_cpu_per_audio_s": cpu}, {"streams": 16}])

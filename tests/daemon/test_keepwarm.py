@@ -1,8 +1,9 @@
 """``engine.keep_warm_s`` (appliance.keepwarm): on the real daemon, after a request its
 voice runs while the daemon is quiet, for ``keep_warm_s`` and no longer; a request in the
-meantime is served as ever; a stop meanwhile is clean; off by default, a quiet daemon runs
-nothing.  In process, on a runtime without voices: nothing runs before the idle warm-up
-is done (the daemon's tests start after it)."""
+meantime is served as ever; a stop meanwhile is clean; on by default; at 0 a quiet daemon
+runs nothing (the suite's other daemons run so, tests/conftest.py).  In process, on a
+runtime without voices: nothing runs before the idle warm-up is done (the daemon's tests
+start after it), nor in a period in which the model ran other work."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+import yaml
 
 from appliance.core import warmup
 from appliance.core.runtime import Runtime
@@ -19,6 +21,7 @@ from appliance.core.scheduler import Scheduler
 from appliance.core.service import Service, Stream
 from appliance.keepwarm import KeepWarm
 from appliance.ops.config import parse_config
+from appliance.ops.meter import KEEP_WARM
 from appliance.ops.metrics import Metrics
 from tests.conftest import Daemon, DaemonFactory
 from tests.wire import Wire
@@ -26,11 +29,19 @@ from tests.wire import Wire
 KEEP_S = 4.0
 
 
-def _prior_runs(d: Daemon) -> int:
-    """The prior's runs so far: a touch runs it once, a one-sentence request once."""
+def _runs(d: Daemon) -> tuple[int, int]:
+    """The prior's runs for requests so far (a one-sentence request runs it once), and the
+    touches (each runs the prior, the flow and the decoder of the bundled voice once, all
+    counted as ``keep_warm``)."""
     with Wire(d.socket) as w:
         runs = w.call({"op": "stats", "id": 1})["model_runs"]
-    return int(runs.get("prior", {}).get("runs", 0))
+    touch_runs = int(runs.get(KEEP_WARM, {}).get("runs", 0))
+    assert touch_runs % 3 == 0, runs
+    return int(runs.get("prior", {}).get("runs", 0)), touch_runs // 3
+
+
+def _touches(d: Daemon) -> int:
+    return _runs(d)[1]
 
 
 def _speak(d: Daemon, text: str) -> dict[str, object]:
@@ -42,21 +53,23 @@ def test_a_voice_is_kept_warm_for_keep_warm_s_after_its_request(
     daemon_factory: DaemonFactory,
 ) -> None:
     d = daemon_factory({"engine": {"keep_warm_s": KEEP_S}})
-    quiet = _prior_runs(d)
+    quiet = _touches(d)
     time.sleep(0.6)
-    assert _prior_runs(d) == quiet  # no request yet: nothing to keep warm
+    assert _touches(d) == quiet  # no request yet: nothing to keep warm
     assert _speak(d, "Turn left.")["event"] == "end"
-    first = _prior_runs(d)
+    requests, first = _runs(d)
     time.sleep(3.2)
     # Every second while quiet (KEEP_WARM_EVERY_S): 3 by now; a busy box's loop may run late.
-    assert _prior_runs(d) >= first + 2
+    # They count as keep_warm's runs, not as the prior's of a request.
+    assert _runs(d)[0] == requests
+    assert _touches(d) >= first + 2
     # A request while it is kept warm is served as ever, and keeps it warm longer.
     assert _speak(d, "Then right.")["event"] == "end"
     ended = time.monotonic()
     time.sleep(max(0.0, ended + KEEP_S + 0.5 - time.monotonic()))
-    settled = _prior_runs(d)
+    settled = _touches(d)
     time.sleep(1.3)
-    assert _prior_runs(d) == settled  # past keep_warm_s: it stopped
+    assert _touches(d) == settled  # past keep_warm_s: it stopped
     # Stopped while it keeps a voice warm: at once, cleanly.
     assert _speak(d, "Turn left.")["event"] == "end"
     time.sleep(0.5)
@@ -66,11 +79,38 @@ def test_a_voice_is_kept_warm_for_keep_warm_s_after_its_request(
     assert "Traceback" not in d.log()
 
 
-def test_off_by_default_a_quiet_daemon_runs_nothing(daemon: Daemon) -> None:
+def test_on_by_default(daemon_factory: DaemonFactory) -> None:
+    assert parse_config({}).engine.keep_warm_s > 0
+    d = daemon_factory({"engine": {"keep_warm_s": parse_config({}).engine.keep_warm_s}})
+    assert _speak(d, "Turn left.")["event"] == "end"
+    first = _touches(d)
+    time.sleep(2.4)
+    assert _touches(d) >= first + 1
+
+
+def test_at_zero_a_quiet_daemon_runs_nothing(daemon: Daemon) -> None:
+    assert yaml.safe_load(daemon.config_path.read_text())["engine"]["keep_warm_s"] == 0
     assert _speak(daemon, "Turn left.")["event"] == "end"
-    after = _prior_runs(daemon)
+    after = _runs(daemon)
     time.sleep(0.8)
-    assert _prior_runs(daemon) == after
+    assert _runs(daemon) == after
+
+
+def _runtime(monkeypatch: pytest.MonkeyPatch) -> tuple[list[object], object, Runtime]:
+    """A runtime whose one voice is a marker and whose touches are recorded, not run."""
+    touched: list[object] = []
+    monkeypatch.setattr(warmup, "keep_warm_touch", lambda v, meter: touched.append(v))
+    cfg = parse_config({"engine": {"workers": 1, "keep_warm_s": 30.0}})
+    voice = object()  # what the touch gets: only handed over here
+    runtime = Runtime(cfg, {"joe": cast(Any, voice)}, "joe", Scheduler(1, name="kw"), Metrics())
+    return touched, voice, runtime
+
+
+async def _touched_twice(touched: list[object]) -> None:
+    deadline = time.monotonic() + 10
+    while len(touched) < 2:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
 
 
 def test_nothing_is_kept_warm_until_the_idle_warm_up_is_done(
@@ -78,11 +118,7 @@ def test_nothing_is_kept_warm_until_the_idle_warm_up_is_done(
 ) -> None:
     """The warm-up's later steps measure the CPU they take (admission's stream cost): a
     touch between two of them would count in it, so none runs until it is done."""
-    touched: list[object] = []
-    monkeypatch.setattr(warmup, "keep_warm_touch", touched.append)
-    cfg = parse_config({"engine": {"workers": 1, "keep_warm_s": 30.0}})
-    voice = object()  # what the touch gets: only handed over here
-    runtime = Runtime(cfg, {"joe": cast(Any, voice)}, "joe", Scheduler(1, name="kw"), Metrics())
+    touched, voice, runtime = _runtime(monkeypatch)
     service = Service(runtime)
     tasks: list[asyncio.Task[Any]] = []
 
@@ -92,10 +128,39 @@ def test_nothing_is_kept_warm_until_the_idle_warm_up_is_done(
         await asyncio.sleep(0.3)
         assert touched == []  # ~15 periods, the warm-up still running
         runtime.warm.done = True
-        deadline = time.monotonic() + 10
-        while len(touched) < 2:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
+        await _touched_twice(touched)
+        tasks[0].cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    runtime.scheduler.start()
+    try:
+        asyncio.run(scenario())
+    finally:
+        runtime.scheduler.stop()
+    assert touched[:2] == [voice, voice]
+
+
+def test_no_touch_in_a_period_in_which_the_model_ran_other_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream whose windows keep coming keeps the model warm by itself: between its
+    windows the scheduler is idle, but no touch runs beside it; once it stops, they do."""
+    touched, voice, runtime = _runtime(monkeypatch)
+    runtime.warm.done = True
+    service = Service(runtime)
+    tasks: list[asyncio.Task[Any]] = []
+
+    async def scenario() -> None:
+        kw = KeepWarm(lambda: service, tasks.append, every_s=0.2)
+        kw.on_request_done(cast(Stream, SimpleNamespace(voice_name="joe")))
+        owner = object()
+        for _ in range(60):  # ~6 periods of a window every 20 ms, the scheduler idle between
+            await runtime.scheduler.submit(
+                lambda: None, deadline=time.monotonic(), realtime=True, owner=owner, kind="w"
+            )
+            await asyncio.sleep(0.02)
+        assert touched == []
+        await _touched_twice(touched)  # quiet now
         tasks[0].cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 

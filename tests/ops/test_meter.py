@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from appliance.ops.meter import PartCost, RunMeter
+from appliance.ops.meter import KEEP_WARM, PartCost, RunMeter
 
 
 def _burn(seconds: float) -> None:
@@ -75,3 +75,32 @@ def test_threads_counting_at_once_lose_nothing() -> None:
         t.join()
     cost = meter.snapshot()["decoder"]
     assert (cost.runs, cost.frames) == (8000, 8000)
+
+
+def test_runs_counted_as_another_part_on_this_thread_only() -> None:
+    """The keep-warm touches run the prior, the flow and the decoder; they count as
+    ``keep_warm`` while a request's runs on another worker count as their own."""
+    meter = RunMeter()
+    inside = threading.Event()
+    release = threading.Event()
+
+    def other_worker() -> None:
+        inside.wait(5)
+        with meter.timed("decoder", 64):
+            pass
+        release.set()
+
+    t = threading.Thread(target=other_worker)
+    t.start()
+    with meter.counted_as(KEEP_WARM):
+        with meter.timed("prior") as run:
+            run.frames = 3
+        with meter.timed("flow", 1):
+            inside.set()
+            release.wait(5)
+    t.join(5)
+    with meter.timed("prior", 10):
+        pass  # outside: its own part again
+    snap = meter.snapshot()
+    assert (snap[KEEP_WARM].runs, snap[KEEP_WARM].frames) == (2, 4)
+    assert (snap["decoder"].runs, snap["prior"].runs, "flow" in snap) == (1, 1, False)
