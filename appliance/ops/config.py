@@ -164,7 +164,7 @@ class EngineConfig:
     nothing else.  On a host whose CPU slows when idle (this 2-vCPU VM: an arithmetic loop
     ran 2.7x slower after a second of quiet), the short command's first packet after 3 s
     of quiet took 149 ms instead of 39 (another day 48 against 34); kept warm, 34–55.
-    Costs ~2 % of one core while it lasts, nothing while requests keep the model running
+    Costs 2–6 % of one core while it lasts, nothing while requests keep the model running
     (docs/speed.md, "Kept warm" and stop 68)."""
     max_phonemes: int = field(default=1024, metadata=_rng(16, 4096))
     """Most phoneme ids of one encoder call, on every backend (the encoder's memory grows

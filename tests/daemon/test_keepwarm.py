@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -59,7 +60,8 @@ def test_a_voice_is_kept_warm_for_keep_warm_s_after_its_request(
     assert _speak(d, "Turn left.")["event"] == "end"
     requests, first = _runs(d)
     time.sleep(3.2)
-    # Every second while quiet (KEEP_WARM_EVERY_S): 3 by now; a busy box's loop may run late.
+    # Half a second after the request, then every second while quiet (KEEP_WARM_FIRST_S,
+    # KEEP_WARM_EVERY_S): 3 by now; a busy box's loop may run late.
     # They count as keep_warm's runs, not as the prior's of a request.
     assert _runs(d)[0] == requests
     assert _touches(d) >= first + 2
@@ -96,21 +98,41 @@ def test_at_zero_a_quiet_daemon_runs_nothing(daemon: Daemon) -> None:
     assert _runs(daemon) == after
 
 
-def _runtime(monkeypatch: pytest.MonkeyPatch) -> tuple[list[object], object, Runtime]:
-    """A runtime whose one voice is a marker and whose touches are recorded, not run."""
+def _keep_warm(
+    monkeypatch: pytest.MonkeyPatch,
+    every_s: float,
+    meanwhile: Callable[[Runtime], Awaitable[None]],
+    warm_up_done: bool = True,
+) -> None:
+    """In process, on a runtime whose one voice is a marker and whose touches are recorded,
+    not run: a request ends, no touch runs during ``meanwhile``, then touches come."""
     touched: list[object] = []
     monkeypatch.setattr(warmup, "keep_warm_touch", lambda v, meter: touched.append(v))
     cfg = parse_config({"engine": {"workers": 1, "keep_warm_s": 30.0}})
     voice = object()  # what the touch gets: only handed over here
     runtime = Runtime(cfg, {"joe": cast(Any, voice)}, "joe", Scheduler(1, name="kw"), Metrics())
-    return touched, voice, runtime
+    runtime.warm.done = warm_up_done
+    service = Service(runtime)
+    tasks: list[asyncio.Task[Any]] = []
 
+    async def scenario() -> None:
+        kw = KeepWarm(lambda: service, tasks.append, every_s=every_s)
+        kw.on_request_done(cast(Stream, SimpleNamespace(voice_name="joe")))
+        await meanwhile(runtime)
+        assert touched == []
+        deadline = time.monotonic() + 10
+        while len(touched) < 2:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        tasks[0].cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
-async def _touched_twice(touched: list[object]) -> None:
-    deadline = time.monotonic() + 10
-    while len(touched) < 2:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    runtime.scheduler.start()
+    try:
+        asyncio.run(scenario())
+    finally:
+        runtime.scheduler.stop()
+    assert touched[:2] == [voice, voice]
 
 
 def test_nothing_is_kept_warm_until_the_idle_warm_up_is_done(
@@ -118,26 +140,12 @@ def test_nothing_is_kept_warm_until_the_idle_warm_up_is_done(
 ) -> None:
     """The warm-up's later steps measure the CPU they take (admission's stream cost): a
     touch between two of them would count in it, so none runs until it is done."""
-    touched, voice, runtime = _runtime(monkeypatch)
-    service = Service(runtime)
-    tasks: list[asyncio.Task[Any]] = []
 
-    async def scenario() -> None:
-        kw = KeepWarm(lambda: service, tasks.append, every_s=0.02)
-        kw.on_request_done(cast(Stream, SimpleNamespace(voice_name="joe")))
-        await asyncio.sleep(0.3)
-        assert touched == []  # ~15 periods, the warm-up still running
+    async def warm_up(runtime: Runtime) -> None:
+        await asyncio.sleep(0.3)  # ~15 periods, the warm-up still running
         runtime.warm.done = True
-        await _touched_twice(touched)
-        tasks[0].cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
-    runtime.scheduler.start()
-    try:
-        asyncio.run(scenario())
-    finally:
-        runtime.scheduler.stop()
-    assert touched[:2] == [voice, voice]
+    _keep_warm(monkeypatch, 0.02, warm_up, warm_up_done=False)
 
 
 def test_no_touch_in_a_period_in_which_the_model_ran_other_work(
@@ -145,28 +153,24 @@ def test_no_touch_in_a_period_in_which_the_model_ran_other_work(
 ) -> None:
     """A stream whose windows keep coming keeps the model warm by itself: between its
     windows the scheduler is idle, but no touch runs beside it; once it stops, they do."""
-    touched, voice, runtime = _runtime(monkeypatch)
-    runtime.warm.done = True
-    service = Service(runtime)
-    tasks: list[asyncio.Task[Any]] = []
 
-    async def scenario() -> None:
-        kw = KeepWarm(lambda: service, tasks.append, every_s=0.2)
-        kw.on_request_done(cast(Stream, SimpleNamespace(voice_name="joe")))
+    async def windows(runtime: Runtime) -> None:
         owner = object()
         for _ in range(60):  # ~6 periods of a window every 20 ms, the scheduler idle between
             await runtime.scheduler.submit(
                 lambda: None, deadline=time.monotonic(), realtime=True, owner=owner, kind="w"
             )
             await asyncio.sleep(0.02)
-        assert touched == []
-        await _touched_twice(touched)  # quiet now
-        tasks[0].cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
-    runtime.scheduler.start()
-    try:
-        asyncio.run(scenario())
-    finally:
-        runtime.scheduler.stop()
-    assert touched[:2] == [voice, voice]
+    _keep_warm(monkeypatch, 0.2, windows)
+
+
+def test_the_first_touch_comes_first_s_after_the_last_request_then_every_s() -> None:
+    kw = KeepWarm(cast(Any, None), lambda task: None, every_s=1.0, first_s=0.5)
+    now = time.monotonic()
+    kw._ended = now - 0.2  # a request ended 0.2 s ago: the first look in 0.3 s
+    assert 0.25 < kw._to_next_look() <= 0.3
+    kw._ended = now - 0.7  # its first look was 0.2 s ago: the next in 0.8 s
+    assert 0.75 < kw._to_next_look() <= 0.8
+    kw._ended = now - 3.6  # looks at 0.5, 1.5, 2.5, 3.5 s after it: the next in 0.9 s
+    assert 0.85 < kw._to_next_look() <= 0.9
