@@ -70,6 +70,8 @@ class Upkeep:
         self._unattended = unattended
         """No connection is open and no request in flight (the service's; read on the loop)."""
         self._refreeze = False
+        self._look: asyncio.Task[None] | None = None
+        """The next look for a moment to freeze in, set by a trim with somebody connected."""
 
     def ready(self, player: Player | None) -> None:
         """READY=1 and the ready line: the daemon serves."""
@@ -166,7 +168,9 @@ class Upkeep:
         trim's full collection has just run: only what came since (the young generations,
         ~0.1 ms) is collected before the freeze."""
         if not self._unattended():
-            self._keep(asyncio.get_running_loop().create_task(self._look_again()))
+            if self._look is None or self._look.done():  # a trim every 10 s: one look
+                self._look = asyncio.get_running_loop().create_task(self._look_again())
+                self._keep(self._look)
             return
         self._refreeze = False
         frozen = memory.freeze(generation=1)
