@@ -98,6 +98,30 @@ async def test_a_newcomer_stops_work_ahead_which_runs_again_after(two_workers: S
     assert s.snapshot()["completed"] == 2
 
 
+@pytest.mark.parametrize(("first_realtime", "stopped"), [(True, 1), (False, 0)])
+async def test_due_work_stops_only_the_work_ahead_it_needs(
+    two_workers: Scheduler, first_realtime: bool, stopped: int
+) -> None:
+    """A lone request's two items ahead hold both workers; its own due window stops one of
+    them, not both: a batch item first, else the one started last (the least work lost)."""
+    s = two_workers
+    later = time.monotonic() + 60
+    ahead = [Blocking(), Blocking()]
+    futs = [
+        s.submit(ahead[0], deadline=later, realtime=first_realtime, owner="me", kind="t"),
+    ]
+    await started(ahead[0])
+    futs.append(s.submit(ahead[1], deadline=later, realtime=True, owner="me", kind="t"))
+    await started(ahead[1])
+    due = s.submit(lambda: "due", deadline=time.monotonic(), realtime=True, owner="me", kind="t")
+    assert (await asyncio.wait_for(due, 5))[0] == "due"
+    assert s.snapshot()["stopped_ahead"] == 1
+    for w in ahead:
+        w.finish.set()
+    await asyncio.wait_for(asyncio.gather(*futs), 5)
+    assert [w.runs for w in ahead] == [1 + (stopped == 0), 1 + (stopped == 1)]
+
+
 async def test_due_work_is_not_stopped_for_a_newcomer(two_workers: Scheduler) -> None:
     s = two_workers
     due, due_fut = await run_blocking(s, time.monotonic(), owner=1)
