@@ -353,8 +353,8 @@ class Scheduler:
         """Stop as much work ahead as the due work queued needs workers: a batch item
         first, then the one started last (the least work lost).  Stopping all of it, as
         for a newcomer, threw away a lone reply's two clauses encoded ahead for one due
-        window of its own, and both ran again (a 19 s reply read at 1x: 3 priors re-run,
-        ~0.3 s of CPU)."""
+        window of its own, and both ran again (a 19 s reply read at 1x: 0-4 of its priors
+        re-run, 0-1 now; docs/speed.md, stop 69)."""
         running = self._running.values()
         stopping = sum(i.token is not None and i.token.stopped for i in running)
         free = self._n - len(self._running)
